@@ -1,0 +1,88 @@
+"""Configuration dataclasses: defaults in one place, plain dicts in and out.
+
+``from_dict`` rejects unknown keys and names them. Must not import torch or other hyperreg
+modules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+__all__ = ["ModelConfig", "TrainConfig", "to_dict", "from_dict"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture of a HyperMorph model (everything needed to rebuild it from a checkpoint)."""
+
+    ndim: int = 2
+    in_channels: int = 1  # per image; the U-Net sees 2 * in_channels
+    enc_channels: tuple[int, ...] = (16, 32, 32, 32)
+    dec_channels: tuple[int, ...] = (32, 32, 32, 32, 32, 16, 16)
+    int_steps: int = 7  # 0 = no integration: the U-Net outputs a displacement directly
+    int_downsize: int = 2  # velocity predicted and integrated at 1/int_downsize resolution
+    hyper_hidden: tuple[int, ...] = (64, 64, 64, 64)
+    parametrization: str = "mip"  # "mip" or "default"
+
+    def __post_init__(self) -> None:
+        if self.ndim not in (2, 3):
+            raise ValueError(f"ModelConfig(): 'ndim' must be 2 or 3, got {self.ndim}")
+        if self.parametrization not in ("mip", "default"):
+            raise ValueError(
+                "ModelConfig(): 'parametrization' must be one of ('mip', 'default'), "
+                f"got {self.parametrization!r}"
+            )
+        if self.int_downsize not in (1, 2):
+            raise ValueError(f"ModelConfig(): 'int_downsize' must be 1 or 2, got {self.int_downsize}")
+        if self.int_steps < 0:
+            raise ValueError(f"ModelConfig(): 'int_steps' must be >= 0, got {self.int_steps}")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """A training run: data, loss, optimiser and schedule."""
+
+    data: str = ""  # neurite-oasis folder, folder of NIfTI files, or CSV list
+    out: str = "runs/hypermorph"
+    steps: int = 1500
+    batch_size: int = 4
+    lr: float = 1e-3
+    sim: str = "ncc"  # "ncc" or "mse"
+    ncc_window: int = 9
+    mse_sigma: float = 0.05
+    lam_endpoint_fraction: float = 0.2  # share of samples with λ exactly 0 or 1
+    atlas: str = ""  # optional fixed atlas image; empty = subject-to-subject pairs
+    slice_axis: int = 2  # for 2D training from 3D volumes: axis cut (2 = coronal in neurite-oasis)
+    checkpoint_every: int = 500
+    seed: int = 0
+    device: str = "auto"
+    model: ModelConfig = field(default_factory=ModelConfig)
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """Plain, JSON-ready dict of a config dataclass (tuples become lists)."""
+    return dataclasses.asdict(config)
+
+
+def from_dict(cls: type[T], values: dict[str, Any]) -> T:
+    """Build ``cls`` from a dict, rejecting unknown keys.
+
+    Raises:
+        ValueError: If ``values`` has keys that ``cls`` does not define (they are named).
+    """
+    known = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ValueError(f"{cls.__name__}.from_dict(): unknown keys {unknown}")
+    kwargs: dict[str, Any] = {}
+    for name, value in values.items():
+        if name == "model" and isinstance(value, dict):
+            value = from_dict(ModelConfig, value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[name] = value
+    return cls(**kwargs)

@@ -1,0 +1,548 @@
+"""Reading and writing images, label maps and displacement fields (NIfTI, MGH/MGZ, npz).
+
+This module owns the file boundary of ``hyperreg``: it turns a file into a :class:`Volume`
+(a spatial numpy array plus the voxel-to-world affine nibabel reports for it), validates what
+it reads (shape, finiteness, readability) with one-line errors that name the file, and writes
+images, label maps and displacement fields back atomically in the layout of a reference volume.
+Arrays here are spatial only, ``(I, J)`` or ``(I, J, K)``; adding batch/channel axes is the
+caller's job. Affines are ``(4, 4)`` float64, voxel ``(i, j, k)`` -> world RAS mm.
+
+It uses numpy and nibabel only and must not import torch or any model code.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import warnings
+import zipfile
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+from nibabel.filebasedimages import ImageFileError
+from nibabel.freesurfer.mghformat import MGHError
+from nibabel.spatialimages import HeaderDataError
+
+__all__ = [
+    "Volume",
+    "check_same_grid",
+    "load_volume",
+    "same_grid",
+    "save_displacement",
+    "save_volume",
+]
+
+logger = logging.getLogger(__name__)
+
+# suffix -> format name used in messages; order matters (".nii.gz" before ".nii" is not an
+# issue for ``endswith`` but keeps the listing readable).
+_LOAD_SUFFIXES: dict[str, str] = {
+    ".nii.gz": "NIfTI",
+    ".nii": "NIfTI",
+    ".mgz": "MGH/MGZ",
+    ".mgh": "MGH/MGZ",
+    ".npz": "npz",
+}
+_SAVE_SUFFIXES: tuple[str, ...] = (".nii.gz", ".nii")
+_NPZ_KEYS: tuple[str, ...] = ("vol", "vol_data")
+
+# Everything nibabel / numpy / zlib raise for a truncated, corrupt or foreign file.
+_READ_ERRORS: tuple[type[BaseException], ...] = (
+    EOFError,
+    OSError,
+    ValueError,
+    TypeError,
+    zlib.error,
+    zipfile.BadZipFile,
+    ImageFileError,
+    HeaderDataError,
+    MGHError,
+)
+
+_INT32 = np.iinfo(np.int32)
+_LABEL_NONINTEGER_TOL = 1e-2  # |x - rint(x)| above this in a label map is suspicious
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Volume:
+    """A spatial image or label map with its voxel-to-world affine.
+
+    Attributes:
+        data: Spatial array, shape ``(I, J)`` (2D) or ``(I, J, K)`` (3D), in on-disk array
+            axis order (never transposed or flipped). float32 for images, int32 for label maps.
+        affine: ``(4, 4)`` float64 matrix mapping voxel ``(i, j, k, 1)`` to world RAS mm,
+            exactly as nibabel reports it (sform when its code > 0, else qform). A 2D volume
+            keeps the full 4x4 affine of its one-slice file.
+        disk_shape: Array shape as stored on disk, e.g. ``(160, 192, 1)`` for a 2D slice. Writers
+            reshape outputs to it, so results keep the layout of the input file.
+        path: File the volume was read from, or None for an in-memory volume.
+
+    Raises:
+        ValueError: If ``data`` is not 2D or 3D, ``affine`` is not ``(4, 4)`` and finite, or
+            ``disk_shape`` does not hold the same number of voxels as ``data``.
+    """
+
+    data: np.ndarray
+    affine: np.ndarray
+    disk_shape: tuple[int, ...]
+    path: Path | None = None
+
+    def __post_init__(self) -> None:
+        data = np.asarray(self.data)
+        affine = np.array(self.affine, dtype=np.float64)
+        disk_shape = tuple(int(n) for n in self.disk_shape)
+        if data.ndim not in (2, 3):
+            raise ValueError(
+                f"Volume(): 'data' must have shape (I, J) or (I, J, K), got {tuple(data.shape)}"
+            )
+        if affine.shape != (4, 4) or not np.all(np.isfinite(affine)):
+            raise ValueError(
+                f"Volume(): 'affine' must be a finite (4, 4) matrix, got shape {affine.shape}"
+            )
+        if int(np.prod(disk_shape)) != data.size:
+            raise ValueError(
+                f"Volume(): 'disk_shape' {disk_shape} does not hold the {data.size} voxels of "
+                f"'data' with shape {tuple(data.shape)}"
+            )
+        object.__setattr__(self, "data", data)
+        object.__setattr__(self, "affine", affine)
+        object.__setattr__(self, "disk_shape", disk_shape)
+        if self.path is not None:
+            object.__setattr__(self, "path", Path(self.path))
+
+    @property
+    def ndim(self) -> int:
+        """Number of spatial dimensions, 2 or 3."""
+        return int(self.data.ndim)
+
+    @property
+    def spatial_shape(self) -> tuple[int, ...]:
+        """Spatial shape ``(I, J)`` or ``(I, J, K)`` as a tuple of ints."""
+        return tuple(int(n) for n in self.data.shape)
+
+    @property
+    def spacing(self) -> tuple[float, ...]:
+        """Voxel size in mm along each array axis (norms of the affine's first ``ndim`` columns)."""
+        return tuple(float(np.linalg.norm(self.affine[:3, n])) for n in range(self.ndim))
+
+    def __repr__(self) -> str:
+        spacing = tuple(round(s, 4) for s in self.spacing)
+        return (
+            f"Volume(shape={self.spatial_shape}, dtype={self.data.dtype}, spacing={spacing}, "
+            f"disk_shape={self.disk_shape}, path={str(self.path) if self.path else None!r})"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# reading
+# --------------------------------------------------------------------------------------------
+
+
+def _format_of(path: Path, suffixes: tuple[str, ...], fn: str) -> str:
+    """Return the matching suffix of ``path`` (case-insensitive) or raise ValueError."""
+    name = path.name.lower()
+    for suffix in suffixes:
+        if name.endswith(suffix):
+            return suffix
+    raise ValueError(
+        f"{fn}(): '{path}' must end with one of {suffixes}, got suffix {''.join(path.suffixes)!r}"
+    )
+
+
+def _read_raw(path: Path, suffix: str) -> tuple[np.ndarray, np.ndarray]:
+    """Read the full data array and the affine; wrap every read failure in one ValueError."""
+    fmt = _LOAD_SUFFIXES[suffix]
+    npz_keys: list[str] | None = None
+    try:
+        if suffix == ".npz":
+            with np.load(path, allow_pickle=False) as npz:
+                keys = list(npz.files)
+                key = next((k for k in _NPZ_KEYS if k in keys), None)
+                if key is None and len(keys) == 1:
+                    key = keys[0]
+                if key is None:
+                    npz_keys = keys
+                    raw = np.empty(0)
+                else:
+                    raw = np.asarray(npz[key])
+            affine = np.eye(4)
+        else:
+            img = nib.load(path, mmap=False)
+            raw = np.asanyarray(img.dataobj)  # applies scl_slope/scl_inter; reads everything
+            affine = np.array(img.affine, dtype=np.float64)
+    except PermissionError:
+        raise
+    except _READ_ERRORS as err:
+        raise ValueError(
+            f"load_volume(): cannot read '{path}': file is truncated or not a valid {fmt} file "
+            f"({err})"
+        ) from err
+    if npz_keys is not None:
+        raise ValueError(
+            f"load_volume(): '{path}' must hold an array named 'vol' or 'vol_data' or exactly "
+            f"one array, got arrays {npz_keys}"
+        )
+    return np.asarray(raw), affine
+
+
+def _spatial_shape(path: Path, disk_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Drop trailing singleton axes beyond the 2nd; reject series and 1D data."""
+    shape = list(disk_shape)
+    while len(shape) > 2 and shape[-1] == 1:
+        shape.pop()
+    if len(shape) > 3:
+        raise ValueError(
+            f"load_volume(): '{path}' has shape {disk_shape}: a 4D series is not one image; "
+            "pass a single 2D or 3D volume"
+        )
+    if len(shape) < 2:
+        raise ValueError(
+            f"load_volume(): '{path}' must hold a 2D or 3D image, got shape {disk_shape}"
+        )
+    return tuple(shape)
+
+
+def _nonfinite_message(path: Path, count: int, label: bool) -> str:
+    hint = (
+        "fix the file (allow_nonfinite does not apply to label maps)"
+        if label
+        else "fix the file or pass allow_nonfinite=True to replace them with 0"
+    )
+    return f"load_volume(): '{path}' has {count} non-finite voxels (NaN or inf); {hint}"
+
+
+def _to_labels(path: Path, raw: np.ndarray) -> np.ndarray:
+    """Round a label array to the nearest integer and cast to int32."""
+    if raw.dtype.kind in "biu":
+        values = raw
+    else:
+        count = int(raw.size - np.count_nonzero(np.isfinite(raw)))
+        if count:
+            raise ValueError(_nonfinite_message(path, count, label=True))
+        values = np.rint(raw)
+        if raw.size:
+            deviation = float(np.max(np.abs(raw - values)))
+            if deviation > _LABEL_NONINTEGER_TOL:
+                warnings.warn(
+                    f"load_volume(): '{path}' was read as a label map but its values are not "
+                    f"close to integers (largest distance {deviation:.3g}); is it an intensity "
+                    "image?",
+                    stacklevel=3,
+                )
+    if values.size and (values.min() < _INT32.min or values.max() > _INT32.max):
+        raise ValueError(
+            f"load_volume(): label values of '{path}' must fit in int32, got range "
+            f"[{values.min()}, {values.max()}]"
+        )
+    return values.astype(np.int32)
+
+
+def load_volume(
+    path: str | os.PathLike[str], *, label: bool = False, allow_nonfinite: bool = False
+) -> Volume:
+    """Read a 2D or 3D image or label map with its voxel-to-world affine.
+
+    Supported files: NIfTI (``.nii``, ``.nii.gz``) and FreeSurfer MGH (``.mgz``, ``.mgh``), read
+    with ``nibabel.load``; and voxelmorph-style ``.npz`` holding an array named ``vol`` or
+    ``vol_data`` (or exactly one array of any name).
+
+    Affine rule: the affine is ``img.affine`` as nibabel reports it, as ``(4, 4)`` float64. For
+    NIfTI that is the sform when ``sform_code > 0``, else the qform (else nibabel's fall-back
+    from the pixel sizes); for MGH/MGZ it is the header's vox2ras. An ``.npz`` file has no
+    header, so its affine is ``np.eye(4)``: 1 mm isotropic voxels, world = voxel index.
+
+    Shape rule: trailing axes of size 1 beyond the second are dropped, so ``(I, J, 1)`` and
+    ``(I, J, 1, 1)`` load as 2D ``(I, J)`` and ``(I, J, K, 1)`` as 3D ``(I, J, K)``. No other axis
+    is ever squeezed, transposed or flipped. ``Volume.disk_shape`` keeps the stored shape.
+
+    Values: images are returned as float32 with nibabel's ``scl_slope``/``scl_inter`` applied and
+    no other rescaling. Label maps (``label=True``) are rounded to the nearest integer with
+    ``np.rint`` (a stored 2.9999 becomes 3) and returned as int32; negative labels are kept.
+
+    Args:
+        path: File to read (str or path-like).
+        label: Read as a label map (int32) instead of an image (float32).
+        allow_nonfinite: For images only: replace NaN/inf voxels by 0 (with a logged warning)
+            instead of raising. Ignored for label maps, which must always be finite.
+
+    Returns:
+        The :class:`Volume`, with ``data`` of shape ``(I, J)`` or ``(I, J, K)``.
+
+    Raises:
+        FileNotFoundError: If ``path`` does not exist or is not a file.
+        ValueError: If the suffix is not one of the supported ones; if the file is truncated,
+            corrupt or not of its suffix's format; if it holds a 4D series (more than one volume)
+            or fewer than 2 spatial dimensions; if its dtype is not numeric; if an ``.npz`` file
+            has several arrays and none named ``vol``/``vol_data``; if it has non-finite voxels
+            (images without ``allow_nonfinite``, and label maps always); or if label values do not
+            fit in int32.
+
+    Warns:
+        UserWarning: If an image is constant (all voxels equal), or if a label map's values are
+            not close to integers.
+
+    References:
+        ``.npz`` layout as in VoxelMorph's ``py/utils.py:load_volfile``
+        (Balakrishnan et al., IEEE TMI 2019).
+    """
+    path = Path(path)
+    suffix = _format_of(path, tuple(_LOAD_SUFFIXES), "load_volume")
+    if not path.is_file():
+        raise FileNotFoundError(f"load_volume(): no such file: '{path}'")
+
+    raw, affine = _read_raw(path, suffix)
+    if raw.dtype.kind not in "biuf":
+        raise ValueError(
+            f"load_volume(): '{path}' must hold real numeric voxels, got dtype {raw.dtype}"
+        )
+    disk_shape = tuple(int(n) for n in raw.shape)
+    spatial_shape = _spatial_shape(path, disk_shape)
+    raw = raw.reshape(spatial_shape)  # only trailing size-1 axes are removed
+
+    if label:
+        data = _to_labels(path, raw)
+    else:
+        data = raw.astype(np.float32)  # always a copy: never a view of a file buffer
+        nonfinite = ~np.isfinite(data)
+        count = int(np.count_nonzero(nonfinite))
+        if count:
+            if not allow_nonfinite:
+                raise ValueError(_nonfinite_message(path, count, label=False))
+            data[nonfinite] = 0.0
+            logger.warning(
+                "load_volume(): replaced %d non-finite voxels (NaN or inf) with 0 in '%s'",
+                count,
+                path,
+            )
+        if data.size and data.min() == data.max():
+            v = float(data.flat[0])
+            warnings.warn(
+                f"load_volume(): '{path}' is constant (all voxels = {v}); registration to it "
+                "is meaningless",
+                stacklevel=2,
+            )
+    if suffix == ".npz":
+        logger.info("load_volume(): '%s' has no header; using the 1 mm identity affine", path)
+    logger.debug("load_volume(): read '%s' shape %s dtype %s", path, spatial_shape, data.dtype)
+    return Volume(data=data, affine=affine, disk_shape=disk_shape, path=path)
+
+
+# --------------------------------------------------------------------------------------------
+# writing
+# --------------------------------------------------------------------------------------------
+
+
+def _atomic_write(path: Path, suffix: str, write: Callable[[Path], None]) -> Path:
+    """Call ``write(tmp)`` on a hidden temporary file next to ``path``, then rename it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stem = path.name[: len(path.name) - len(suffix)]
+    # keep the real suffix: nibabel chooses gzip compression from it
+    tmp = path.with_name(f".{stem}.tmp-{secrets.token_hex(4)}{path.name[len(stem) :]}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _nifti(arr: np.ndarray, like: Volume) -> nib.Nifti1Image:
+    """Build a NIfTI image with ``like.affine`` as both sform and qform (code 1), no scaling."""
+    img = nib.Nifti1Image(arr, like.affine)
+    img.header.set_data_dtype(arr.dtype)
+    img.set_sform(like.affine, code=1)
+    img.set_qform(like.affine, code=1)
+    img.header.set_slope_inter(1.0, 0.0)
+    img.header.set_xyzt_units("mm")
+    return img
+
+
+def _check_finite(fn: str, name: str, arr: np.ndarray) -> None:
+    count = int(arr.size - np.count_nonzero(np.isfinite(arr)))
+    if count:
+        raise ValueError(
+            f"{fn}(): '{name}' must be finite, got {count} non-finite values (NaN or inf)"
+        )
+
+
+def _label_dtype(fn: str, values: np.ndarray) -> np.dtype:
+    """Smallest of uint8/int16/int32 that holds the value range."""
+    lo = int(values.min()) if values.size else 0
+    hi = int(values.max()) if values.size else 0
+    for dtype in (np.uint8, np.int16, np.int32):
+        info = np.iinfo(dtype)
+        if info.min <= lo and hi <= info.max:
+            return np.dtype(dtype)
+    raise ValueError(f"{fn}(): label values must fit in int32, got range [{lo}, {hi}]")
+
+
+def save_volume(
+    path: str | os.PathLike[str], data: np.ndarray, like: Volume, *, label: bool = False
+) -> Path:
+    """Write an image or label map in the layout and on the grid of ``like``, atomically.
+
+    The array is reshaped to ``like.disk_shape`` (a 2D slice read from ``(I, J, 1)`` goes back
+    out as ``(I, J, 1)``) and written with ``like.affine`` as both sform and qform (code 1,
+    scanner), units mm. NIfTI stores the sform as float32, so an affine read from a NIfTI file
+    round-trips exactly. The file is first written to a hidden temporary file in the same folder
+    and then renamed over ``path``; on failure nothing is left behind. Parent folders are created.
+
+    Args:
+        path: Output file, ``.nii`` or ``.nii.gz``.
+        data: Array-like of shape ``like.spatial_shape``, ``(I, J)`` or ``(I, J, K)``. Images
+            are stored as float32. Label maps (``label=True``) must be integer-valued and are
+            stored, unscaled (slope 1, intercept 0), as the smallest of uint8 / int16 / int32
+            that holds their range.
+        like: Reference volume (usually the fixed image) giving shape, layout and affine.
+        label: Write a label map instead of an image.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        ValueError: If the suffix is not ``.nii``/``.nii.gz``; if ``data``'s shape differs from
+            ``like.spatial_shape``; if ``data`` has non-finite values; or, for label maps, if it
+            is not integer-valued or does not fit in int32.
+        OSError: If the file cannot be written.
+    """
+    fn = "save_volume"
+    path = Path(path)
+    suffix = _format_of(path, _SAVE_SUFFIXES, fn)
+    arr = np.asarray(data)
+    if arr.shape != like.data.shape:
+        raise ValueError(
+            f"{fn}(): 'data' must have the shape of 'like' {tuple(like.data.shape)}, "
+            f"got {tuple(arr.shape)}"
+        )
+    if arr.dtype.kind not in "biuf":
+        raise ValueError(f"{fn}(): 'data' must be a real numeric array, got dtype {arr.dtype}")
+    if label:
+        if arr.dtype.kind == "f":
+            _check_finite(fn, "data", arr)
+            if not np.array_equal(arr, np.rint(arr)):
+                raise ValueError(
+                    f"{fn}(): 'data' must be integer-valued for a label map, got non-integer "
+                    "values; round them (np.rint) first if that is intended"
+                )
+        out = arr.astype(_label_dtype(fn, arr))
+    else:
+        out = arr.astype(np.float32)
+        _check_finite(fn, "data", out)
+    img = _nifti(out.reshape(like.disk_shape), like)
+    _atomic_write(path, suffix, img.to_filename)
+    logger.debug("%s(): wrote '%s' shape %s dtype %s", fn, path, like.disk_shape, out.dtype)
+    return path
+
+
+def save_displacement(path: str | os.PathLike[str], disp: np.ndarray, like: Volume) -> Path:
+    """Write a displacement field as a channel-last NIfTI on the fixed grid, atomically.
+
+    Convention (hyperreg's on-disk default): **voxel units, i/j/k order, defined on the fixed
+    grid, moved[x] = moving(x + u(x))**. Channel ``n`` is the shift along array axis ``n`` of
+    the fixed image (matrix indexing, not x/y/z world axes), in voxels of that grid. The field
+    is moved to channel-last and reshaped to ``like.disk_shape + (N,)``: a 3D fixed image of disk
+    shape ``(I, J, K)`` gives ``(I, J, K, 3)``; a 2D slice stored as ``(I, J, 1)`` gives
+    ``(I, J, 1, 2)``. Stored as float32 with ``like.affine`` (sform and qform, code 1), no
+    scaling, no intent code. Written via a temporary file and a rename, as in
+    :func:`save_volume`.
+
+    Args:
+        path: Output file, ``.nii`` or ``.nii.gz``.
+        disp: Array-like of shape ``(N, *S)`` with ``N = like.ndim`` and
+            ``S = like.spatial_shape`` (no batch axis), in voxels.
+        like: The fixed image the field is defined on.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        ValueError: If the suffix is not ``.nii``/``.nii.gz``, if ``disp``'s shape is not
+            ``(N, *S)``, or if it has non-finite values.
+        OSError: If the file cannot be written.
+    """
+    fn = "save_displacement"
+    path = Path(path)
+    suffix = _format_of(path, _SAVE_SUFFIXES, fn)
+    arr = np.asarray(disp)
+    expected = (like.ndim, *like.spatial_shape)
+    if arr.shape != expected:
+        hint = (
+            "; drop the batch axis first"
+            if arr.shape[1:] == expected and arr.ndim == len(expected) + 1
+            else ""
+        )
+        raise ValueError(
+            f"{fn}(): 'disp' must have shape (N, *S) = {expected}, got {tuple(arr.shape)}{hint}"
+        )
+    if arr.dtype.kind not in "biuf":
+        raise ValueError(f"{fn}(): 'disp' must be a real numeric array, got dtype {arr.dtype}")
+    out = np.moveaxis(arr.astype(np.float32), 0, -1)
+    _check_finite(fn, "disp", out)
+    out = np.ascontiguousarray(out).reshape(like.disk_shape + (like.ndim,))
+    img = _nifti(out, like)
+    img.header["descrip"] = b"hyperreg displacement: voxels, i/j/k order, fixed grid"
+    _atomic_write(path, suffix, img.to_filename)
+    logger.debug("%s(): wrote '%s' shape %s", fn, path, out.shape)
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# grids
+# --------------------------------------------------------------------------------------------
+
+
+def same_grid(a: Volume, b: Volume, *, atol: float = 1e-4) -> bool:
+    """Whether two volumes share a voxel grid.
+
+    Args:
+        a: First volume.
+        b: Second volume.
+        atol: Absolute tolerance on every affine entry (mm for the translation column, mm per
+            voxel for the rest). No relative tolerance is applied.
+
+    Returns:
+        True if the spatial shapes are equal and the affines agree within ``atol``.
+    """
+    return a.spatial_shape == b.spatial_shape and bool(
+        np.allclose(a.affine, b.affine, rtol=0.0, atol=atol)
+    )
+
+
+def check_same_grid(moving: Volume, fixed: Volume) -> None:
+    """Raise unless ``moving`` lies on ``fixed``'s grid (same shape, affines within 1e-4).
+
+    Registration here is voxel-to-voxel, so images on different grids must be resampled first;
+    this function never resamples.
+
+    Args:
+        moving: The moving image (or label map).
+        fixed: The fixed image.
+
+    Raises:
+        ValueError: If the grids differ. The message names both files, both shapes and both
+            spacings, says whether the affines differ, and how to resample.
+    """
+    if same_grid(moving, fixed):
+        return
+    affines = (
+        "affines differ"
+        if moving.affine.shape != fixed.affine.shape
+        or not np.allclose(moving.affine, fixed.affine, rtol=0.0, atol=1e-4)
+        else "affines match"
+    )
+    m_spacing = tuple(round(s, 4) for s in moving.spacing)
+    f_spacing = tuple(round(s, 4) for s in fixed.spacing)
+    m_name = str(moving.path) if moving.path is not None else "<in-memory moving>"
+    f_name = str(fixed.path) if fixed.path is not None else "<in-memory fixed>"
+    raise ValueError(
+        f"check_same_grid(): '{m_name}' and '{f_name}' are on different grids "
+        f"(shape {moving.spatial_shape} vs {fixed.spatial_shape}, spacing {m_spacing} vs "
+        f"{f_spacing}, {affines}): resample the moving image onto the fixed grid first "
+        "(e.g. with SimpleITK or FreeSurfer's mri_vol2vol)"
+    )

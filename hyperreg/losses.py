@@ -1,0 +1,178 @@
+"""Differentiable training losses: local NCC, scaled MSE, diffusion regulariser, soft Dice.
+
+Every loss follows PyTorch's ``(prediction, target)`` order and takes ``reduction="mean"`` (a
+scalar) or ``"none"`` (one value per sample, shape ``(B,)``), because HyperMorph weights each
+sample's terms by that sample's own λ. Must not import nibabel or hyperreg modules other than
+``_checks``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from hyperreg._checks import check_field, check_image, check_option, check_same_shape
+
+__all__ = ["ncc_loss", "mse_loss", "gradient_loss", "dice_loss", "NCC"]
+
+REDUCTIONS = ("mean", "none")
+
+
+def _reduce(per_sample: Tensor, reduction: str) -> Tensor:
+    return per_sample.mean() if reduction == "mean" else per_sample
+
+
+def _box_mean(x: Tensor, window: int) -> Tensor:
+    """Local mean over a ``window``-wide cube, separable, zero padding outside the image."""
+    ndim = x.ndim - 2
+    pool = F.avg_pool2d if ndim == 2 else F.avg_pool3d
+    pad = window // 2
+    for axis in range(ndim):
+        kernel = [1] * ndim
+        padding = [0] * ndim
+        kernel[axis] = window
+        padding[axis] = pad
+        x = pool(x, kernel_size=kernel, stride=1, padding=padding, count_include_pad=True)
+    return x
+
+
+def ncc_loss(
+    moved: Tensor, fixed: Tensor, window: int = 9, reduction: str = "mean"
+) -> Tensor:
+    """Negative local (windowed) normalised cross-correlation.
+
+    For each voxel, ``cc = cov(I, J)² / (var(I) · var(J) + ε)`` over a ``window``-wide box; the
+    loss is ``−mean(cc)``, in ``[−1, 0]``: −1 for a perfect local linear match, 0 on flat
+    regions. ``ε = 1e-5 / window**N`` makes it equal to VoxelMorph's sum-based form. Computed in
+    float32 whatever the input dtype, so it stays finite under mixed precision; a constant image
+    gives 0, never NaN.
+
+    Args:
+        moved: Warped moving image, shape ``(B, C, *S)``.
+        fixed: Fixed image, same shape.
+        window: Odd box width per axis (default 9).
+        reduction: ``"mean"`` (scalar) or ``"none"`` (shape ``(B,)``).
+
+    Returns:
+        The loss, a scalar or ``(B,)`` float32 tensor.
+
+    Raises:
+        TypeError: If an input is not a floating-point tensor.
+        ValueError: If shapes differ, ``window`` is not a positive odd integer, or ``reduction``
+            is unknown.
+
+    References:
+        Avants et al., SyN, MedIA 2008 (local CC); VoxelMorph (Balakrishnan et al., 2019).
+    """
+    check_image("ncc_loss", "moved", moved)
+    check_image("ncc_loss", "fixed", fixed)
+    check_same_shape("ncc_loss", ("moved", "fixed"), moved, fixed)
+    check_option("ncc_loss", "reduction", reduction, REDUCTIONS)
+    if window < 1 or window % 2 == 0:
+        raise ValueError(f"ncc_loss(): 'window' must be a positive odd integer, got {window}")
+    moved = moved.float()
+    fixed = fixed.float()
+    eps = 1e-5 / window ** (moved.ndim - 2)
+    stats = _box_mean(
+        torch.cat([moved, fixed, moved * moved, fixed * fixed, moved * fixed], dim=1), window
+    )
+    mu_i, mu_j, ii, jj, ij = stats.chunk(5, dim=1)
+    cross = ij - mu_i * mu_j
+    var_i = (ii - mu_i * mu_i).clamp_min(0)
+    var_j = (jj - mu_j * mu_j).clamp_min(0)
+    cc = cross * cross / (var_i * var_j + eps)
+    return _reduce(-cc.clamp(max=1.0).flatten(1).mean(1), reduction)
+
+
+def mse_loss(moved: Tensor, fixed: Tensor, sigma: float = 0.05, reduction: str = "mean") -> Tensor:
+    """Mean squared intensity difference scaled by ``1 / sigma²`` (Gaussian likelihood).
+
+    Args:
+        moved: Warped moving image, shape ``(B, C, *S)``, intensities in [0, 1].
+        fixed: Fixed image, same shape.
+        sigma: Assumed image noise standard deviation, in intensity units (default 0.05, as in
+            VoxelMorph's HyperMorph script).
+        reduction: ``"mean"`` or ``"none"``.
+
+    Returns:
+        Scalar or ``(B,)`` tensor.
+
+    Raises:
+        TypeError: If an input is not a floating-point tensor.
+        ValueError: If shapes differ, ``sigma <= 0`` or ``reduction`` is unknown.
+    """
+    check_image("mse_loss", "moved", moved)
+    check_image("mse_loss", "fixed", fixed)
+    check_same_shape("mse_loss", ("moved", "fixed"), moved, fixed)
+    check_option("mse_loss", "reduction", reduction, REDUCTIONS)
+    if not sigma > 0:
+        raise ValueError(f"mse_loss(): 'sigma' must be > 0, got {sigma}")
+    per_sample = (moved.float() - fixed.float()).pow(2).flatten(1).mean(1) / sigma**2
+    return _reduce(per_sample, reduction)
+
+
+def gradient_loss(field: Tensor, reduction: str = "mean") -> Tensor:
+    """Diffusion regulariser: mean squared forward difference of a field ("Grad l2").
+
+    ``L = (1/N) Σ_n mean((u(x + e_n) − u(x))²)`` over all channels and voxels, in voxels².
+
+    Args:
+        field: Displacement or velocity, shape ``(B, N, *S)``.
+        reduction: ``"mean"`` or ``"none"``.
+
+    Returns:
+        Scalar or ``(B,)`` tensor.
+
+    Raises:
+        TypeError: If ``field`` is not a floating-point tensor.
+        ValueError: If ``field`` is not a field or ``reduction`` is unknown.
+
+    References:
+        VoxelMorph's ``Grad('l2')`` (Balakrishnan et al., IEEE TMI 2019).
+    """
+    check_field("gradient_loss", "field", field)
+    check_option("gradient_loss", "reduction", reduction, REDUCTIONS)
+    ndim = field.ndim - 2
+    terms = [torch.diff(field, dim=2 + axis).pow(2).flatten(1).mean(1) for axis in range(ndim)]
+    return _reduce(torch.stack(terms, 0).mean(0), reduction)
+
+
+def dice_loss(moved_seg: Tensor, fixed_seg: Tensor, reduction: str = "mean") -> Tensor:
+    """Soft Dice loss ``1 − mean_l Dice_l`` on one-hot (or probabilistic) label maps.
+
+    Args:
+        moved_seg: Warped one-hot moving labels, shape ``(B, L, *S)``, values in [0, 1].
+        fixed_seg: One-hot fixed labels, same shape.
+        reduction: ``"mean"`` or ``"none"``.
+
+    Returns:
+        Scalar or ``(B,)`` tensor in [0, 1].
+
+    Raises:
+        TypeError: If an input is not a floating-point tensor.
+        ValueError: If shapes differ or ``reduction`` is unknown.
+
+    References:
+        Milletari et al., V-Net, 3DV 2016; semi-supervised VoxelMorph (Balakrishnan et al., 2019).
+    """
+    check_image("dice_loss", "moved_seg", moved_seg)
+    check_image("dice_loss", "fixed_seg", fixed_seg)
+    check_same_shape("dice_loss", ("moved_seg", "fixed_seg"), moved_seg, fixed_seg)
+    check_option("dice_loss", "reduction", reduction, REDUCTIONS)
+    dims = tuple(range(2, moved_seg.ndim))
+    top = 2 * (moved_seg * fixed_seg).sum(dims)
+    bottom = (moved_seg + fixed_seg).sum(dims).clamp_min(1e-5)
+    return _reduce(1 - (top / bottom).mean(1), reduction)
+
+
+class NCC(nn.Module):
+    """``nn.Module`` wrapper of :func:`ncc_loss` with a fixed ``window``."""
+
+    def __init__(self, window: int = 9) -> None:
+        super().__init__()
+        self.window = window
+
+    def forward(self, moved: Tensor, fixed: Tensor) -> Tensor:
+        """See :func:`ncc_loss`."""
+        return ncc_loss(moved, fixed, self.window)

@@ -1,0 +1,221 @@
+"""HyperMorph: a MIP hypernetwork, the U-Net it feeds, and the spatial transformer.
+
+``HyperMorph(moving, fixed, lam)`` generates U-Net weights for each λ, predicts a velocity (or
+displacement), integrates it and warps ``moving``. Checkpoints hold a format version, the full
+model config and the weights, and load strictly. Must not import io, data, train or cli.
+
+λ batch semantics (a documented decision): ``lam`` is either one value for the whole batch
+(a float, or a tensor with one element) or one value per sample (shape ``(B,)`` or ``(B, 1)``).
+Per-sample λ gives every sample its own generated weights (grouped convolutions). Any other
+count raises ``ValueError``; nothing is broadcast or dropped silently.
+
+References:
+    Hoopes, Hoffmann, Fischl, Guttag, Dalca. HyperMorph: Amortized Hyperparameter Learning for
+    Image Registration. IPMI 2021; MELBA 2022.
+    Gonzalez Ortiz, Guttag, Dalca. Magnitude Invariant Parametrizations Improve Hypernetwork
+    Learning. ICLR 2024.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from hyperreg import __version__
+from hyperreg._checks import as_lambda_tensor, check_image, check_same_shape
+from hyperreg.config import ModelConfig, from_dict, to_dict
+from hyperreg.hypernet import HyperNetwork
+from hyperreg.spatial import _resize_field, _warp, integrate_velocity
+from hyperreg.unet import UNet
+
+__all__ = ["HyperMorph", "RegistrationOutput", "save_checkpoint", "load_checkpoint", "FORMAT_VERSION"]
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+
+
+class RegistrationOutput(NamedTuple):
+    """Result of one registration forward pass.
+
+    Attributes:
+        moved: Warped moving image ``(B, C, *S)``.
+        disp: Displacement ``(B, N, *S)`` in voxels of the fixed grid (``moved[x] = moving(x +
+            disp(x))``).
+        velocity: Stationary velocity ``(B, N, *S')`` that ``disp`` integrates (``S'`` = ``S`` /
+            ``int_downsize``), or None when the model predicts displacements directly.
+    """
+
+    moved: Tensor
+    disp: Tensor
+    velocity: Tensor | None
+
+
+class HyperMorph(nn.Module):
+    """One model for every λ: hypernetwork + U-Net + integration + warp.
+
+    Args:
+        config: Architecture (:class:`hyperreg.config.ModelConfig`).
+    """
+
+    def __init__(self, config: ModelConfig | None = None) -> None:
+        super().__init__()
+        self.config = config if config is not None else ModelConfig()
+        cfg = self.config
+        self.half_res = cfg.int_steps > 0 and cfg.int_downsize == 2
+        self.unet = UNet(
+            cfg.ndim,
+            in_channels=2 * cfg.in_channels,
+            enc_channels=cfg.enc_channels,
+            dec_channels=cfg.dec_channels,
+            half_res=self.half_res,
+        )
+        self.hypernet = HyperNetwork(
+            self.unet.param_shapes(),
+            self.unet.init_std(),
+            num_inputs=1,
+            hidden=cfg.hyper_hidden,
+            parametrization=cfg.parametrization,
+        )
+
+    def generate_weights(self, lam: Tensor) -> dict[str, Tensor]:
+        """U-Net weights for each row of ``lam`` (``(L, 1)``): ``{name: (L, *shape)}``."""
+        return self.hypernet(lam)
+
+    def forward(self, moving: Tensor, fixed: Tensor, lam: float | Tensor) -> RegistrationOutput:
+        """Register ``moving`` to ``fixed`` at regularisation weight ``lam``.
+
+        Any spatial size works: images are zero-padded to a multiple of 16 (2**levels) and the
+        field is cropped back, so outputs have the input's spatial shape.
+
+        Args:
+            moving: ``(B, C, *S)`` float image, intensities in [0, 1], ``C = in_channels``.
+            fixed: Same shape as ``moving``.
+            lam: λ in [0, 1]: a float or one-element tensor (one λ for the batch), or a tensor
+                of shape ``(B,)`` / ``(B, 1)`` (one λ, and so one weight set, per sample).
+
+        Returns:
+            :class:`RegistrationOutput` ``(moved, disp, velocity)``.
+
+        Raises:
+            TypeError: If an image is not a float tensor or ``lam`` has the wrong type.
+            ValueError: If shapes differ or do not match the config, or ``lam`` has a count
+                other than 1 or B, or a value outside [0, 1] (NaN included).
+        """
+        check_image("HyperMorph.forward", "moving", moving)
+        check_image("HyperMorph.forward", "fixed", fixed)
+        check_same_shape("HyperMorph.forward", ("moving", "fixed"), moving, fixed)
+        cfg = self.config
+        if moving.ndim - 2 != cfg.ndim or moving.shape[1] != cfg.in_channels:
+            raise ValueError(
+                f"HyperMorph.forward(): 'moving' must have {cfg.in_channels} channel(s) and "
+                f"{cfg.ndim} spatial dims for this model, got shape {tuple(moving.shape)}"
+            )
+        lam_t = as_lambda_tensor("HyperMorph.forward", lam, moving.shape[0], moving.device)
+        params = self.generate_weights(lam_t)
+        if lam_t.shape[0] == 1:
+            params = {name: value[0] for name, value in params.items()}
+        return self._register(moving, fixed, params)
+
+    def _register(self, moving: Tensor, fixed: Tensor, params: dict[str, Tensor]) -> RegistrationOutput:
+        spatial = moving.shape[2:]
+        padded = [math.ceil(s / self.unet.divisor) * self.unet.divisor for s in spatial]
+        pad: list[int] = []
+        for size, target in reversed(list(zip(spatial, padded))):
+            pad += [0, target - size]
+        x = torch.cat([moving, fixed], dim=1)
+        if any(pad):
+            x = F.pad(x, pad)
+        flow = self.unet(x, params)
+        cfg = self.config
+        velocity: Tensor | None = None
+        if cfg.int_steps > 0:
+            velocity = flow
+            disp = integrate_velocity(velocity, cfg.int_steps)
+            if self.half_res:
+                disp = _resize_field(disp, 2.0, padded)
+        else:
+            disp = flow
+        if any(pad):
+            crop = (slice(None), slice(None), *[slice(0, s) for s in spatial])
+            disp = disp[crop]
+        moved = _warp(moving, disp, "bilinear", "border")
+        return RegistrationOutput(moved, disp, velocity)
+
+
+def save_checkpoint(model: HyperMorph, path: str | os.PathLike[str], **extra: Any) -> Path:
+    """Write ``{format_version, hyperreg_version, model_config, state_dict, **extra}`` atomically.
+
+    The file is written to a temporary name in the same folder and renamed, so an interrupted
+    save never leaves a truncated checkpoint. Tensors are moved to the CPU first, so a checkpoint
+    saved on a GPU loads anywhere.
+
+    Returns:
+        The checkpoint path.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "format_version": FORMAT_VERSION,
+        "hyperreg_version": __version__,
+        "model_config": to_dict(model.config),
+        "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        **extra,
+    }
+    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(handle)
+    try:
+        torch.save(payload, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_checkpoint(
+    path: str | os.PathLike[str], map_location: str | torch.device = "cpu"
+) -> tuple[HyperMorph, dict[str, Any]]:
+    """Rebuild a model from a checkpoint and load its weights strictly.
+
+    Args:
+        path: File written by :func:`save_checkpoint`.
+        map_location: Device for the weights (default CPU, whatever device saved it).
+
+    Returns:
+        ``(model, payload)``: the model in eval mode and the whole checkpoint dict (for extra
+        entries such as the training config).
+
+    Raises:
+        FileNotFoundError: If ``path`` does not exist.
+        ValueError: If the file is not a readable hyperreg checkpoint.
+        RuntimeError: If its ``format_version`` is unknown or its weights do not match its config.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"load_checkpoint(): no such file: '{path}'")
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:  # torch raises many types for a bad file
+        raise ValueError(f"load_checkpoint(): cannot read '{path}': not a hyperreg checkpoint ({err})") from err
+    if not isinstance(payload, dict) or "format_version" not in payload:
+        raise ValueError(f"load_checkpoint(): '{path}' is not a hyperreg checkpoint (no format_version)")
+    if payload["format_version"] != FORMAT_VERSION:
+        raise RuntimeError(
+            f"load_checkpoint(): '{path}' has format_version {payload['format_version']}, "
+            f"this hyperreg ({__version__}) reads format_version {FORMAT_VERSION}"
+        )
+    config = from_dict(ModelConfig, payload["model_config"])
+    model = HyperMorph(config)
+    model.load_state_dict(payload["state_dict"], strict=True)
+    model.to(map_location)
+    model.eval()
+    return model, payload

@@ -1,0 +1,252 @@
+"""Spatial transforms on dense fields: warping, integration, resizing, Jacobians.
+
+This module owns every operation on displacement and velocity fields. Fields are
+``(B, N, *S)`` tensors in voxels of the grid they live on, channel ``n`` along array axis ``n``
+(i, j, k order). The conversion to ``grid_sample``'s normalised, x-first coordinates happens in
+exactly one place, :func:`_to_grid_sample_coords`. Pure functions first; the ``nn.Module``
+classes at the end are thin wrappers. Must not import nibabel, argparse or any hyperreg module
+other than ``_checks``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from hyperreg._checks import check_field, check_image, check_option
+
+__all__ = [
+    "identity_grid",
+    "warp",
+    "integrate_velocity",
+    "resize_field",
+    "jacobian_determinant",
+    "SpatialTransformer",
+    "VelocityIntegrator",
+]
+
+WARP_MODES = ("bilinear", "nearest")
+PADDING_MODES = ("border", "zeros")
+
+
+def identity_grid(
+    spatial_shape: Sequence[int], device: torch.device | None = None, dtype: torch.dtype = torch.float32
+) -> Tensor:
+    """Voxel coordinates of every grid point.
+
+    Args:
+        spatial_shape: ``S``, the grid size, length 2 or 3.
+        device: Device of the result.
+        dtype: Floating dtype of the result.
+
+    Returns:
+        Tensor of shape ``(1, N, *S)``; channel ``n`` holds the index along array axis ``n``.
+    """
+    axes = [torch.arange(s, device=device, dtype=dtype) for s in spatial_shape]
+    return torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=0).unsqueeze(0)
+
+
+def _to_grid_sample_coords(points: Tensor) -> Tensor:
+    """Convert voxel coordinates to ``grid_sample``'s normalised, x-first layout.
+
+    Args:
+        points: ``(B, N, *S)`` voxel coordinates, channel ``n`` along array axis ``n``.
+
+    Returns:
+        ``(B, *S, N)`` with values in [-1, 1] at the first/last voxel centres
+        (``align_corners=True``) and the channels reversed (last array axis first), as
+        ``torch.nn.functional.grid_sample`` expects.
+    """
+    spatial_shape = points.shape[2:]
+    scale = torch.tensor(
+        [2.0 / max(s - 1, 1) for s in spatial_shape], device=points.device, dtype=points.dtype
+    ).view(1, -1, *([1] * len(spatial_shape)))
+    normalised = points * scale - 1.0
+    return normalised.movedim(1, -1).flip(-1)
+
+
+def warp(moving: Tensor, disp: Tensor, mode: str = "bilinear", padding: str = "border") -> Tensor:
+    """Resample ``moving`` at voxel locations shifted by ``disp`` (backward warping).
+
+    Output voxel ``x`` takes the value of ``moving`` interpolated at ``x + disp[:, :, x]``.
+    ``disp`` therefore lives on the fixed-image grid and points into the moving image.
+
+    Args:
+        moving: Image to resample, shape ``(B, C, *S)`` with ``S`` = ``(H, W)`` or ``(D, H, W)``.
+            Any floating dtype (label maps: cast to float and use ``mode="nearest"``).
+        disp: Displacement field, shape ``(B, N, *S)`` or ``(1, N, *S)`` with ``N = len(S)``.
+            Channel ``n`` is the shift along array axis ``n`` (i, j, k order), in voxels.
+        mode: ``"bilinear"`` (trilinear in 3D) for intensities or ``"nearest"`` for label maps.
+        padding: Value taken outside the image: ``"border"`` (edge value) or ``"zeros"``.
+
+    Returns:
+        The moved image, shape ``(B, C, *S)``, with the dtype and device of ``moving``.
+
+    Raises:
+        TypeError: If ``moving`` or ``disp`` is not a floating-point tensor.
+        ValueError: If ``disp`` has ``!= N`` channels, if its spatial shape differs from
+            ``moving``'s, if its batch size is neither 1 nor B, or if ``mode``/``padding``
+            is not one of the listed options.
+
+    References:
+        Spatial transformer as used in VoxelMorph (Balakrishnan et al., IEEE TMI 2019);
+        Jaderberg et al., Spatial Transformer Networks, NeurIPS 2015.
+    """
+    check_image("warp", "moving", moving)
+    check_field("warp", "disp", disp, moving.shape[2:])
+    check_option("warp", "mode", mode, WARP_MODES)
+    check_option("warp", "padding", padding, PADDING_MODES)
+    if disp.shape[0] not in (1, moving.shape[0]):
+        raise ValueError(
+            f"warp(): 'disp' must have batch size 1 or {moving.shape[0]}, got {disp.shape[0]}"
+        )
+    return _warp(moving, disp, mode, padding)
+
+
+def _warp(moving: Tensor, disp: Tensor, mode: str, padding: str) -> Tensor:
+    """Unchecked :func:`warp` for inner loops."""
+    points = identity_grid(disp.shape[2:], disp.device, disp.dtype) + disp
+    grid = _to_grid_sample_coords(points)
+    if grid.shape[0] != moving.shape[0]:
+        grid = grid.expand(moving.shape[0], *grid.shape[1:])
+    return F.grid_sample(
+        moving, grid.to(moving.dtype), mode=mode, padding_mode=padding, align_corners=True
+    )
+
+
+def integrate_velocity(velocity: Tensor, steps: int = 7) -> Tensor:
+    """Integrate a stationary velocity field by scaling and squaring.
+
+    ``disp = exp(velocity)``: the field is divided by ``2**steps`` and composed with itself
+    ``steps`` times (``u ← u + u∘(x + u)``).
+
+    Args:
+        velocity: Stationary velocity field, shape ``(B, N, *S)``, voxels per unit time,
+            channel ``n`` along array axis ``n``.
+        steps: Number of squaring steps, ``>= 0``; 0 returns ``velocity`` unchanged.
+
+    Returns:
+        Displacement field, shape ``(B, N, *S)``, in voxels.
+
+    Raises:
+        TypeError: If ``velocity`` is not a floating-point tensor.
+        ValueError: If ``velocity`` is not a field or ``steps < 0``.
+
+    References:
+        Arsigny et al., MICCAI 2006; Dalca et al., Unsupervised learning of probabilistic
+        diffeomorphic registration, MedIA 2019.
+    """
+    check_field("integrate_velocity", "velocity", velocity)
+    if steps < 0:
+        raise ValueError(f"integrate_velocity(): 'steps' must be >= 0, got {steps}")
+    disp = velocity / (2**steps)
+    for _ in range(steps):
+        disp = disp + _warp(disp, disp, "bilinear", "border")
+    return disp
+
+
+def resize_field(field: Tensor, factor: float, size: Sequence[int] | None = None) -> Tensor:
+    """Resample a field to a finer or coarser grid and rescale its vectors.
+
+    Values are interpolated (bi/trilinear, ``align_corners=False``, so voxel centres of a grid
+    ``factor`` times finer line up as for strided pooling) and then **multiplied by ``factor``**,
+    because a displacement of ``d`` voxels on the old grid is ``d · factor`` voxels on the new
+    one. A 2-voxel field resized by 0.5 becomes a 1-voxel field.
+
+    Args:
+        field: ``(B, N, *S)`` displacement or velocity in voxels.
+        factor: Ratio of new to old grid size along every axis, ``> 0``.
+        size: Exact output spatial shape; default ``round(s * factor)`` per axis.
+
+    Returns:
+        ``(B, N, *S')`` field in voxels of the new grid.
+
+    Raises:
+        TypeError: If ``field`` is not a floating-point tensor.
+        ValueError: If ``field`` is not a field or ``factor <= 0``.
+    """
+    check_field("resize_field", "field", field)
+    if not factor > 0:
+        raise ValueError(f"resize_field(): 'factor' must be > 0, got {factor}")
+    if factor == 1 and size is None:
+        return field
+    return _resize_field(field, factor, size)
+
+
+def _resize_field(field: Tensor, factor: float, size: Sequence[int] | None = None) -> Tensor:
+    if size is None:
+        size = [int(round(s * factor)) for s in field.shape[2:]]
+    mode = "bilinear" if field.ndim == 4 else "trilinear"
+    resized = F.interpolate(field, size=tuple(size), mode=mode, align_corners=False)
+    return resized * factor
+
+
+def jacobian_determinant(disp: Tensor) -> Tensor:
+    """Jacobian determinant of the deformation ``φ(x) = x + disp(x)``.
+
+    Derivatives are central differences in the interior and one-sided at the border
+    (``torch.gradient``), per voxel, so ``J`` is dimensionless; ``J ≤ 0`` marks folding.
+
+    Args:
+        disp: Displacement field, shape ``(B, N, *S)`` in voxels, ``N`` in {2, 3}, each spatial
+            size ``>= 2``.
+
+    Returns:
+        ``(B, 1, *S)`` tensor of determinants (1 for a zero field, ``s**N`` for a uniform
+        scaling by ``s``).
+
+    Raises:
+        TypeError: If ``disp`` is not a floating-point tensor.
+        ValueError: If ``disp`` is not a field or a spatial size is below 2.
+    """
+    check_field("jacobian_determinant", "disp", disp)
+    if min(disp.shape[2:]) < 2:
+        raise ValueError(
+            f"jacobian_determinant(): every spatial size of 'disp' must be >= 2, "
+            f"got {tuple(disp.shape[2:])}"
+        )
+    ndim = disp.shape[1]
+    # grads[a][:, c] = d disp_c / d x_a
+    grads = torch.gradient(disp, dim=list(range(2, 2 + ndim)))
+    jac = [[grads[a][:, c] + (1.0 if a == c else 0.0) for a in range(ndim)] for c in range(ndim)]
+    if ndim == 2:
+        det = jac[0][0] * jac[1][1] - jac[0][1] * jac[1][0]
+    else:
+        det = (
+            jac[0][0] * (jac[1][1] * jac[2][2] - jac[1][2] * jac[2][1])
+            - jac[0][1] * (jac[1][0] * jac[2][2] - jac[1][2] * jac[2][0])
+            + jac[0][2] * (jac[1][0] * jac[2][1] - jac[1][1] * jac[2][0])
+        )
+    return det.unsqueeze(1)
+
+
+class SpatialTransformer(nn.Module):
+    """``nn.Module`` wrapper of :func:`warp` with a fixed ``mode`` and ``padding``."""
+
+    def __init__(self, mode: str = "bilinear", padding: str = "border") -> None:
+        super().__init__()
+        check_option("SpatialTransformer", "mode", mode, WARP_MODES)
+        check_option("SpatialTransformer", "padding", padding, PADDING_MODES)
+        self.mode = mode
+        self.padding = padding
+
+    def forward(self, moving: Tensor, disp: Tensor) -> Tensor:
+        """See :func:`warp`."""
+        return warp(moving, disp, self.mode, self.padding)
+
+
+class VelocityIntegrator(nn.Module):
+    """``nn.Module`` wrapper of :func:`integrate_velocity` with a fixed number of steps."""
+
+    def __init__(self, steps: int = 7) -> None:
+        super().__init__()
+        if steps < 0:
+            raise ValueError(f"VelocityIntegrator(): 'steps' must be >= 0, got {steps}")
+        self.steps = steps
+
+    def forward(self, velocity: Tensor) -> Tensor:
+        """See :func:`integrate_velocity`."""
+        return integrate_velocity(velocity, self.steps)

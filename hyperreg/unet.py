@@ -1,0 +1,164 @@
+"""The VoxelMorph U-Net, run with weights supplied at call time.
+
+:class:`UNet` holds no parameters of its own. It declares the shape and ordinary initialisation
+of each of its convolution parameters (:meth:`UNet.param_shapes`, :meth:`UNet.init_std`) and
+runs with any ``{name: tensor}`` set, shared by the batch or one per sample (see
+:func:`hyperreg.layers.conv`). :class:`FixedWeightUNet` is the same network with ordinary
+``nn.Parameter`` weights: the baseline for benchmarks and fixed-λ VoxelMorph models. Must not
+import hyperreg modules other than ``layers``.
+
+Architecture (Balakrishnan et al., VoxelMorph, IEEE TMI 2019; its PyTorch ``Unet``): encoder
+convolutions at 1, 1/2, 1/4, 1/8 resolution (max-pooling between), decoder convolutions each
+followed by ×2 nearest upsampling and concatenation with the matching encoder output, then the
+remaining full-resolution convolutions and a final flow convolution with ``ndim`` outputs
+initialised near zero (std 1e-5). 3×3(×3) kernels, LeakyReLU 0.2. With ``half_res`` the last
+decoder level skips its upsampling, so the flow comes out at half resolution.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from hyperreg.layers import conv
+
+__all__ = ["UNet", "FixedWeightUNet"]
+
+FLOW_INIT_STD = 1e-5
+
+
+class UNet(nn.Module):
+    """VoxelMorph U-Net whose weights are an argument of ``forward``.
+
+    Args:
+        ndim: Spatial dimensions, 2 or 3.
+        in_channels: Input channels (``2 ×`` channels per image: moving and fixed stacked).
+        enc_channels: Encoder widths, one per level (VoxelMorph: 16, 32, 32, 32).
+        dec_channels: Decoder widths; the first ``len(enc_channels)`` are the upsampling levels,
+            the rest run at the output resolution (VoxelMorph: 32, 32, 32, 32, 32, 16, 16).
+        half_res: Output the flow at half resolution (for integration at 1/2).
+        kernel_size: Odd convolution size.
+
+    Raises:
+        ValueError: On an unsupported ``ndim`` or too few decoder widths.
+    """
+
+    def __init__(
+        self,
+        ndim: int,
+        in_channels: int = 2,
+        enc_channels: Sequence[int] = (16, 32, 32, 32),
+        dec_channels: Sequence[int] = (32, 32, 32, 32, 32, 16, 16),
+        half_res: bool = False,
+        kernel_size: int = 3,
+    ) -> None:
+        super().__init__()
+        if ndim not in (2, 3):
+            raise ValueError(f"UNet(): 'ndim' must be 2 or 3, got {ndim}")
+        if len(dec_channels) < len(enc_channels):
+            raise ValueError(
+                f"UNet(): 'dec_channels' needs at least {len(enc_channels)} widths, "
+                f"got {tuple(dec_channels)}"
+            )
+        self.ndim = ndim
+        self.half_res = half_res
+        self.levels = len(enc_channels)
+        self.divisor = 2**self.levels
+        kernel = (kernel_size,) * ndim
+        shapes: dict[str, tuple[int, ...]] = {}
+        stds: dict[str, float] = {}
+
+        def add(name: str, cin: int, cout: int, std: float | None = None) -> None:
+            shapes[f"{name}.weight"] = (cout, cin, *kernel)
+            shapes[f"{name}.bias"] = (cout,)
+            fan_in = cin * math.prod(kernel)
+            # Kaiming-normal fan-in for LeakyReLU(0.2) convolutions, zero biases.
+            stds[f"{name}.weight"] = std if std is not None else math.sqrt(2 / (1.04 * fan_in))
+            stds[f"{name}.bias"] = 0.0
+
+        skips = [in_channels]
+        prev = in_channels
+        for level, width in enumerate(enc_channels):
+            add(f"enc{level}", prev, width)
+            skips.append(width)
+            prev = width
+        for level, width in enumerate(dec_channels[: self.levels]):
+            add(f"dec{level}", prev, width)
+            prev = width
+            if not (half_res and level == self.levels - 1):
+                prev += skips.pop()
+        for index, width in enumerate(dec_channels[self.levels :]):
+            add(f"out{index}", prev, width)
+            prev = width
+        add("flow", prev, ndim, std=FLOW_INIT_STD)
+        self._shapes = shapes
+        self._stds = stds
+        self._names = [name[: -len(".weight")] for name in shapes if name.endswith(".weight")]
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """``{name: shape}`` of every parameter, in forward order."""
+        return dict(self._shapes)
+
+    def init_std(self) -> dict[str, float]:
+        """``{name: std}`` of each parameter's ordinary initialisation."""
+        return dict(self._stds)
+
+    def forward(self, x: Tensor, params: Mapping[str, Tensor]) -> Tensor:
+        """Run the U-Net.
+
+        Args:
+            x: ``(B, in_channels, *S)`` with every spatial size a multiple of ``self.divisor``.
+            params: ``{name: tensor}`` for every name in :meth:`param_shapes`, each either of
+                that shape (shared) or with a leading batch axis ``B`` (per sample).
+
+        Returns:
+            Flow ``(B, ndim, *S)``, or ``(B, ndim, *S/2)`` with ``half_res``.
+        """
+        pool = F.max_pool2d if self.ndim == 2 else F.max_pool3d
+
+        def block(name: str, h: Tensor, activate: bool = True) -> Tensor:
+            h = conv(h, params[f"{name}.weight"], params[f"{name}.bias"])
+            return F.leaky_relu(h, 0.2) if activate else h
+
+        history = [x]
+        h = x
+        for level in range(self.levels):
+            h = block(f"enc{level}", h)
+            history.append(h)
+            h = pool(h, 2)
+        for level in range(self.levels):
+            h = block(f"dec{level}", h)
+            if not (self.half_res and level == self.levels - 1):
+                h = F.interpolate(h, scale_factor=2.0, mode="nearest")
+                h = torch.cat([h, history.pop()], dim=1)
+        for name in self._names:
+            if name.startswith("out"):
+                h = block(name, h)
+        return block("flow", h, activate=False)
+
+
+class FixedWeightUNet(nn.Module):
+    """:class:`UNet` with ordinary trainable weights (no hypernetwork).
+
+    Same arguments as :class:`UNet`; weights initialised from :meth:`UNet.init_std`.
+    """
+
+    def __init__(self, ndim: int, **kwargs: object) -> None:
+        super().__init__()
+        self.unet = UNet(ndim, **kwargs)  # type: ignore[arg-type]
+        stds = self.unet.init_std()
+        self.weights = nn.ParameterDict(
+            {
+                name.replace(".", "_"): nn.Parameter(torch.randn(shape) * stds[name])
+                for name, shape in self.unet.param_shapes().items()
+            }
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Flow for ``x`` of shape ``(B, in_channels, *S)``; see :meth:`UNet.forward`."""
+        params = {name: self.weights[name.replace(".", "_")] for name in self.unet.param_shapes()}
+        return self.unet(x, params)
