@@ -95,3 +95,29 @@ def as_lambda_tensor(fn: str, lam: object, batch: int, device: torch.device) -> 
         values = [v for v in lam_t.flatten().tolist() if not (0.0 <= v <= 1.0) or math.isnan(v)]
         raise ValueError(f"{fn}(): 'lam' must lie in [0, 1], got {values[:4]}")
     return lam_t
+
+
+DEVICE_CHOICES = "auto, cpu, cuda or cuda:N"
+
+
+def resolve_device(fn: str, device: str | torch.device) -> torch.device:
+    """Turn ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` into a usable ``torch.device``.
+
+    ``"auto"`` picks CUDA when available at call time (never at import).
+
+    Raises:
+        ValueError: On an unknown device string, or CUDA asked for where none is available.
+    """
+    if isinstance(device, torch.device):
+        return device
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except RuntimeError as err:
+        raise ValueError(f"{fn}(): 'device' must be {DEVICE_CHOICES}, got {device!r}") from err
+    if resolved.type not in ("cpu", "cuda"):
+        raise ValueError(f"{fn}(): 'device' must be {DEVICE_CHOICES}, got {device!r}")
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{fn}(): 'device' is {device!r} but CUDA is not available here; use cpu")
+    return resolved

@@ -1,0 +1,5 @@
+"""``python -m hyperreg`` runs the command line."""
+
+from hyperreg.cli import main
+
+raise SystemExit(main())

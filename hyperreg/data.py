@@ -1,0 +1,293 @@
+"""Training data: scan lists, intensity normalisation, pair sampling, λ sampling.
+
+Sources: the neurite-oasis layout (``ROOT/OASIS_OAS1_XXXX_MR1/aligned_norm.nii.gz`` with
+``aligned_seg35``; 2D-only folders with ``slice_norm`` / ``slice_seg24``), a folder of scans, or a
+CSV list (column ``image``, optional ``seg``). Pairs are subject to subject (moving ≠ fixed) or
+atlas to subject. For 2D training from 3D volumes, slices are cut along one axis (axis 2 is
+coronal in neurite-oasis) from the range where every subject has brain, so a CPU can train a
+useful 2D model in minutes. Randomness always comes from an explicit ``torch.Generator``. Must
+not import model, train, inference or cli.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from hyperreg.io import Volume, load_volume
+
+__all__ = [
+    "Scan",
+    "find_scans",
+    "normalize_intensity",
+    "PairSampler",
+    "LambdaSampler",
+    "NORMALIZATIONS",
+]
+
+logger = logging.getLogger(__name__)
+
+NORMALIZATIONS = ("minmax", "none")
+SCAN_SUFFIXES = (".nii.gz", ".nii", ".mgz", ".mgh", ".npz")
+_OASIS_FILES = {
+    3: ("aligned_norm.nii.gz", "aligned_seg35.nii.gz"),
+    2: ("slice_norm.nii.gz", "slice_seg24.nii.gz"),
+}
+
+
+@dataclass(frozen=True)
+class Scan:
+    """One subject: an intensity image and, optionally, its label map."""
+
+    image: Path
+    seg: Path | None = None
+
+    @property
+    def name(self) -> str:
+        """Subject name: the neurite-oasis folder, else the file name without suffix."""
+        if self.image.parent.name.startswith("OASIS_"):
+            return self.image.parent.name
+        name = self.image.name
+        for suffix in SCAN_SUFFIXES:
+            if name.endswith(suffix):
+                return name[: -len(suffix)]
+        return name
+
+
+def normalize_intensity(data: np.ndarray, method: str = "minmax") -> np.ndarray:
+    """Scale intensities to [0, 1] (the documented default of every hyperreg entry point).
+
+    ``"minmax"`` maps the image minimum to 0 and its maximum to 1 (a constant image becomes all
+    zeros); ``"none"`` returns the data unchanged as float32. uint8/int16 inputs therefore give
+    the same result as their float originals, up to quantisation.
+
+    Args:
+        data: Image array of any shape.
+        method: One of ``NORMALIZATIONS``.
+
+    Returns:
+        float32 array of the same shape.
+
+    Raises:
+        ValueError: On an unknown ``method``.
+    """
+    if method not in NORMALIZATIONS:
+        raise ValueError(
+            f"normalize_intensity(): 'method' must be one of {NORMALIZATIONS}, got {method!r}"
+        )
+    data = np.asarray(data, dtype=np.float32)
+    if method == "none":
+        return data
+    low, high = float(data.min()), float(data.max())
+    if high <= low:
+        return np.zeros_like(data)
+    return (data - low) / (high - low)
+
+
+def _oasis_scans(root: Path, ndim: int) -> list[Scan]:
+    scans: list[Scan] = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        for dims in ((3, 2) if ndim == 2 else (3,)):
+            image_name, seg_name = _OASIS_FILES[dims]
+            if (folder / image_name).is_file():
+                seg = folder / seg_name
+                scans.append(Scan(folder / image_name, seg if seg.is_file() else None))
+                break
+    return scans
+
+
+def find_scans(source: str | Path, ndim: int) -> list[Scan]:
+    """List the scans of a data source.
+
+    Args:
+        source: A neurite-oasis folder (subject folders holding ``aligned_norm.nii.gz`` or, for
+            2D, ``slice_norm.nii.gz``; 3D volumes are preferred, their slices are cut later), a
+            folder of scans (``.nii``, ``.nii.gz``, ``.mgz``, ``.npz``; files whose name contains
+            ``seg`` are skipped), or a CSV file with an ``image`` column and an optional ``seg``
+            column (relative paths are relative to the CSV).
+        ndim: 2 or 3, the dimensionality of training.
+
+    Returns:
+        The scans, in sorted order.
+
+    Raises:
+        FileNotFoundError: If ``source`` does not exist.
+        ValueError: If it holds no scan, or a CSV lacks the ``image`` column.
+    """
+    source = Path(source)
+    if not source.exists():
+        raise FileNotFoundError(f"find_scans(): no such file or folder: '{source}'")
+    if source.is_file():
+        if source.suffix.lower() != ".csv":
+            raise ValueError(f"find_scans(): '{source}' must be a folder or a .csv list of scans")
+        with source.open(newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        if not rows or "image" not in rows[0]:
+            raise ValueError(f"find_scans(): '{source}' must have a header with an 'image' column")
+        base = source.parent
+        scans = [
+            Scan(base / row["image"], base / row["seg"] if row.get("seg") else None)
+            for row in rows
+        ]
+    else:
+        scans = _oasis_scans(source, ndim)
+        if not scans:
+            files = sorted(
+                p
+                for p in source.iterdir()
+                if p.name.endswith(SCAN_SUFFIXES) and "seg" not in p.name.lower()
+            )
+            scans = [Scan(p) for p in files]
+    if not scans:
+        raise ValueError(
+            f"find_scans(): no scans found in '{source}' (expected neurite-oasis subject folders, "
+            f"image files ending in {SCAN_SUFFIXES}, or a CSV list)"
+        )
+    return scans
+
+
+def _brain_slices(volumes: list[np.ndarray], axis: int, min_fraction: float = 0.3) -> np.ndarray:
+    """Slice indices along ``axis`` where every volume has ≥ min_fraction of its largest area."""
+    keep = None
+    for data in volumes:
+        other = tuple(a for a in range(data.ndim) if a != axis)
+        area = (data > 0.05 * data.max()).sum(axis=other)
+        ok = area >= min_fraction * area.max()
+        keep = ok if keep is None else keep & ok
+    indices = np.flatnonzero(keep)
+    if indices.size == 0:
+        raise ValueError("PairSampler(): the scans share no slice with brain in it")
+    return indices
+
+
+class PairSampler:
+    """Random (moving, fixed) training pairs held in memory.
+
+    Subject-to-subject: moving and fixed are two different scans (with one scan, two different
+    slices). Atlas mode: ``fixed`` is always the atlas. For ``ndim=2`` with 3D scans, moving and
+    fixed are the same slice index along ``slice_axis`` of two scans, drawn from the slices where
+    every scan has brain.
+
+    Args:
+        scans: Scans of one common grid shape (affinely aligned, as neurite-oasis is).
+        ndim: 2 or 3.
+        atlas: Optional atlas image path (fixed image of every pair).
+        slice_axis: Axis cut for 2D training from 3D volumes.
+        normalization: Intensity normalisation, see :func:`normalize_intensity`.
+
+    Raises:
+        ValueError: If scans differ in shape, a 2D model is asked for 3D scans with no axis, a
+            3D model for 2D scans, or there are fewer than two images to pair.
+    """
+
+    def __init__(
+        self,
+        scans: list[Scan],
+        ndim: int,
+        atlas: str | Path | None = None,
+        slice_axis: int = 2,
+        normalization: str = "minmax",
+    ) -> None:
+        self.ndim = ndim
+        self.slice_axis = slice_axis
+        volumes = [self._load(scan.image, normalization) for scan in scans]
+        self.atlas = self._load(Path(atlas), normalization) if atlas else None
+        shapes = {v.shape for v in volumes + ([self.atlas] if self.atlas is not None else [])}
+        if len(shapes) != 1:
+            raise ValueError(
+                f"PairSampler(): all scans must share one grid shape (affinely aligned), got "
+                f"{sorted(shapes)}; resample them to a common space first"
+            )
+        self.volumes = volumes
+        data_ndim = volumes[0].ndim
+        if data_ndim < ndim:
+            raise ValueError(f"PairSampler(): a {ndim}D model needs {ndim}D scans, got {data_ndim}D")
+        if data_ndim == ndim:
+            self.slices = None
+        else:
+            self.slices = _brain_slices(volumes, slice_axis)
+        if self.atlas is None and len(volumes) < 2 and self.slices is None:
+            raise ValueError("PairSampler(): need at least two scans (or an atlas) to make pairs")
+        logger.info(
+            "pairs from %d scans of shape %s%s",
+            len(volumes),
+            volumes[0].shape,
+            "" if self.slices is None else f", {len(self.slices)} slices along axis {slice_axis}",
+        )
+
+    @staticmethod
+    def _load(path: Path, normalization: str) -> np.ndarray:
+        return normalize_intensity(load_volume(path).data, normalization)
+
+    @property
+    def spatial_shape(self) -> tuple[int, ...]:
+        """Shape of one training image."""
+        shape = list(self.volumes[0].shape)
+        if self.slices is not None:
+            del shape[self.slice_axis]
+        return tuple(shape)
+
+    def _cut(self, volume: np.ndarray, index: int) -> np.ndarray:
+        return volume if self.slices is None else np.take(volume, index, axis=self.slice_axis)
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        """Draw ``batch_size`` pairs.
+
+        Returns:
+            ``(moving, fixed)``, each ``(B, 1, *S)`` float32 on the CPU, intensities in [0, 1].
+        """
+        moving, fixed = [], []
+        count = len(self.volumes)
+        for _ in range(batch_size):
+            index = 0
+            if self.slices is not None:
+                index = int(self.slices[torch.randint(len(self.slices), (1,), generator=generator)])
+            a = int(torch.randint(count, (1,), generator=generator))
+            if self.atlas is not None:
+                moving.append(self._cut(self.volumes[a], index))
+                fixed.append(self._cut(self.atlas, index))
+            elif count >= 2:
+                b = int(torch.randint(count - 1, (1,), generator=generator))
+                b = b + 1 if b >= a else b
+                moving.append(self._cut(self.volumes[a], index))
+                fixed.append(self._cut(self.volumes[b], index))
+            else:
+                other = int(self.slices[torch.randint(len(self.slices), (1,), generator=generator)])
+                moving.append(self._cut(self.volumes[0], other))
+                fixed.append(self._cut(self.volumes[0], index))
+        as_tensor = lambda arrays: torch.from_numpy(np.stack(arrays)[:, None].copy())  # noqa: E731
+        return as_tensor(moving), as_tensor(fixed)
+
+
+class LambdaSampler:
+    """Per-sample λ for HyperMorph training: U(0, 1) with a share drawn exactly at 0 or 1.
+
+    Args:
+        endpoint_fraction: Share of samples set to 0 or 1 (half each on average), in [0, 1].
+
+    Raises:
+        ValueError: If ``endpoint_fraction`` is outside [0, 1].
+
+    References:
+        Hoopes et al., HyperMorph, MELBA 2022 (λ sampling with endpoint oversampling).
+    """
+
+    def __init__(self, endpoint_fraction: float = 0.2) -> None:
+        if not 0.0 <= endpoint_fraction <= 1.0:
+            raise ValueError(
+                f"LambdaSampler(): 'endpoint_fraction' must lie in [0, 1], got {endpoint_fraction}"
+            )
+        self.endpoint_fraction = endpoint_fraction
+
+    def sample(self, n: int, generator: torch.Generator) -> Tensor:
+        """``(n,)`` float32 λ values in [0, 1]."""
+        lam = torch.rand(n, generator=generator)
+        endpoint = torch.rand(n, generator=generator) < self.endpoint_fraction
+        ends = (torch.rand(n, generator=generator) < 0.5).float()
+        return torch.where(endpoint, ends, lam)

@@ -1,0 +1,232 @@
+"""Tests for hyperreg.losses: local NCC, scaled MSE, diffusion regulariser, soft Dice."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.testing import assert_close
+
+from hyperreg.losses import NCC, dice_loss, gradient_loss, mse_loss, ncc_loss
+from hyperreg.spatial import identity_grid
+
+# Window used by property tests: fits every axis of the tiny 3D test volume (8 x 10 x 12).
+WINDOW = 5
+
+
+def _voxelmorph_ncc(moved: Tensor, fixed: Tensor, window: int = 9) -> Tensor:
+    """Reference: VoxelMorph's sum-based local NCC (``losses.NCC.loss``), float64, per sample."""
+    ndim = moved.ndim - 2
+    conv = F.conv2d if ndim == 2 else F.conv3d
+    weight = torch.ones(1, 1, *([window] * ndim), dtype=moved.dtype)
+    win_size = window**ndim
+    i, j = moved, fixed
+    i_sum, j_sum = conv(i, weight, padding=window // 2), conv(j, weight, padding=window // 2)
+    i2_sum = conv(i * i, weight, padding=window // 2)
+    j2_sum = conv(j * j, weight, padding=window // 2)
+    ij_sum = conv(i * j, weight, padding=window // 2)
+    u_i, u_j = i_sum / win_size, j_sum / win_size
+    cross = ij_sum - u_j * i_sum - u_i * j_sum + u_i * u_j * win_size
+    i_var = i2_sum - 2 * u_i * i_sum + u_i * u_i * win_size
+    j_var = j2_sum - 2 * u_j * j_sum + u_j * u_j * win_size
+    cc = cross * cross / (i_var * j_var + 1e-5)
+    return -cc.flatten(1).mean(1)
+
+
+# ------------------------------------------------------------------------------------------
+# ncc_loss
+# ------------------------------------------------------------------------------------------
+
+
+def test_ncc_of_identical_textured_images_is_minimal(shape, make_texture) -> None:
+    x = make_texture(shape, batch=2)
+    same = ncc_loss(x, x, window=WINDOW)
+    assert same.shape == ()
+    assert same.dtype == torch.float32
+    assert_close(same, torch.tensor(-1.0), rtol=0, atol=1e-3)
+    shifted = torch.roll(x, shifts=2, dims=2)
+    noisy = x + 0.2 * torch.randn_like(x)
+    assert same < ncc_loss(shifted, x, window=WINDOW) - 0.05
+    assert same < ncc_loss(noisy, x, window=WINDOW) - 0.05
+    # local NCC is invariant to a positive intensity scaling (zero padding keeps 0 at 0)
+    assert_close(ncc_loss(0.5 * x, x, window=WINDOW), same, rtol=0, atol=5e-3)
+
+
+@pytest.mark.parametrize("window", [3, 5])
+def test_ncc_matches_voxelmorph_sum_form(shape, window: int) -> None:
+    # Dim, low-contrast images (intensities in [0, 0.13], local variance ~1e-4): here the
+    # epsilon in the denominator matters, so this checks the documented equivalence with
+    # VoxelMorph's sum-based form (epsilon 1e-5 on window-sums, i.e. 1e-5 / window**(2N) on
+    # window-means).
+    moved = 0.1 * torch.rand(2, 1, *shape, dtype=torch.float64)
+    fixed = moved + 0.03 * torch.rand(2, 1, *shape, dtype=torch.float64)
+    expected = _voxelmorph_ncc(moved, fixed, window).float()
+    actual = ncc_loss(moved.float(), fixed.float(), window=window, reduction="none")
+    assert_close(actual, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_ncc_default_window_larger_than_an_axis(shape, make_texture) -> None:
+    # The default 9-voxel window on a volume with an axis shorter than 9 (3D: 8 x 10 x 12) must
+    # still work, as VoxelMorph's zero-padded convolution does.
+    moved, fixed = make_texture(shape, batch=2), make_texture(shape, batch=2)
+    actual = ncc_loss(moved, fixed, reduction="none")
+    expected = _voxelmorph_ncc(moved.double(), fixed.double(), 9).float()
+    assert torch.isfinite(actual).all()
+    assert_close(actual, expected, rtol=1e-3, atol=1e-4)
+
+
+def test_ncc_of_constant_images_is_finite_and_bounded(shape, make_texture) -> None:
+    const = torch.full((1, 1, *shape), 0.5)
+    for a, b in [(const, const), (const, make_texture(shape)), (make_texture(shape), const)]:
+        value = ncc_loss(a, b, window=WINDOW)
+        assert torch.isfinite(value)
+        assert -1.0 <= float(value) <= 0.0
+        # the gradient is finite too (no 0/0 in flat regions)
+        a = a.clone().requires_grad_(True)
+        (grad,) = torch.autograd.grad(ncc_loss(a, b, window=WINDOW), a)
+        assert torch.isfinite(grad).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_ncc_low_precision_input_is_finite_and_close_to_float32(shape, make_texture, dtype) -> None:
+    moved, fixed = make_texture(shape, batch=2), make_texture(shape, batch=2)
+    reference = ncc_loss(moved, fixed, window=WINDOW, reduction="none")
+    low = ncc_loss(moved.to(dtype), fixed.to(dtype), window=WINDOW, reduction="none")
+    assert low.dtype == torch.float32
+    assert torch.isfinite(low).all()
+    # Only the input quantisation differs (bfloat16: 8-bit mantissa, ~0.4% per value).
+    assert_close(low, reference, rtol=0, atol=2e-2)
+
+
+def test_ncc_gradcheck_float64() -> None:
+    moved = torch.rand(1, 1, 5, 6, dtype=torch.float64, requires_grad=True)
+    fixed = torch.rand(1, 1, 5, 6, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda a, b: ncc_loss(a, b, window=3), (moved, fixed), eps=1e-6, atol=1e-6
+    )
+
+
+def test_ncc_reduction_none_is_per_sample(shape, make_texture) -> None:
+    moved, fixed = make_texture(shape, batch=3), make_texture(shape, batch=3)
+    per_sample = ncc_loss(moved, fixed, window=WINDOW, reduction="none")
+    assert per_sample.shape == (3,)
+    assert_close(per_sample.mean(), ncc_loss(moved, fixed, window=WINDOW), rtol=1e-6, atol=1e-7)
+    # no mixing across the batch: sample 1 alone gives the same value
+    alone = ncc_loss(moved[1:2], fixed[1:2], window=WINDOW, reduction="none")
+    assert_close(per_sample[1:2], alone, rtol=1e-6, atol=1e-7)
+    assert torch.equal(NCC(window=5)(moved, fixed), ncc_loss(moved, fixed, window=5))
+
+
+def test_ncc_rejects_bad_input(shape) -> None:
+    a = torch.rand(1, 1, *shape)
+    with pytest.raises(ValueError, match=r"'moved' and 'fixed' must have the same shape"):
+        ncc_loss(a, torch.rand(2, 1, *shape))
+    with pytest.raises(ValueError, match=r"'window' must be a positive odd integer"):
+        ncc_loss(a, a, window=4)
+    with pytest.raises(ValueError, match=r"'window' must be a positive odd integer"):
+        ncc_loss(a, a, window=0)
+    with pytest.raises(ValueError, match=r"'reduction' must be one of \('mean', 'none'\)"):
+        ncc_loss(a, a, reduction="sum")
+    with pytest.raises(TypeError, match=r"'fixed' must be a floating-point"):
+        ncc_loss(a, a.long())
+    with pytest.raises(ValueError, match=r"'moved' must have shape"):
+        ncc_loss(a[0, 0], a[0, 0])
+
+
+# ------------------------------------------------------------------------------------------
+# mse_loss
+# ------------------------------------------------------------------------------------------
+
+
+def test_mse_is_scaled_by_inverse_sigma_squared(shape, make_texture) -> None:
+    moved, fixed = make_texture(shape, batch=2), make_texture(shape, batch=2)
+    plain = (moved - fixed).pow(2).mean()
+    assert_close(mse_loss(moved, fixed, sigma=1.0), plain, rtol=1e-6, atol=0)
+    assert_close(mse_loss(moved, fixed, sigma=0.05), plain / 0.05**2, rtol=1e-5, atol=0)
+    assert_close(mse_loss(moved, moved), torch.tensor(0.0), rtol=0, atol=0)
+    per_sample = mse_loss(moved, fixed, reduction="none")
+    assert per_sample.shape == (2,)
+    assert_close(per_sample.mean(), mse_loss(moved, fixed), rtol=1e-6, atol=0)
+
+
+def test_mse_rejects_bad_input(shape) -> None:
+    a = torch.rand(1, 1, *shape)
+    with pytest.raises(ValueError, match=r"'sigma' must be > 0"):
+        mse_loss(a, a, sigma=0.0)
+    with pytest.raises(ValueError, match=r"'moved' and 'fixed' must have the same shape"):
+        mse_loss(a, torch.rand(1, 2, *shape))
+    with pytest.raises(ValueError, match=r"'reduction' must be one of"):
+        mse_loss(a, a, reduction="max")
+
+
+# ------------------------------------------------------------------------------------------
+# gradient_loss
+# ------------------------------------------------------------------------------------------
+
+
+def test_gradient_loss_of_constant_field_is_zero(shape, make_constant_field) -> None:
+    field = make_constant_field(shape, [1.5, -2.0, 0.5][: len(shape)], batch=2)
+    assert_close(gradient_loss(field), torch.tensor(0.0), rtol=0, atol=0)
+
+
+def test_gradient_loss_of_linear_ramp(shape) -> None:
+    ndim = len(shape)
+    grid = identity_grid(shape)
+    # Every channel ramps along axis 0 with slope a: only axis 0 has differences, all equal to a,
+    # so L = (1/N) * a**2.
+    a = 0.7
+    ramp = (a * grid[:, 0:1]).expand(1, ndim, *shape)
+    assert_close(gradient_loss(ramp), torch.tensor(a**2 / ndim), rtol=1e-6, atol=0)
+    # Channel c ramps along axis c with slope s_c: the axis-c term is s_c**2 / N (one channel
+    # of N), so L = sum_c s_c**2 / N**2.
+    slopes = torch.tensor([0.5, -1.0, 2.0][:ndim])
+    diag = slopes.view(1, ndim, *([1] * ndim)) * grid
+    assert_close(gradient_loss(diag), (slopes**2).sum() / ndim**2, rtol=1e-6, atol=0)
+
+
+def test_gradient_loss_reduction_none(shape) -> None:
+    field = torch.randn(3, len(shape), *shape)
+    per_sample = gradient_loss(field, reduction="none")
+    assert per_sample.shape == (3,)
+    assert_close(per_sample.mean(), gradient_loss(field), rtol=1e-6, atol=0)
+    assert_close(per_sample[2], gradient_loss(field[2:3]), rtol=1e-6, atol=0)
+
+
+def test_gradient_loss_rejects_bad_input(shape) -> None:
+    with pytest.raises(ValueError, match=r"'field' must have"):
+        gradient_loss(torch.zeros(1, len(shape) + 1, *shape))
+    with pytest.raises(ValueError, match=r"'reduction' must be one of"):
+        gradient_loss(torch.zeros(1, len(shape), *shape), reduction="sum")
+    with pytest.raises(TypeError, match=r"'field' must be a floating-point"):
+        gradient_loss(torch.zeros(1, len(shape), *shape, dtype=torch.int64))
+
+
+# ------------------------------------------------------------------------------------------
+# dice_loss
+# ------------------------------------------------------------------------------------------
+
+
+def _one_hot(labels: Tensor, num: int) -> Tensor:
+    return F.one_hot(labels, num).movedim(-1, 1).float()
+
+
+def test_dice_loss_known_values(shape) -> None:
+    labels = torch.randint(0, 4, (2, *shape))
+    onehot = _one_hot(labels, 4)
+    assert_close(dice_loss(onehot, onehot), torch.tensor(0.0), rtol=0, atol=1e-6)
+    # disjoint maps: Dice 0 for every label, loss 1
+    shifted = _one_hot((labels + 1) % 4, 4)
+    assert_close(dice_loss(onehot, shifted), torch.tensor(1.0), rtol=0, atol=1e-6)
+    per_sample = dice_loss(onehot, shifted, reduction="none")
+    assert per_sample.shape == (2,)
+
+
+def test_dice_loss_rejects_bad_input(shape) -> None:
+    a = torch.rand(1, 3, *shape)
+    with pytest.raises(ValueError, match=r"'moved_seg' and 'fixed_seg' must have the same shape"):
+        dice_loss(a, torch.rand(1, 4, *shape))
+    with pytest.raises(TypeError, match=r"'moved_seg' must be a floating-point"):
+        dice_loss(a.long(), a)
+    with pytest.raises(ValueError, match=r"'reduction' must be one of"):
+        dice_loss(a, a, reduction="sum")

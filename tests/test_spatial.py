@@ -1,0 +1,311 @@
+"""Tests for hyperreg.spatial: warping, integration, resizing, Jacobians."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from hyperreg.spatial import (
+    SpatialTransformer,
+    VelocityIntegrator,
+    _to_grid_sample_coords,
+    identity_grid,
+    integrate_velocity,
+    jacobian_determinant,
+    resize_field,
+    warp,
+)
+
+# ------------------------------------------------------------------------------------------
+# identity grid and grid_sample coordinates
+# ------------------------------------------------------------------------------------------
+
+
+def test_identity_grid_holds_array_indices(shape: tuple[int, ...]) -> None:
+    grid = identity_grid(shape)
+    assert grid.shape == (1, len(shape), *shape)
+    assert grid.dtype == torch.float32
+    for n, size in enumerate(shape):
+        view = [1] * len(shape)
+        view[n] = size
+        expected = torch.arange(size, dtype=torch.float32).view(view).expand(shape)
+        assert torch.equal(grid[0, n], expected)
+
+
+def test_to_grid_sample_coords_corners_and_channel_order(shape: tuple[int, ...]) -> None:
+    ndim = len(shape)
+    out = _to_grid_sample_coords(identity_grid(shape, dtype=torch.float64))
+    assert out.shape == (1, *shape, ndim)
+    first = (0,) * ndim
+    last = tuple(s - 1 for s in shape)
+    assert_close(out[(0, *first)], torch.full((ndim,), -1.0, dtype=torch.float64), rtol=0, atol=1e-12)
+    assert_close(out[(0, *last)], torch.full((ndim,), 1.0, dtype=torch.float64), rtol=0, atol=1e-12)
+    # Voxel at the end of the LAST array axis only: grid_sample's first channel (x) is that axis.
+    corner = (0,) * (ndim - 1) + (shape[-1] - 1,)
+    expected = torch.tensor([1.0] + [-1.0] * (ndim - 1), dtype=torch.float64)
+    assert_close(out[(0, *corner)], expected, rtol=0, atol=1e-12)
+    # Voxel at the end of the FIRST array axis only: the last grid_sample channel.
+    corner = (shape[0] - 1,) + (0,) * (ndim - 1)
+    expected = torch.tensor([-1.0] * (ndim - 1) + [1.0], dtype=torch.float64)
+    assert_close(out[(0, *corner)], expected, rtol=0, atol=1e-12)
+
+
+# ------------------------------------------------------------------------------------------
+# warp: known answers
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+def test_warp_zero_displacement_is_exact_identity(shape, make_texture, mode: str) -> None:
+    moving = make_texture(shape, batch=2)
+    disp = torch.zeros(2, len(shape), *shape)
+    moved = warp(moving, disp, mode=mode)
+    assert moved.dtype == moving.dtype
+    assert torch.equal(moved, moving), f"max error {(moved - moving).abs().max().item():.3g}"
+
+
+@pytest.mark.parametrize("shift", [1, -2])
+def test_warp_integer_shift_matches_roll_on_interior(shape, make_texture, shift: int) -> None:
+    ndim = len(shape)
+    moving = make_texture(shape)
+    for axis in range(ndim):
+        disp = torch.zeros(1, ndim, *shape)
+        disp[:, axis] = float(shift)
+        moved = warp(moving, disp)
+        # moved[i] = moving[i + shift]  <=>  roll by -shift
+        expected = torch.roll(moving, shifts=-shift, dims=2 + axis)
+        interior = [slice(None)] * (2 + ndim)
+        interior[2 + axis] = slice(abs(shift), shape[axis] - abs(shift))
+        assert_close(moved[tuple(interior)], expected[tuple(interior)], rtol=0, atol=1e-5)
+
+
+def test_warp_nearest_keeps_only_input_labels(shape) -> None:
+    ids = torch.tensor([0.0, 3.0, 7.0, 12.0])
+    labels = ids[torch.randint(0, len(ids), (2, 1, *shape))]
+    disp = (torch.rand(2, len(shape), *shape) - 0.5) * 5.0
+    moved = warp(labels, disp, mode="nearest")
+    assert set(torch.unique(moved).tolist()) <= set(ids.tolist())
+    # bilinear on the same input does create new values, so the check above is meaningful
+    assert not set(torch.unique(warp(labels, disp)).tolist()) <= set(ids.tolist())
+
+
+def test_warp_batch_one_displacement_applies_to_every_sample(shape, make_texture) -> None:
+    moving = make_texture(shape, batch=3)
+    disp = torch.randn(1, len(shape), *shape)
+    moved = warp(moving, disp)
+    for b in range(3):
+        assert_close(moved[b : b + 1], warp(moving[b : b + 1], disp), rtol=0, atol=1e-6)
+
+
+def test_spatial_transformer_matches_warp(shape, make_texture) -> None:
+    moving = make_texture(shape)
+    disp = torch.randn(1, len(shape), *shape)
+    module = SpatialTransformer(mode="nearest", padding="zeros")
+    assert torch.equal(module(moving, disp), warp(moving, disp, mode="nearest", padding="zeros"))
+
+
+# ------------------------------------------------------------------------------------------
+# warp: gradients
+# ------------------------------------------------------------------------------------------
+
+
+def test_warp_gradcheck_image_and_displacement(ndim: int) -> None:
+    shape = (6,) * ndim
+    moving = torch.rand(1, 1, *shape, dtype=torch.float64, requires_grad=True)
+    # 0.3..0.4 voxel shifts: every sample point lies strictly inside a cell, away from knots
+    disp = 0.3 + 0.1 * torch.rand(1, ndim, *shape, dtype=torch.float64)
+    disp[:, 0] *= -1.0
+    disp.requires_grad_(True)
+    assert torch.autograd.gradcheck(
+        lambda m, d: warp(m, d, padding="zeros"), (moving, disp), eps=1e-6, atol=1e-6
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# warp: bad input
+# ------------------------------------------------------------------------------------------
+
+
+def test_warp_rejects_unknown_mode(shape) -> None:
+    moving = torch.rand(1, 1, *shape)
+    disp = torch.zeros(1, len(shape), *shape)
+    with pytest.raises(ValueError, match=r"warp\(\): 'mode' must be one of \('bilinear', 'nearest'\)"):
+        warp(moving, disp, mode="linear")
+
+
+def test_warp_rejects_unknown_padding(shape) -> None:
+    moving = torch.rand(1, 1, *shape)
+    disp = torch.zeros(1, len(shape), *shape)
+    with pytest.raises(ValueError, match=r"'padding' must be one of"):
+        warp(moving, disp, padding="reflection")
+
+
+def test_warp_rejects_wrong_channel_count(shape) -> None:
+    ndim = len(shape)
+    moving = torch.rand(1, 1, *shape)
+    disp = torch.zeros(1, ndim + 1, *shape)
+    with pytest.raises(ValueError, match=rf"'disp' must have {ndim} channels"):
+        warp(moving, disp)
+
+
+def test_warp_rejects_mismatched_spatial_shape(shape) -> None:
+    moving = torch.rand(1, 1, *shape)
+    other = tuple(s + 1 for s in shape)
+    disp = torch.zeros(1, len(shape), *other)
+    with pytest.raises(ValueError, match=r"'disp' must have spatial shape"):
+        warp(moving, disp)
+
+
+def test_warp_rejects_mismatched_batch(shape) -> None:
+    moving = torch.rand(3, 1, *shape)
+    disp = torch.zeros(2, len(shape), *shape)
+    with pytest.raises(ValueError, match=r"'disp' must have batch size 1 or 3"):
+        warp(moving, disp)
+
+
+def test_warp_rejects_integer_moving(shape) -> None:
+    moving = torch.randint(0, 5, (1, 1, *shape))
+    disp = torch.zeros(1, len(shape), *shape)
+    with pytest.raises(TypeError, match=r"'moving' must be a floating-point tensor"):
+        warp(moving, disp)
+
+
+def test_warp_rejects_integer_disp(shape) -> None:
+    moving = torch.rand(1, 1, *shape)
+    disp = torch.zeros(1, len(shape), *shape, dtype=torch.int64)
+    with pytest.raises(TypeError, match=r"'disp' must be a floating-point tensor"):
+        warp(moving, disp)
+
+
+def test_warp_rejects_non_tensor_and_bad_rank() -> None:
+    with pytest.raises(TypeError, match=r"'moving' must be a torch.Tensor"):
+        warp([[1.0]], torch.zeros(1, 2, 1, 1))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"'moving' must have shape \(B, C, H, W\)"):
+        warp(torch.rand(1, 1, 5), torch.zeros(1, 1, 5))
+
+
+def test_spatial_transformer_rejects_unknown_mode() -> None:
+    with pytest.raises(ValueError, match=r"'mode' must be one of"):
+        SpatialTransformer(mode="cubic")
+
+
+# ------------------------------------------------------------------------------------------
+# resize_field
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("factor", "expected"), [(0.5, 1.0), (2.0, 4.0)])
+def test_resize_field_rescales_vectors(shape, make_constant_field, factor: float, expected: float) -> None:
+    field = make_constant_field(shape, [2.0] * len(shape), batch=2)
+    out = resize_field(field, factor)
+    assert out.shape == (2, len(shape), *[round(s * factor) for s in shape])
+    assert_close(out, torch.full_like(out, expected), rtol=0, atol=1e-6)
+
+
+def test_resize_field_exact_size_and_identity(shape) -> None:
+    field = torch.randn(1, len(shape), *shape)
+    assert resize_field(field, 1.0) is field
+    size = [s + 3 for s in shape]
+    assert resize_field(field, 2.0, size=size).shape[2:] == tuple(size)
+
+
+def test_resize_field_rejects_bad_input(shape) -> None:
+    field = torch.zeros(1, len(shape), *shape)
+    with pytest.raises(ValueError, match=r"'factor' must be > 0"):
+        resize_field(field, 0.0)
+    with pytest.raises(ValueError, match=r"'field' must have"):
+        resize_field(torch.zeros(1, 1, *shape), 0.5)
+    with pytest.raises(TypeError, match=r"'field' must be a floating-point"):
+        resize_field(field.long(), 0.5)
+
+
+# ------------------------------------------------------------------------------------------
+# integrate_velocity
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("steps", [0, 7])
+def test_integrate_zero_velocity_is_zero(shape, steps: int) -> None:
+    velocity = torch.zeros(2, len(shape), *shape)
+    disp = integrate_velocity(velocity, steps)
+    assert disp.shape == velocity.shape
+    assert torch.equal(disp, torch.zeros_like(disp))
+
+
+@pytest.mark.parametrize("steps", [0, 1, 7])
+def test_integrate_constant_velocity_is_translation(shape, make_constant_field, steps: int) -> None:
+    values = [0.7, -0.4, 0.25][: len(shape)]
+    velocity = make_constant_field(shape, values)
+    disp = integrate_velocity(velocity, steps)
+    assert_close(disp, velocity, rtol=0, atol=1e-5)
+
+
+def test_integrate_smooth_velocity_matches_module_and_is_not_identity(shape) -> None:
+    ndim = len(shape)
+    grid = identity_grid(shape)
+    velocity = 1.5 * torch.sin(grid / 3.0)
+    disp = integrate_velocity(velocity, 7)
+    assert torch.equal(VelocityIntegrator(7)(velocity), disp)
+    # A non-constant velocity is not its own exponential: integration must do something.
+    assert (disp - velocity).abs().max() > 1e-2
+    assert disp.shape == (1, ndim, *shape)
+
+
+def test_integrate_rejects_bad_input(shape) -> None:
+    velocity = torch.zeros(1, len(shape), *shape)
+    with pytest.raises(ValueError, match=r"'steps' must be >= 0"):
+        integrate_velocity(velocity, -1)
+    with pytest.raises(ValueError, match=r"'velocity' must have"):
+        integrate_velocity(torch.zeros(1, len(shape) + 1, *shape))
+    with pytest.raises(TypeError, match=r"'velocity' must be a floating-point"):
+        integrate_velocity(velocity.int())
+    with pytest.raises(ValueError, match=r"'steps' must be >= 0"):
+        VelocityIntegrator(-2)
+
+
+# ------------------------------------------------------------------------------------------
+# jacobian_determinant
+# ------------------------------------------------------------------------------------------
+
+
+def test_jacobian_of_zero_is_one(shape) -> None:
+    disp = torch.zeros(2, len(shape), *shape)
+    det = jacobian_determinant(disp)
+    assert det.shape == (2, 1, *shape)
+    assert torch.equal(det, torch.ones_like(det))
+
+
+@pytest.mark.parametrize("scale", [0.8, 1.5])
+def test_jacobian_of_uniform_scaling(shape, make_linear_field, scale: float) -> None:
+    ndim = len(shape)
+    disp = make_linear_field(scale * torch.eye(ndim), shape)
+    det = jacobian_determinant(disp)
+    interior = (slice(None), slice(None), *[slice(1, s - 1) for s in shape])
+    assert_close(det[interior], torch.full_like(det[interior], scale**ndim), rtol=1e-5, atol=1e-5)
+
+
+def test_jacobian_of_general_linear_map_is_its_determinant(shape, make_linear_field) -> None:
+    ndim = len(shape)
+    matrix = torch.eye(ndim, dtype=torch.float64) + 0.3 * torch.randn(ndim, ndim, dtype=torch.float64)
+    det = jacobian_determinant(make_linear_field(matrix, shape))
+    expected = torch.linalg.det(matrix)
+    assert_close(det, torch.full_like(det, float(expected)), rtol=1e-9, atol=1e-9)
+
+
+def test_jacobian_of_planted_fold_is_negative_where_expected(shape, make_fold) -> None:
+    c = shape[0] // 2
+    det = jacobian_determinant(make_fold(shape, c))
+    assert_close(det[:, :, :c], torch.ones_like(det[:, :, :c]), rtol=0, atol=1e-6)
+    assert_close(det[:, :, c], torch.zeros_like(det[:, :, c]), rtol=0, atol=1e-6)
+    assert_close(det[:, :, c + 1 :], -torch.ones_like(det[:, :, c + 1 :]), rtol=0, atol=1e-6)
+
+
+def test_jacobian_rejects_bad_input(shape) -> None:
+    ndim = len(shape)
+    with pytest.raises(ValueError, match=r"every spatial size of 'disp' must be >= 2"):
+        jacobian_determinant(torch.zeros(1, ndim, *shape[:-1], 1))
+    with pytest.raises(ValueError, match=r"'disp' must have"):
+        jacobian_determinant(torch.zeros(1, 1, *shape))
+    with pytest.raises(TypeError, match=r"'disp' must be a floating-point"):
+        jacobian_determinant(torch.zeros(1, ndim, *shape, dtype=torch.int32))
