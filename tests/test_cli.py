@@ -1,0 +1,194 @@
+"""Command line, run in-process on temporary files (and the shared bad-input cases)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pytest
+import torch
+
+from hyperreg.cli import main
+from hyperreg.config import ModelConfig
+from hyperreg.model import HyperMorph, save_checkpoint
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+CASES = SHARED / "cases" / "files"
+needs_cases = pytest.mark.skipif(not CASES.is_dir(), reason=f"shared cases not found at {CASES}")
+
+AFFINE = np.array(
+    [[-1.0, 0, 0, 80], [0, 0, 1, -112], [0, -1, 0, 96], [0, 0, 0, 1]], dtype=np.float64
+)
+
+
+def _write(path: Path, data: np.ndarray, affine: np.ndarray = AFFINE) -> Path:
+    img = nib.Nifti1Image(data, affine)
+    img.set_sform(affine, code=1)
+    img.set_qform(affine, code=1)
+    nib.save(img, path)
+    return path
+
+
+def _blob(shape: tuple[int, ...], centre: tuple[float, ...]) -> np.ndarray:
+    grid = np.meshgrid(*[np.arange(s, dtype=np.float32) for s in shape], indexing="ij")
+    dist = sum((g - c) ** 2 for g, c in zip(grid, centre))
+    return np.exp(-dist / (2 * 4.0**2)).astype(np.float32)
+
+
+@pytest.fixture()
+def files(tmp_path: Path) -> dict[str, Path]:
+    """A tiny 2D pair stored as (I, J, 1) NIfTI files with label maps, and a model."""
+    shape = (24, 20)
+    moving = _blob(shape, (11, 9))
+    fixed = _blob(shape, (13, 10))
+    paths = {
+        "moving": _write(tmp_path / "moving.nii.gz", moving[..., None]),
+        "fixed": _write(tmp_path / "fixed.nii.gz", fixed[..., None]),
+        "moving_seg": _write(tmp_path / "moving_seg.nii.gz", (moving > 0.5).astype(np.uint8)[..., None] * 3),
+        "fixed_seg": _write(tmp_path / "fixed_seg.nii.gz", (fixed > 0.5).astype(np.uint8)[..., None] * 3),
+    }
+    torch.manual_seed(0)
+    model = HyperMorph(ModelConfig(ndim=2, enc_channels=(4, 4, 4, 4), dec_channels=(4,) * 7,
+                                   hyper_hidden=(8, 8)))
+    paths["model"] = save_checkpoint(model, tmp_path / "model.pt")
+    paths["out"] = tmp_path / "out"
+    return paths
+
+
+def _register_args(files: dict[str, Path], lam: str = "0.3", **over: Path) -> list[str]:
+    paths = {**files, **over}
+    out = files["out"]
+    return [
+        "register", "--model", str(paths["model"]), "--moving", str(paths["moving"]),
+        "--fixed", str(paths["fixed"]), "--lambda", lam,
+        "--moved", str(out / "moved.nii.gz"), "--warp", str(out / "warp.nii.gz"),
+        "--moving-seg", str(paths["moving_seg"]), "--moved-seg", str(out / "moved_seg.nii.gz"),
+        "--fixed-seg", str(paths["fixed_seg"]), "--device", "cpu",
+    ]
+
+
+def test_register_writes_outputs_on_fixed_grid(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(_register_args(files)) == 0
+    printed = capsys.readouterr().out
+    assert "mean Dice" in printed and "folding fraction" in printed
+    fixed = nib.load(files["fixed"])
+    for name in ("moved", "moved_seg"):
+        img = nib.load(files["out"] / f"{name}.nii.gz")
+        assert img.shape == fixed.shape == (24, 20, 1)
+        np.testing.assert_allclose(img.affine, fixed.affine, atol=1e-6)
+    seg = nib.load(files["out"] / "moved_seg.nii.gz")
+    assert np.issubdtype(np.asanyarray(seg.dataobj).dtype, np.integer)
+    assert set(np.unique(np.asanyarray(seg.dataobj))) <= {0, 3}
+    warp = nib.load(files["out"] / "warp.nii.gz")
+    assert warp.shape == (24, 20, 1, 2)
+    np.testing.assert_allclose(warp.affine, fixed.affine, atol=1e-6)
+
+
+@pytest.mark.parametrize("lam", ["1.5", "-0.1", "nan", "abc"])
+def test_register_rejects_lambda_outside_unit_interval(
+    files: dict[str, Path], lam: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(_register_args(files, lam=lam)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "λ must" in err and "[0, 1]" in err
+    assert not files["out"].exists()
+
+
+def test_missing_input_is_one_line_error(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    missing = files["out"].parent / "nope.nii.gz"
+    assert main(_register_args(files, moving=missing)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("hyperreg register: error:") and "nope.nii.gz" in err
+    assert len(err.splitlines()) == 1
+    assert not files["out"].exists()
+
+
+def test_debug_reraises(files: dict[str, Path]) -> None:
+    missing = files["out"].parent / "nope.nii.gz"
+    with pytest.raises(FileNotFoundError):
+        main(_register_args(files, moving=missing) + ["--debug"])
+
+
+def test_bad_checkpoint_is_clean_error(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    bad = files["out"].parent / "bad.pt"
+    bad.write_bytes(b"not a checkpoint")
+    assert main(_register_args(files, model=bad)) == 2
+    assert "bad.pt" in capsys.readouterr().err
+
+
+def test_help_and_unknown_command_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    assert main(["frobnicate"]) == 2
+    assert main([]) == 2
+
+
+def test_train_then_register(tmp_path: Path, files: dict[str, Path]) -> None:
+    data = tmp_path / "scans"
+    data.mkdir()
+    rng = np.random.default_rng(0)
+    for index in range(3):
+        centre = (12 + rng.uniform(-2, 2), 16 + rng.uniform(-2, 2))
+        _write(data / f"subject{index}.nii.gz", _blob((32, 32), centre)[..., None])
+    out = tmp_path / "run"
+    code = main(["train", "--data", str(data), "--ndim", "2", "--steps", "3", "--batch-size", "2",
+                 "--out", str(out), "--device", "cpu", "--checkpoint-every", "2"])
+    assert code == 0
+    assert (out / "model.pt").is_file() and (out / "checkpoint_0000002.pt").is_file()
+    log = (out / "train_log.csv").read_text().splitlines()
+    assert log[0].startswith("step,loss") and len(log) == 4
+    args = _register_args(files, model=out / "model.pt")
+    assert main(args) == 0
+
+
+# --- shared bad-input cases (../shared/cases/README.md) -----------------------------------
+
+
+def _case_args(files: dict[str, Path], **over: Path) -> list[str]:
+    paths = {**files, **over}
+    out = files["out"]
+    return ["register", "--model", str(paths["model"]), "--moving", str(paths["moving"]),
+            "--fixed", str(paths["fixed"]), "--lambda", "0.5", "--moved", str(out / "moved.nii.gz"),
+            "--warp", str(out / "warp.nii.gz"), "--device", "cpu"]
+
+
+@needs_cases
+@pytest.mark.parametrize(
+    ("case", "role", "expected"),
+    [
+        ("c03_4d_series.nii.gz", "moving", "4D series"),
+        ("c06_moving_with_nan.nii.gz", "moving", "non-finite"),
+        ("c09_truncated.nii.gz", "moving", "truncated"),
+    ],
+)
+def test_bad_case_files_fail_cleanly(
+    files: dict[str, Path], case: str, role: str, expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    slice_fixed = SHARED / "data/neurite-oasis/OASIS_OAS1_0001_MR1/slice_norm.nii.gz"
+    over = {role: CASES / case, "fixed": slice_fixed}
+    assert main(_case_args(files, **over)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert case in err and expected in err
+    assert not files["out"].exists()
+
+
+@needs_cases
+def test_nan_count_is_named(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    data = np.asanyarray(nib.load(CASES / "c06_moving_with_nan.nii.gz").dataobj)
+    count = int((~np.isfinite(data)).sum())
+    slice_fixed = SHARED / "data/neurite-oasis/OASIS_OAS1_0001_MR1/slice_norm.nii.gz"
+    main(_case_args(files, moving=CASES / "c06_moving_with_nan.nii.gz", fixed=slice_fixed))
+    assert f"{count} non-finite" in capsys.readouterr().err
+
+
+@needs_cases
+def test_all_zero_fixed_warns_and_stays_finite(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    moving = SHARED / "data/neurite-oasis/OASIS_OAS1_0002_MR1/slice_norm.nii.gz"
+    args = _case_args(files, moving=moving, fixed=CASES / "c07_fixed_all_zero.nii.gz")
+    assert main(args) == 0
+    assert "constant" in capsys.readouterr().err
+    for name in ("moved", "warp"):
+        data = np.asanyarray(nib.load(files["out"] / f"{name}.nii.gz").dataobj)
+        assert np.isfinite(data).all()
