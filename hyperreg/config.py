@@ -65,7 +65,14 @@ class TrainConfig:
 
 def to_dict(config: Any) -> dict[str, Any]:
     """Plain, JSON-ready dict of a config dataclass (tuples become lists)."""
-    return dataclasses.asdict(config)
+    def plain(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: plain(item) for key, item in value.items()}
+        if isinstance(value, (tuple, list)):
+            return [plain(item) for item in value]
+        return value
+
+    return plain(dataclasses.asdict(config))
 
 
 def from_dict(cls: type[T], values: dict[str, Any]) -> T:

@@ -27,13 +27,13 @@ def _box_mean(x: Tensor, window: int) -> Tensor:
     """Local mean over a ``window``-wide cube, separable, zero padding outside the image."""
     ndim = x.ndim - 2
     pool = F.avg_pool2d if ndim == 2 else F.avg_pool3d
-    pad = window // 2
+    half = window // 2
     for axis in range(ndim):
         kernel = [1] * ndim
-        padding = [0] * ndim
         kernel[axis] = window
-        padding[axis] = pad
-        x = pool(x, kernel_size=kernel, stride=1, padding=padding, count_include_pad=True)
+        pads = [0] * (2 * ndim)  # F.pad order: last axis first
+        pads[2 * (ndim - 1 - axis)] = pads[2 * (ndim - 1 - axis) + 1] = half
+        x = pool(F.pad(x, pads), kernel_size=kernel, stride=1)
     return x
 
 
@@ -43,10 +43,11 @@ def ncc_loss(
     """Negative local (windowed) normalised cross-correlation.
 
     For each voxel, ``cc = cov(I, J)² / (var(I) · var(J) + ε)`` over a ``window``-wide box; the
-    loss is ``−mean(cc)``, in ``[−1, 0]``: −1 for a perfect local linear match, 0 on flat
-    regions. ``ε = 1e-5 / window**N`` makes it equal to VoxelMorph's sum-based form. Computed in
-    float32 whatever the input dtype, so it stays finite under mixed precision; a constant image
-    gives 0, never NaN.
+    loss is ``−mean(cc)``, in ``[−1, 0]``: −1 for a perfect local linear match, 0 inside flat
+    regions (windows are zero-padded at the border, as in VoxelMorph, so border windows of a
+    constant image still correlate). ``ε = 1e-5 / window**(2N)`` makes it equal to VoxelMorph's
+    sum-based form. Computed in at least float32 (float16/bfloat16 inputs are promoted, float64
+    kept), so it stays finite under mixed precision and on constant images, never NaN.
 
     Args:
         moved: Warped moving image, shape ``(B, C, *S)``.
@@ -55,7 +56,7 @@ def ncc_loss(
         reduction: ``"mean"`` (scalar) or ``"none"`` (shape ``(B,)``).
 
     Returns:
-        The loss, a scalar or ``(B,)`` float32 tensor.
+        The loss, a scalar or ``(B,)`` tensor (float32, or float64 for float64 inputs).
 
     Raises:
         TypeError: If an input is not a floating-point tensor.
@@ -71,9 +72,10 @@ def ncc_loss(
     check_option("ncc_loss", "reduction", reduction, REDUCTIONS)
     if window < 1 or window % 2 == 0:
         raise ValueError(f"ncc_loss(): 'window' must be a positive odd integer, got {window}")
-    moved = moved.float()
-    fixed = fixed.float()
-    eps = 1e-5 / window ** (moved.ndim - 2)
+    work = torch.promote_types(torch.promote_types(moved.dtype, fixed.dtype), torch.float32)
+    moved = moved.to(work)
+    fixed = fixed.to(work)
+    eps = 1e-5 / window ** (2 * (moved.ndim - 2))
     stats = _box_mean(
         torch.cat([moved, fixed, moved * moved, fixed * fixed, moved * fixed], dim=1), window
     )
@@ -108,7 +110,8 @@ def mse_loss(moved: Tensor, fixed: Tensor, sigma: float = 0.05, reduction: str =
     check_option("mse_loss", "reduction", reduction, REDUCTIONS)
     if not sigma > 0:
         raise ValueError(f"mse_loss(): 'sigma' must be > 0, got {sigma}")
-    per_sample = (moved.float() - fixed.float()).pow(2).flatten(1).mean(1) / sigma**2
+    work = torch.promote_types(torch.promote_types(moved.dtype, fixed.dtype), torch.float32)
+    per_sample = (moved.to(work) - fixed.to(work)).pow(2).flatten(1).mean(1) / sigma**2
     return _reduce(per_sample, reduction)
 
 

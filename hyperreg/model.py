@@ -145,8 +145,11 @@ class HyperMorph(nn.Module):
         else:
             disp = flow
         if any(pad):
-            crop = (slice(None), slice(None), *[slice(0, s) for s in spatial])
-            disp = disp[crop]
+            disp = disp[(slice(None), slice(None), *[slice(0, s) for s in spatial])]
+            if velocity is not None:
+                factor = 2 if self.half_res else 1
+                crop = [slice(0, math.ceil(s / factor)) for s in spatial]
+                velocity = velocity[(slice(None), slice(None), *crop)]
         moved = _warp(moving, disp, "bilinear", "border")
         return RegistrationOutput(moved, disp, velocity)
 

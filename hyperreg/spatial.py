@@ -108,13 +108,16 @@ def warp(moving: Tensor, disp: Tensor, mode: str = "bilinear", padding: str = "b
 
 def _warp(moving: Tensor, disp: Tensor, mode: str, padding: str) -> Tensor:
     """Unchecked :func:`warp` for inner loops."""
-    points = identity_grid(disp.shape[2:], disp.device, disp.dtype) + disp
+    # Sampling runs in float64: the round trip voxel -> [-1, 1] -> voxel inside grid_sample is
+    # then exact for float32 data, so a zero displacement returns the image bit for bit.
+    points = identity_grid(disp.shape[2:], disp.device, torch.float64) + disp.to(torch.float64)
     grid = _to_grid_sample_coords(points)
     if grid.shape[0] != moving.shape[0]:
         grid = grid.expand(moving.shape[0], *grid.shape[1:])
-    return F.grid_sample(
-        moving, grid.to(moving.dtype), mode=mode, padding_mode=padding, align_corners=True
+    moved = F.grid_sample(
+        moving.to(torch.float64), grid, mode=mode, padding_mode=padding, align_corners=True
     )
+    return moved.to(moving.dtype)
 
 
 def integrate_velocity(velocity: Tensor, steps: int = 7) -> Tensor:

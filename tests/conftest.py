@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 import torch
@@ -10,6 +10,16 @@ from torch import Tensor
 
 # Tiny, deliberately non-cubic grids: sizes differ per axis so that any axis mix-up shows.
 SHAPES: dict[int, tuple[int, ...]] = {2: (16, 20), 3: (8, 10, 12)}
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _single_thread() -> Iterator[None]:
+    """Run torch on one intra-op thread: the test tensors are tiny, and thread start-up and
+    contention then cost far more than they save (10-100x slower on a 2-core runner)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
 
 
 @pytest.fixture(autouse=True)
@@ -63,7 +73,9 @@ def make_blobs() -> Callable[..., Tensor]:
 def make_texture() -> Callable[..., Tensor]:
     """Factory for textured images: uniform noise plus blobs, ``(batch, 1, *S)`` in [0, 1]."""
 
-    def make(spatial_shape: Sequence[int], batch: int = 1, dtype: torch.dtype = torch.float32) -> Tensor:
+    def make(
+        spatial_shape: Sequence[int], batch: int = 1, dtype: torch.dtype = torch.float32
+    ) -> Tensor:
         noise = torch.rand(batch, 1, *spatial_shape, dtype=torch.float64)
         image = 0.5 * noise + 0.5 * gaussian_blobs(spatial_shape, batch, dtype=torch.float64)
         return image.to(dtype)

@@ -39,7 +39,9 @@ def test_to_grid_sample_coords_corners_and_channel_order(shape: tuple[int, ...])
     assert out.shape == (1, *shape, ndim)
     first = (0,) * ndim
     last = tuple(s - 1 for s in shape)
-    assert_close(out[(0, *first)], torch.full((ndim,), -1.0, dtype=torch.float64), rtol=0, atol=1e-12)
+    assert_close(
+        out[(0, *first)], torch.full((ndim,), -1.0, dtype=torch.float64), rtol=0, atol=1e-12
+    )
     assert_close(out[(0, *last)], torch.full((ndim,), 1.0, dtype=torch.float64), rtol=0, atol=1e-12)
     # Voxel at the end of the LAST array axis only: grid_sample's first channel (x) is that axis.
     corner = (0,) * (ndim - 1) + (shape[-1] - 1,)
@@ -130,7 +132,9 @@ def test_warp_gradcheck_image_and_displacement(ndim: int) -> None:
 def test_warp_rejects_unknown_mode(shape) -> None:
     moving = torch.rand(1, 1, *shape)
     disp = torch.zeros(1, len(shape), *shape)
-    with pytest.raises(ValueError, match=r"warp\(\): 'mode' must be one of \('bilinear', 'nearest'\)"):
+    with pytest.raises(
+        ValueError, match=r"warp\(\): 'mode' must be one of \('bilinear', 'nearest'\)"
+    ):
         warp(moving, disp, mode="linear")
 
 
@@ -196,7 +200,9 @@ def test_spatial_transformer_rejects_unknown_mode() -> None:
 
 
 @pytest.mark.parametrize(("factor", "expected"), [(0.5, 1.0), (2.0, 4.0)])
-def test_resize_field_rescales_vectors(shape, make_constant_field, factor: float, expected: float) -> None:
+def test_resize_field_rescales_vectors(
+    shape, make_constant_field, factor: float, expected: float
+) -> None:
     field = make_constant_field(shape, [2.0] * len(shape), batch=2)
     out = resize_field(field, factor)
     assert out.shape == (2, len(shape), *[round(s * factor) for s in shape])
@@ -287,7 +293,9 @@ def test_jacobian_of_uniform_scaling(shape, make_linear_field, scale: float) -> 
 
 def test_jacobian_of_general_linear_map_is_its_determinant(shape, make_linear_field) -> None:
     ndim = len(shape)
-    matrix = torch.eye(ndim, dtype=torch.float64) + 0.3 * torch.randn(ndim, ndim, dtype=torch.float64)
+    matrix = torch.eye(ndim, dtype=torch.float64) + 0.3 * torch.randn(
+        ndim, ndim, dtype=torch.float64
+    )
     det = jacobian_determinant(make_linear_field(matrix, shape))
     expected = torch.linalg.det(matrix)
     assert_close(det, torch.full_like(det, float(expected)), rtol=1e-9, atol=1e-9)

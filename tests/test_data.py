@@ -1,0 +1,99 @@
+"""Scan discovery, normalisation, pair and λ sampling."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pytest
+import torch
+
+from hyperreg.data import LambdaSampler, PairSampler, find_scans, normalize_intensity
+
+OASIS = Path(__file__).resolve().parents[2] / "shared" / "data" / "neurite-oasis"
+needs_oasis = pytest.mark.skipif(not OASIS.is_dir(), reason=f"shared OASIS data not found at {OASIS}")
+
+
+def _save(path: Path, data: np.ndarray) -> Path:
+    nib.save(nib.Nifti1Image(data, np.eye(4)), path)
+    return path
+
+
+def test_normalize_minmax_and_uint8_matches_float() -> None:
+    data = np.linspace(0.2, 0.8, 60, dtype=np.float32).reshape(6, 10)
+    out = normalize_intensity(data)
+    assert out.dtype == np.float32 and out.min() == 0.0 and out.max() == 1.0
+    as_uint8 = np.round(out * 255).astype(np.uint8)
+    np.testing.assert_allclose(normalize_intensity(as_uint8), out, atol=1 / 255)
+    np.testing.assert_array_equal(normalize_intensity(np.full((3, 3), 7.0)), np.zeros((3, 3)))
+    np.testing.assert_array_equal(normalize_intensity(data, "none"), data)
+    with pytest.raises(ValueError, match="'method' must be one of"):
+        normalize_intensity(data, "zscore")
+
+
+def test_find_scans_folder_and_csv(tmp_path: Path) -> None:
+    for name in ("b.nii.gz", "a.nii", "a_seg.nii.gz", "notes.txt"):
+        (tmp_path / name).write_bytes(b"")
+    scans = find_scans(tmp_path, 2)
+    assert [s.image.name for s in scans] == ["a.nii", "b.nii.gz"]
+    assert scans[0].name == "a"
+    csv_path = tmp_path / "list.csv"
+    csv_path.write_text("image,seg\na.nii,a_seg.nii.gz\nb.nii.gz,\n")
+    listed = find_scans(csv_path, 2)
+    assert listed[0].seg == tmp_path / "a_seg.nii.gz" and listed[1].seg is None
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        find_scans(tmp_path / "missing", 2)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match="no scans found"):
+        find_scans(empty, 2)
+    bad_csv = tmp_path / "bad.csv"
+    bad_csv.write_text("path\na.nii\n")
+    with pytest.raises(ValueError, match="'image' column"):
+        find_scans(bad_csv, 2)
+
+
+@needs_oasis
+def test_find_scans_neurite_oasis_prefers_volumes() -> None:
+    scans = find_scans(OASIS, 2)
+    assert [s.name for s in scans] == ["OASIS_OAS1_0001_MR1", "OASIS_OAS1_0002_MR1"]
+    assert all(s.image.name == "aligned_norm.nii.gz" for s in scans)
+    assert all(s.seg is not None and s.seg.name == "aligned_seg35.nii.gz" for s in scans)
+
+
+def test_pair_sampler_cuts_slices_from_volumes(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    paths = []
+    for index in range(2):
+        vol = np.zeros((12, 10, 8), np.float32)
+        vol[2:10, 2:8, 2:6] = rng.uniform(0.5, 1.0, (8, 6, 4)) + index
+        paths.append(_save(tmp_path / f"s{index}.nii.gz", vol))
+    sampler = PairSampler(find_scans(tmp_path, 2), ndim=2, slice_axis=2)
+    assert sampler.spatial_shape == (12, 10)
+    assert set(sampler.slices.tolist()) <= {2, 3, 4, 5}
+    moving, fixed = sampler.sample(5, torch.Generator().manual_seed(0))
+    assert moving.shape == fixed.shape == (5, 1, 12, 10)
+    assert moving.dtype == torch.float32 and 0 <= float(moving.min()) and float(moving.max()) <= 1
+    # subject to subject: moving and fixed never come from the same scan
+    assert not any(torch.equal(m, f) for m, f in zip(moving, fixed))
+    again = sampler.sample(5, torch.Generator().manual_seed(0))
+    assert torch.equal(again[0], moving)
+
+
+def test_pair_sampler_rejects_mixed_shapes(tmp_path: Path) -> None:
+    _save(tmp_path / "a.nii.gz", np.ones((8, 8, 8), np.float32))
+    _save(tmp_path / "b.nii.gz", np.ones((8, 9, 8), np.float32))
+    with pytest.raises(ValueError, match="share one grid shape"):
+        PairSampler(find_scans(tmp_path, 3), ndim=3)
+
+
+def test_lambda_sampler_range_and_endpoints() -> None:
+    lam = LambdaSampler(0.2).sample(20000, torch.Generator().manual_seed(1))
+    assert lam.shape == (20000,) and float(lam.min()) >= 0 and float(lam.max()) <= 1
+    endpoints = ((lam == 0) | (lam == 1)).float().mean()
+    assert abs(float(endpoints) - 0.2) < 0.02
+    assert abs(float((lam == 0).float().mean() - (lam == 1).float().mean())) < 0.02
+    assert float(LambdaSampler(0.0).sample(1000, torch.Generator()).eq(0).float().mean()) < 0.01
+    with pytest.raises(ValueError, match="'endpoint_fraction' must lie in"):
+        LambdaSampler(1.5)

@@ -1,0 +1,125 @@
+"""Training: per-sample λ loss, a convergence smoke test, and the real-data acceptance run."""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from hyperreg.config import ModelConfig, TrainConfig
+from hyperreg.losses import gradient_loss, mse_loss, ncc_loss
+from hyperreg.metrics import folding_fraction
+from hyperreg.model import HyperMorph, RegistrationOutput, load_checkpoint
+from hyperreg.train import hypermorph_loss, train
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "neurite-oasis"
+SMALL = ModelConfig(ndim=2, enc_channels=(8, 8, 8, 8), dec_channels=(8,) * 7, hyper_hidden=(16, 16))
+
+
+class BlobPairs:
+    """Gaussian blobs at random positions: a pair is two shifted copies of one blob."""
+
+    def __init__(self, size: int = 32) -> None:
+        self.size = size
+
+    def _blob(self, centres: torch.Tensor) -> torch.Tensor:
+        axis = torch.arange(self.size, dtype=torch.float32)
+        ii, jj = torch.meshgrid(axis, axis, indexing="ij")
+        d2 = (ii - centres[:, 0, None, None]) ** 2 + (jj - centres[:, 1, None, None]) ** 2
+        return torch.exp(-d2 / (2 * 5.0**2))[:, None]
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        centre = 12 + 8 * torch.rand(batch_size, 2, generator=generator)
+        shift = 3 * (torch.rand(batch_size, 2, generator=generator) - 0.5) * 2
+        return self._blob(centre + shift), self._blob(centre)
+
+
+def test_each_sample_uses_its_own_lambda() -> None:
+    config = TrainConfig(sim="ncc")
+    torch.manual_seed(0)
+    moved = torch.rand(2, 1, 16, 16)
+    fixed = torch.rand(2, 1, 16, 16)
+    velocity = torch.randn(2, 2, 8, 8)
+    out = RegistrationOutput(moved, torch.zeros(2, 2, 16, 16), velocity)
+    lam = torch.tensor([0.0, 1.0])
+    loss, sim, smooth = hypermorph_loss(out, fixed, lam, config)
+    expected_sim = ncc_loss(moved, fixed, reduction="none")
+    expected_smooth = gradient_loss(velocity, reduction="none")
+    torch.testing.assert_close(sim, expected_sim)
+    # sample 0 (λ=0) contributes only similarity, sample 1 (λ=1) only smoothness
+    torch.testing.assert_close(loss, (expected_sim[0] + expected_smooth[1]) / 2)
+
+
+def test_convergence_smoke(tmp_path: Path) -> None:
+    """80 steps on tiny blob pairs: the loss falls, low λ aligns better than none, no folding."""
+    pairs = BlobPairs()
+    config = TrainConfig(out=str(tmp_path), steps=80, batch_size=4, lr=1e-2, sim="mse",
+                         checkpoint_every=1000, seed=0, device="cpu", model=SMALL)
+    path = train(config, pairs=pairs, progress=False)
+    with (tmp_path / "train_log.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 80
+    first = np.mean([float(r["loss"]) for r in rows[:20]])
+    last = np.mean([float(r["loss"]) for r in rows[-20:]])
+    assert last < first, (first, last)
+    model, payload = load_checkpoint(path)
+    assert payload["step"] == 80 and payload["train_config"]["steps"] == 80
+    moving, fixed = pairs.sample(8, torch.Generator().manual_seed(123))
+    before = float(mse_loss(moving, fixed))
+    with torch.no_grad():
+        low = model(moving, fixed, 0.0)
+        high = model(moving, fixed, 1.0)
+    assert float(mse_loss(low.moved, fixed)) < 0.8 * before
+    # λ = 1 weighs only smoothness: its field is smaller than the λ = 0 one
+    assert float(high.disp.abs().mean()) < float(low.disp.abs().mean())
+    assert folding_fraction(low.disp) < 0.01
+
+
+def test_train_rejects_bad_settings(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="'sim' must be one of"):
+        train(TrainConfig(out=str(tmp_path), sim="mi", model=SMALL), pairs=BlobPairs())
+    with pytest.raises(ValueError, match="'steps' must be >= 1"):
+        train(TrainConfig(out=str(tmp_path), steps=0, model=SMALL), pairs=BlobPairs())
+
+
+def test_training_is_reproducible_from_seed(tmp_path: Path) -> None:
+    results = []
+    for run in ("a", "b"):
+        config = TrainConfig(out=str(tmp_path / run), steps=3, batch_size=2, seed=7,
+                             device="cpu", model=SMALL)
+        model, _ = load_checkpoint(train(config, pairs=BlobPairs(), progress=False))
+        results.append(model.state_dict())
+    for key in results[0]:
+        torch.testing.assert_close(results[0][key], results[1][key], rtol=0, atol=0)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SHARED.is_dir(), reason=f"shared OASIS data not found at {SHARED}")
+def test_oasis_2d_acceptance(tmp_path: Path) -> None:
+    """Issue 2's acceptance run: default 2D training, 1500 steps, then the shared slice pair."""
+    torch.set_num_threads(os.cpu_count() or 1)  # a real run, not a tiny-tensor test
+    from hyperreg.inference import register_pair
+    from hyperreg.io import load_volume
+    from hyperreg.metrics import mean_dice
+
+    config = TrainConfig(data=str(SHARED), out=str(tmp_path), steps=1500, device="cpu",
+                         model=ModelConfig(ndim=2))
+    model, _ = load_checkpoint(train(config, progress=False))
+    moving = load_volume(SHARED / "OASIS_OAS1_0002_MR1/slice_norm.nii.gz")
+    fixed = load_volume(SHARED / "OASIS_OAS1_0001_MR1/slice_norm.nii.gz")
+    moving_seg = load_volume(SHARED / "OASIS_OAS1_0002_MR1/slice_seg24.nii.gz", label=True)
+    fixed_seg = load_volume(SHARED / "OASIS_OAS1_0001_MR1/slice_seg24.nii.gz", label=True)
+    labels = sorted(set(np.unique(moving_seg.data)) & set(np.unique(fixed_seg.data)) - {0})
+    before = mean_dice(moving_seg.data, fixed_seg.data, labels)
+    folding = []
+    for lam in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 0.9, 1.0):
+        result = register_pair(model, moving, fixed, lam, moving_seg=moving_seg, fixed_seg=fixed_seg)
+        assert result.moved.shape == fixed.spatial_shape
+        if lam <= 0.5:
+            assert mean_dice(result.moved_seg, fixed_seg.data, labels) >= before + 0.05, lam
+        folding.append(result.folding_fraction)
+    assert all(b <= a + 1e-4 for a, b in zip(folding, folding[1:])), folding
