@@ -212,6 +212,10 @@ class PairSampler:
             self.slices = None
         else:
             self.slices = _brain_slices(volumes, slice_axis)
+            # slice axis first and contiguous: cutting a slice is then a cheap contiguous copy
+            self.volumes = [np.ascontiguousarray(np.moveaxis(v, slice_axis, 0)) for v in volumes]
+            if self.atlas is not None:
+                self.atlas = np.ascontiguousarray(np.moveaxis(self.atlas, slice_axis, 0))
         if self.atlas is None and len(volumes) < 2 and self.slices is None:
             raise ValueError("PairSampler(): need at least two scans (or an atlas) to make pairs")
         logger.info(
@@ -228,13 +232,11 @@ class PairSampler:
     @property
     def spatial_shape(self) -> tuple[int, ...]:
         """Shape of one training image."""
-        shape = list(self.volumes[0].shape)
-        if self.slices is not None:
-            del shape[self.slice_axis]
-        return tuple(shape)
+        shape = self.volumes[0].shape
+        return shape if self.slices is None else shape[1:]
 
     def _cut(self, volume: np.ndarray, index: int) -> np.ndarray:
-        return volume if self.slices is None else np.take(volume, index, axis=self.slice_axis)
+        return volume if self.slices is None else volume[index]
 
     def sample(self, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         """Draw ``batch_size`` pairs.
