@@ -98,9 +98,10 @@ class TemplatePairs:
         wm = load_volume(root / _MNI.format("wm")).data
         self.affine = t1.affine
         self.axis = 1  # RAS: axis 1 runs posterior-anterior, so its slices are coronal
-        self.image = normalize_intensity(t1.data)
+        # slice axis first and contiguous, so cutting a slice is a cheap contiguous copy
+        self.image = np.ascontiguousarray(np.moveaxis(normalize_intensity(t1.data), self.axis, 0))
         labels = np.argmax(np.stack([np.full_like(gm, 0.5 * gm.max()), gm, wm]), axis=0)
-        self.labels = labels.astype(np.int32)
+        self.labels = np.ascontiguousarray(np.moveaxis(labels.astype(np.int32), self.axis, 0))
         area = (gm > 0.5 * gm.max()).sum(axis=(0, 2))
         brain = np.flatnonzero(area >= 0.5 * area.max())
         self.eval_slices = brain[2::4]
@@ -108,8 +109,8 @@ class TemplatePairs:
         self.amplitude = amplitude
 
     def _slices(self, indices: np.ndarray) -> tuple[Tensor, Tensor]:
-        images = np.stack([np.take(self.image, i, axis=self.axis) for i in indices])
-        labels = np.stack([np.take(self.labels, i, axis=self.axis) for i in indices])
+        images = self.image[indices]
+        labels = self.labels[indices]
         return torch.from_numpy(images)[:, None], torch.from_numpy(labels)[:, None].float()
 
     def _deform(self, image: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor]:
