@@ -11,12 +11,13 @@ baseline receives weights generated once beforehand (ordinary fixed weights). Me
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 from collections.abc import Sequence
 
 
-def _time(fn, device) -> float:  # noqa: ANN001
+def _time(fn, device) -> float:
     import torch
 
     if device.type == "cuda":
@@ -54,8 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with torch.no_grad():
             params = {k: v[0] for k, v in model.generate_weights(lam).items()}
             runs = {
-                "fixed": lambda: model._register(moving, fixed, params),
-                "hyper": lambda: model(moving, fixed, 0.3),
+                "fixed": functools.partial(model._register, moving, fixed, params),
+                "hyper": functools.partial(model, moving, fixed, 0.3),
             }
             for fn in runs.values():
                 fn()

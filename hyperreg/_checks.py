@@ -35,12 +35,13 @@ def check_image(fn: str, arg: str, x: object) -> None:
     assert isinstance(x, Tensor)
     if x.ndim not in (4, 5):
         raise ValueError(
-            f"{fn}(): '{arg}' must have shape (B, C, H, W) or (B, C, D, H, W), "
-            f"got {tuple(x.shape)}"
+            f"{fn}(): '{arg}' must have shape (B, C, H, W) or (B, C, D, H, W), got {tuple(x.shape)}"
         )
 
 
-def check_field(fn: str, arg: str, field: object, spatial_shape: Sequence[int] | None = None) -> None:
+def check_field(
+    fn: str, arg: str, field: object, spatial_shape: Sequence[int] | None = None
+) -> None:
     """Raise unless ``field`` is a float tensor ``(B, N, *S)`` with ``N = len(S)``."""
     check_image(fn, arg, field)
     assert isinstance(field, Tensor)

@@ -14,9 +14,8 @@ import math
 import sys
 import warnings
 from collections.abc import Sequence
-from pathlib import Path
 
-__all__ = ["main", "build_parser"]
+__all__ = ["build_parser", "main"]
 
 PROG = "hyperreg"
 DEVICE_HELP = "auto (CUDA if available), cpu, cuda or cuda:N (default: auto)"
@@ -67,25 +66,56 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     train = sub.add_parser("train", help="train a HyperMorph model")
-    train.add_argument("--data", required=True,
-                       help="neurite-oasis folder, folder of NIfTI/MGZ/npz scans, or CSV list "
-                       "(column 'image', optional 'seg')")
-    train.add_argument("--ndim", type=int, choices=(2, 3), default=2,
-                       help="2: train on slices (coronal slices cut from 3D volumes); 3: volumes")
-    train.add_argument("--steps", type=_positive_int, default=1500, help="optimiser steps (default 1500)")
-    train.add_argument("--out", required=True,
-                       help="output folder: model.pt, checkpoint_*.pt, train_log.csv, config.json")
-    train.add_argument("--sim", choices=("ncc", "mse"), default="ncc",
-                       help="similarity: local NCC (window 9) or MSE scaled by 1/σ² (default ncc)")
-    train.add_argument("--parametrization", choices=("mip", "default"), default="mip",
-                       help="hypernetwork parametrisation (default mip)")
+    train.add_argument(
+        "--data",
+        required=True,
+        help="neurite-oasis folder, folder of NIfTI/MGZ/npz scans, or CSV list "
+        "(column 'image', optional 'seg')",
+    )
+    train.add_argument(
+        "--ndim",
+        type=int,
+        choices=(2, 3),
+        default=2,
+        help="2: train on slices (coronal slices cut from 3D volumes); 3: volumes",
+    )
+    train.add_argument(
+        "--steps", type=_positive_int, default=1500, help="optimiser steps (default 1500)"
+    )
+    train.add_argument(
+        "--out",
+        required=True,
+        help="output folder: model.pt, checkpoint_*.pt, train_log.csv, config.json",
+    )
+    train.add_argument(
+        "--sim",
+        choices=("ncc", "mse"),
+        default="ncc",
+        help="similarity: local NCC (window 9) or MSE scaled by 1/σ² (default ncc)",
+    )
+    train.add_argument(
+        "--parametrization",
+        choices=("mip", "default"),
+        default="mip",
+        help="hypernetwork parametrisation (default mip)",
+    )
     train.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
-    train.add_argument("--batch-size", type=_positive_int, default=4, help="pairs per step (default 4)")
+    train.add_argument(
+        "--batch-size", type=_positive_int, default=4, help="pairs per step (default 4)"
+    )
     train.add_argument("--atlas", default="", help="atlas image: fixed image of every pair")
-    train.add_argument("--checkpoint-every", type=_positive_int, default=500,
-                       help="steps between checkpoints (default 500)")
-    train.add_argument("--int-steps", type=int, default=7,
-                       help="scaling-and-squaring steps; 0 predicts displacements (default 7)")
+    train.add_argument(
+        "--checkpoint-every",
+        type=_positive_int,
+        default=500,
+        help="steps between checkpoints (default 500)",
+    )
+    train.add_argument(
+        "--int-steps",
+        type=int,
+        default=7,
+        help="scaling-and-squaring steps; 0 predicts displacements (default 7)",
+    )
     train.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     _add_common(train)
 
@@ -93,25 +123,45 @@ def build_parser() -> argparse.ArgumentParser:
     reg.add_argument("--model", required=True, help="checkpoint (.pt) written by 'hyperreg train'")
     reg.add_argument("--moving", required=True, help="moving image (NIfTI, MGZ or npz)")
     reg.add_argument("--fixed", required=True, help="fixed image, same grid as the moving image")
-    reg.add_argument("--lambda", dest="lam", type=_lambda, required=True,
-                     help="regularisation weight λ in [0, 1]")
-    reg.add_argument("--moved", required=True,
-                     help="moved image, NIfTI, on the fixed grid with the fixed-image affine")
-    reg.add_argument("--warp",
-                     help="displacement field (voxels), NIfTI (I,J,K,3) channel last, i/j/k "
-                     "order, fixed-image affine; moved[x] = moving(x + u(x))")
+    reg.add_argument(
+        "--lambda",
+        dest="lam",
+        type=_lambda,
+        required=True,
+        help="regularisation weight λ in [0, 1]",
+    )
+    reg.add_argument(
+        "--moved",
+        required=True,
+        help="moved image, NIfTI, on the fixed grid with the fixed-image affine",
+    )
+    reg.add_argument(
+        "--warp",
+        help="displacement field (voxels), NIfTI (I,J,K,3) channel last, i/j/k "
+        "order, fixed-image affine; moved[x] = moving(x + u(x))",
+    )
     reg.add_argument("--moving-seg", help="moving label map, warped with nearest neighbour")
     reg.add_argument("--moved-seg", help="moved label map, NIfTI, integer type, fixed affine")
     reg.add_argument("--fixed-seg", help="fixed label map: with --moving-seg, Dice is printed")
-    reg.add_argument("--normalization", choices=("minmax", "none"), default="minmax",
-                     help="intensity normalisation of both images (default minmax to [0, 1])")
+    reg.add_argument(
+        "--normalization",
+        choices=("minmax", "none"),
+        default="minmax",
+        help="intensity normalisation of both images (default minmax to [0, 1])",
+    )
     _add_common(reg)
 
     demo = sub.add_parser("demo", help="train and register on built-in data, write a report")
-    demo.add_argument("--out", default="hyperreg-demo", help="output folder (default hyperreg-demo)")
+    demo.add_argument(
+        "--out", default="hyperreg-demo", help="output folder (default hyperreg-demo)"
+    )
     demo.add_argument("--data", help="neurite-oasis folder: use real subject pairs instead")
-    demo.add_argument("--steps", type=_positive_int, default=600,
-                      help="training steps (default 600, a few minutes on a CPU)")
+    demo.add_argument(
+        "--steps",
+        type=_positive_int,
+        default=600,
+        help="training steps (default 600, a few minutes on a CPU)",
+    )
     demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     _add_common(demo)
     return parser
@@ -132,8 +182,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         checkpoint_every=args.checkpoint_every,
         seed=args.seed,
         device=args.device,
-        model=ModelConfig(ndim=args.ndim, parametrization=args.parametrization,
-                          int_steps=args.int_steps),
+        model=ModelConfig(
+            ndim=args.ndim, parametrization=args.parametrization, int_steps=args.int_steps
+        ),
     )
     path = train(config)
     print(f"model written to {path}")
@@ -175,8 +226,9 @@ def _cmd_register(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from hyperreg.demo import run_demo
 
-    report = run_demo(args.out, data=args.data, steps=args.steps, seed=args.seed,
-                      device=args.device)
+    report = run_demo(
+        args.out, data=args.data, steps=args.steps, seed=args.seed, device=args.device
+    )
     print(report)
     return 0
 
@@ -194,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     prog = f"{PROG} {args.command}"
     logging.basicConfig(level=logging.INFO, format=f"{prog}: %(message)s")
 
-    def show_warning(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001
+    def show_warning(message, category, filename, lineno, file=None, line=None):
         print(f"{prog}: warning: {message}", file=sys.stderr)
 
     warnings.showwarning = show_warning

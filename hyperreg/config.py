@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-__all__ = ["ModelConfig", "TrainConfig", "to_dict", "from_dict"]
+__all__ = ["ModelConfig", "TrainConfig", "from_dict", "to_dict"]
 
 T = TypeVar("T")
 
@@ -37,7 +37,9 @@ class ModelConfig:
                 f"got {self.parametrization!r}"
             )
         if self.int_downsize not in (1, 2):
-            raise ValueError(f"ModelConfig(): 'int_downsize' must be 1 or 2, got {self.int_downsize}")
+            raise ValueError(
+                f"ModelConfig(): 'int_downsize' must be 1 or 2, got {self.int_downsize}"
+            )
         if self.int_steps < 0:
             raise ValueError(f"ModelConfig(): 'int_steps' must be >= 0, got {self.int_steps}")
 
@@ -65,6 +67,7 @@ class TrainConfig:
 
 def to_dict(config: Any) -> dict[str, Any]:
     """Plain, JSON-ready dict of a config dataclass (tuples become lists)."""
+
     def plain(value: Any) -> Any:
         if isinstance(value, dict):
             return {key: plain(item) for key, item in value.items()}

@@ -20,15 +20,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from hyperreg.io import Volume, load_volume
+from hyperreg.io import load_volume
 
 __all__ = [
+    "NORMALIZATIONS",
+    "LambdaSampler",
+    "PairSampler",
     "Scan",
     "find_scans",
     "normalize_intensity",
-    "PairSampler",
-    "LambdaSampler",
-    "NORMALIZATIONS",
 ]
 
 logger = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ def normalize_intensity(data: np.ndarray, method: str = "minmax") -> np.ndarray:
 def _oasis_scans(root: Path, ndim: int) -> list[Scan]:
     scans: list[Scan] = []
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
-        for dims in ((3, 2) if ndim == 2 else (3,)):
+        for dims in (3, 2) if ndim == 2 else (3,):
             image_name, seg_name = _OASIS_FILES[dims]
             if (folder / image_name).is_file():
                 seg = folder / seg_name
@@ -132,8 +132,7 @@ def find_scans(source: str | Path, ndim: int) -> list[Scan]:
             raise ValueError(f"find_scans(): '{source}' must have a header with an 'image' column")
         base = source.parent
         scans = [
-            Scan(base / row["image"], base / row["seg"] if row.get("seg") else None)
-            for row in rows
+            Scan(base / row["image"], base / row["seg"] if row.get("seg") else None) for row in rows
         ]
     else:
         scans = _oasis_scans(source, ndim)
@@ -207,7 +206,9 @@ class PairSampler:
         self.volumes = volumes
         data_ndim = volumes[0].ndim
         if data_ndim < ndim:
-            raise ValueError(f"PairSampler(): a {ndim}D model needs {ndim}D scans, got {data_ndim}D")
+            raise ValueError(
+                f"PairSampler(): a {ndim}D model needs {ndim}D scans, got {data_ndim}D"
+            )
         if data_ndim == ndim:
             self.slices = None
         else:
@@ -263,8 +264,12 @@ class PairSampler:
                 other = int(self.slices[torch.randint(len(self.slices), (1,), generator=generator)])
                 moving.append(self._cut(self.volumes[0], other))
                 fixed.append(self._cut(self.volumes[0], index))
-        as_tensor = lambda arrays: torch.from_numpy(np.stack(arrays)[:, None].copy())  # noqa: E731
-        return as_tensor(moving), as_tensor(fixed)
+        return _batch(moving), _batch(fixed)
+
+
+def _batch(arrays: list[np.ndarray]) -> Tensor:
+    """Stack 2D/3D arrays into a ``(B, 1, *S)`` float tensor."""
+    return torch.from_numpy(np.stack(arrays)[:, None].copy())
 
 
 class LambdaSampler:

@@ -35,7 +35,7 @@ from hyperreg.model import HyperMorph, load_checkpoint
 from hyperreg.spatial import integrate_velocity, warp
 from hyperreg.train import train
 
-__all__ = ["run_demo", "TemplatePairs", "DEMO_LAMBDAS"]
+__all__ = ["DEMO_LAMBDAS", "TemplatePairs", "run_demo"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +65,11 @@ def _slice_affine(affine: np.ndarray, axis: int, index: int) -> np.ndarray:
 
 
 def random_velocity(
-    shape: tuple[int, ...], batch: int, generator: torch.Generator, amplitude: float, spacing: int = 12
+    shape: tuple[int, ...],
+    batch: int,
+    generator: torch.Generator,
+    amplitude: float,
+    spacing: int = 12,
 ) -> Tensor:
     """Smooth random velocity ``(B, 2, *shape)`` in voxels: coarse Gaussian noise, upsampled."""
     coarse = [max(2, s // spacing) for s in shape]
@@ -155,6 +159,14 @@ class TemplatePairs:
         return pairs
 
 
+def _image_tensor(volume: Volume) -> Tensor:
+    return torch.from_numpy(normalize_intensity(volume.data))[None, None]
+
+
+def _label_tensor(path: Path) -> Tensor:
+    return torch.from_numpy(load_volume(path, label=True).data)[None, None].float()
+
+
 def _oasis_pairs(data: str) -> tuple[PairSampler, list[dict[str, object]]]:
     scans = find_scans(data, 2)
     sampler = PairSampler(scans, 2)
@@ -167,15 +179,13 @@ def _oasis_pairs(data: str) -> tuple[PairSampler, list[dict[str, object]]]:
             if not all(p.is_file() for p in files + segs):
                 continue
             moving, fixed = load_volume(files[0]), load_volume(files[1])
-            as_image = lambda v: torch.from_numpy(normalize_intensity(v.data))[None, None]  # noqa: E731
-            as_seg = lambda p: torch.from_numpy(load_volume(p, label=True).data)[None, None].float()  # noqa: E731
             pairs.append(
                 {
                     "name": f"{folder.name}_to_{other.name}",
-                    "moving": as_image(moving),
-                    "fixed": as_image(fixed),
-                    "moving_seg": as_seg(segs[0]),
-                    "fixed_seg": as_seg(segs[1]),
+                    "moving": _image_tensor(moving),
+                    "fixed": _image_tensor(fixed),
+                    "moving_seg": _label_tensor(segs[0]),
+                    "fixed_seg": _label_tensor(segs[1]),
                     "affine": fixed.affine,
                     "disk_shape": fixed.disk_shape,
                     "true_disp": None,
@@ -190,7 +200,9 @@ def _oasis_pairs(data: str) -> tuple[PairSampler, list[dict[str, object]]]:
 
 
 @torch.no_grad()
-def _evaluate(model: HyperMorph, pairs: list[dict[str, object]], out: Path) -> list[dict[str, object]]:
+def _evaluate(
+    model: HyperMorph, pairs: list[dict[str, object]], out: Path
+) -> list[dict[str, object]]:
     device = next(model.parameters()).device
     rows: list[dict[str, object]] = []
     nifti = out / "nifti"
@@ -234,7 +246,9 @@ def _evaluate(model: HyperMorph, pairs: list[dict[str, object]], out: Path) -> l
             if number == 0:
                 tag = f"lambda{lam:.1f}"
                 save_volume(nifti / f"moved_{tag}.nii.gz", result.moved.cpu().numpy()[0, 0], like)
-                save_volume(nifti / f"moved_seg_{tag}.nii.gz", moved_seg.astype(np.int32), like, label=True)
+                save_volume(
+                    nifti / f"moved_seg_{tag}.nii.gz", moved_seg.astype(np.int32), like, label=True
+                )
                 save_displacement(nifti / f"disp_{tag}.nii.gz", result.disp.cpu().numpy()[0], like)
                 pair.setdefault("moved", []).append(result.moved.cpu().numpy()[0, 0])  # type: ignore[union-attr]
                 pair.setdefault("magnitude", []).append(result.disp.norm(dim=1).cpu().numpy()[0])  # type: ignore[union-attr]
@@ -262,13 +276,25 @@ def _figure(pair: dict[str, object], table: list[dict[str, float]], path: Path) 
 
     count = len(DEMO_LAMBDAS)
     fig, axes = plt.subplots(2, count + 2, figsize=(2.4 * (count + 2), 5.4))
-    show = lambda ax, img, title, **kw: (ax.imshow(np.rot90(img), **kw), ax.set_title(title, fontsize=9), ax.axis("off"))  # noqa: E731
+
+    def show(ax, img, title, **kw):
+        ax.imshow(np.rot90(img), **kw)
+        ax.set_title(title, fontsize=9)
+        ax.axis("off")
+
     show(axes[0, 0], pair["moving"].numpy()[0, 0], "moving", cmap="gray")  # type: ignore[union-attr]
     show(axes[0, 1], pair["fixed"].numpy()[0, 0], "fixed", cmap="gray")  # type: ignore[union-attr]
     vmax = max(float(m.max()) for m in pair["magnitude"])  # type: ignore[union-attr]
     for column, lam in enumerate(DEMO_LAMBDAS, start=2):
         show(axes[0, column], pair["moved"][column - 2], f"moved, λ={lam}", cmap="gray")  # type: ignore[index]
-        show(axes[1, column], pair["magnitude"][column - 2], f"|u| (max {vmax:.1f} vox)", cmap="magma", vmin=0, vmax=vmax)  # type: ignore[index]
+        show(
+            axes[1, column],
+            pair["magnitude"][column - 2],
+            f"|u| (max {vmax:.1f} vox)",
+            cmap="magma",
+            vmin=0,
+            vmax=vmax,
+        )  # type: ignore[index]
     axes[1, 0].axis("off")
     ax = axes[1, 1]
     lams = [t["lambda"] for t in table]
@@ -322,8 +348,13 @@ def run_demo(
         source, pairs = _oasis_pairs(data)
         description = f"real subject slices from {data}"
     config = TrainConfig(
-        data=data or "", out=str(out / "model"), steps=steps, seed=seed, device=device,
-        checkpoint_every=max(steps, 1), model=ModelConfig(ndim=2),
+        data=data or "",
+        out=str(out / "model"),
+        steps=steps,
+        seed=seed,
+        device=device,
+        checkpoint_every=max(steps, 1),
+        model=ModelConfig(ndim=2),
     )
     checkpoint = train(config, pairs=source, progress=progress)  # type: ignore[arg-type]
     model, _ = load_checkpoint(checkpoint, map_location=resolve_device("run_demo", device))
@@ -341,7 +372,9 @@ def run_demo(
         "| λ | " + " | ".join(keys) + " |",
         "|---" * (len(keys) + 1) + "|",
     ]
-    lines += [f"| {t['lambda']:.1f} | " + " | ".join(f"{t[k]:.4f}" for k in keys) + " |" for t in table]
+    lines += [
+        f"| {t['lambda']:.1f} | " + " | ".join(f"{t[k]:.4f}" for k in keys) + " |" for t in table
+    ]
     lines += ["", f"outputs in {out}: demo_figure.png, results.csv, nifti/, model/model.pt"]
     report = "\n".join(lines)
     (out / "results.md").write_text(report + "\n")

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from hyperreg._checks import check_option
 
-__all__ = ["encode_lambda", "HyperNetwork", "PARAMETRIZATIONS"]
+__all__ = ["PARAMETRIZATIONS", "HyperNetwork", "encode_lambda"]
 
 PARAMETRIZATIONS = ("mip", "default")
 
@@ -90,7 +90,9 @@ class HyperNetwork(nn.Module):
             raise ValueError(f"HyperNetwork(): 'init_std' lacks entries for {missing}")
         self.parametrization = parametrization
         self.num_inputs = num_inputs
-        self.target_shapes = {name: tuple(int(s) for s in shape) for name, shape in target_shapes.items()}
+        self.target_shapes = {
+            name: tuple(int(s) for s in shape) for name, shape in target_shapes.items()
+        }
         sizes = [math.prod(shape) for shape in self.target_shapes.values()]
         self._sizes = sizes
         total = sum(sizes)
@@ -119,9 +121,13 @@ class HyperNetwork(nn.Module):
             # scaled by that target's own std, so Δθ starts small relative to θ0.
             for layer in self.trunk:
                 if isinstance(layer, nn.Linear):
-                    nn.init.kaiming_normal_(layer.weight, a=0.2, mode="fan_out", nonlinearity="leaky_relu")
+                    nn.init.kaiming_normal_(
+                        layer.weight, a=0.2, mode="fan_out", nonlinearity="leaky_relu"
+                    )
                     nn.init.zeros_(layer.bias)
-            self.weight_delta.weight.copy_(torch.randn_like(self.weight_delta.weight) * stds[:, None] / math.sqrt(width))
+            self.weight_delta.weight.copy_(
+                torch.randn_like(self.weight_delta.weight) * stds[:, None] / math.sqrt(width)
+            )
             return
         # Default parametrisation: PyTorch's ordinary Linear init in the trunk (with biases); the
         # head is calibrated so that the generated weights have each target's std at λ ~ U(0, 1).

@@ -9,9 +9,9 @@ Must not import train or cli.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -23,7 +23,7 @@ from hyperreg.metrics import dice_per_label, field_summary
 from hyperreg.model import HyperMorph
 from hyperreg.spatial import warp
 
-__all__ = ["RegistrationResult", "register_pair", "register_files"]
+__all__ = ["RegistrationResult", "register_files", "register_pair"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class RegistrationResult:
         """Mean Dice over the scored labels, or None without label maps."""
         if self.dice is None:
             return None
-        values = [v for v in self.dice.values() if v == v]
+        values = [v for v in self.dice.values() if not math.isnan(v)]
         return float(np.mean(values)) if values else float("nan")
 
 

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from hyperreg._checks import check_field, check_image, check_option, check_same_shape
 
-__all__ = ["ncc_loss", "mse_loss", "gradient_loss", "dice_loss", "NCC"]
+__all__ = ["NCC", "dice_loss", "gradient_loss", "mse_loss", "ncc_loss"]
 
 REDUCTIONS = ("mean", "none")
 
@@ -37,9 +37,7 @@ def _box_mean(x: Tensor, window: int) -> Tensor:
     return x
 
 
-def ncc_loss(
-    moved: Tensor, fixed: Tensor, window: int = 9, reduction: str = "mean"
-) -> Tensor:
+def ncc_loss(moved: Tensor, fixed: Tensor, window: int = 9, reduction: str = "mean") -> Tensor:
     """Negative local (windowed) normalised cross-correlation.
 
     For each voxel, ``cc = cov(I, J)² / (var(I) · var(J) + ε)`` over a ``window``-wide box; the

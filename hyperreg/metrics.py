@@ -6,6 +6,7 @@ hyperreg modules other than ``_checks`` and ``spatial``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -15,7 +16,7 @@ from torch import Tensor
 from hyperreg._checks import check_field
 from hyperreg.spatial import jacobian_determinant
 
-__all__ = ["dice_per_label", "mean_dice", "folding_fraction", "log_jacobian_std", "field_summary"]
+__all__ = ["dice_per_label", "field_summary", "folding_fraction", "log_jacobian_std", "mean_dice"]
 
 
 def _as_numpy_labels(fn: str, arg: str, seg: object) -> np.ndarray:
@@ -70,7 +71,7 @@ def dice_per_label(
 
 def mean_dice(moved_seg: object, fixed_seg: object, labels: Sequence[int] | None = None) -> float:
     """Mean of :func:`dice_per_label` over the scored labels (NaN entries ignored)."""
-    values = [v for v in dice_per_label(moved_seg, fixed_seg, labels).values() if v == v]
+    values = [v for v in dice_per_label(moved_seg, fixed_seg, labels).values() if not math.isnan(v)]
     return float(np.mean(values)) if values else float("nan")
 
 

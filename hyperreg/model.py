@@ -36,7 +36,13 @@ from hyperreg.hypernet import HyperNetwork
 from hyperreg.spatial import _resize_field, _warp, integrate_velocity
 from hyperreg.unet import UNet
 
-__all__ = ["HyperMorph", "RegistrationOutput", "save_checkpoint", "load_checkpoint", "FORMAT_VERSION"]
+__all__ = [
+    "FORMAT_VERSION",
+    "HyperMorph",
+    "RegistrationOutput",
+    "load_checkpoint",
+    "save_checkpoint",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +131,9 @@ class HyperMorph(nn.Module):
             params = {name: value[0] for name, value in params.items()}
         return self._register(moving, fixed, params)
 
-    def _register(self, moving: Tensor, fixed: Tensor, params: dict[str, Tensor]) -> RegistrationOutput:
+    def _register(
+        self, moving: Tensor, fixed: Tensor, params: dict[str, Tensor]
+    ) -> RegistrationOutput:
         spatial = moving.shape[2:]
         padded = [math.ceil(s / self.unet.divisor) * self.unet.divisor for s in spatial]
         pad: list[int] = []
@@ -208,9 +216,13 @@ def load_checkpoint(
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # torch raises many types for a bad file
-        raise ValueError(f"load_checkpoint(): cannot read '{path}': not a hyperreg checkpoint ({err})") from err
+        raise ValueError(
+            f"load_checkpoint(): cannot read '{path}': not a hyperreg checkpoint ({err})"
+        ) from err
     if not isinstance(payload, dict) or "format_version" not in payload:
-        raise ValueError(f"load_checkpoint(): '{path}' is not a hyperreg checkpoint (no format_version)")
+        raise ValueError(
+            f"load_checkpoint(): '{path}' is not a hyperreg checkpoint (no format_version)"
+        )
     if payload["format_version"] != FORMAT_VERSION:
         raise RuntimeError(
             f"load_checkpoint(): '{path}' has format_version {payload['format_version']}, "

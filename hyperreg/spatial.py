@@ -19,13 +19,13 @@ from torch import Tensor, nn
 from hyperreg._checks import check_field, check_image, check_option
 
 __all__ = [
-    "identity_grid",
-    "warp",
-    "integrate_velocity",
-    "resize_field",
-    "jacobian_determinant",
     "SpatialTransformer",
     "VelocityIntegrator",
+    "identity_grid",
+    "integrate_velocity",
+    "jacobian_determinant",
+    "resize_field",
+    "warp",
 ]
 
 WARP_MODES = ("bilinear", "nearest")
@@ -33,7 +33,9 @@ PADDING_MODES = ("border", "zeros")
 
 
 def identity_grid(
-    spatial_shape: Sequence[int], device: torch.device | None = None, dtype: torch.dtype = torch.float32
+    spatial_shape: Sequence[int],
+    device: torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
 ) -> Tensor:
     """Voxel coordinates of every grid point.
 
@@ -181,7 +183,7 @@ def resize_field(field: Tensor, factor: float, size: Sequence[int] | None = None
 
 def _resize_field(field: Tensor, factor: float, size: Sequence[int] | None = None) -> Tensor:
     if size is None:
-        size = [int(round(s * factor)) for s in field.shape[2:]]
+        size = [round(s * factor) for s in field.shape[2:]]
     mode = "bilinear" if field.ndim == 4 else "trilinear"
     resized = F.interpolate(field, size=tuple(size), mode=mode, align_corners=False)
     return resized * factor

@@ -29,7 +29,7 @@ from hyperreg.data import LambdaSampler, PairSampler, find_scans
 from hyperreg.losses import gradient_loss, mse_loss, ncc_loss
 from hyperreg.model import HyperMorph, RegistrationOutput, save_checkpoint
 
-__all__ = ["train", "hypermorph_loss", "PairSource", "SIMILARITIES"]
+__all__ = ["SIMILARITIES", "PairSource", "hypermorph_loss", "train"]
 
 logger = logging.getLogger(__name__)
 
@@ -78,9 +78,7 @@ def _validate(config: TrainConfig) -> None:
         raise ValueError(f"train(): 'lr' must be > 0, got {config.lr}")
 
 
-def train(
-    config: TrainConfig, pairs: PairSource | None = None, progress: bool = True
-) -> Path:
+def train(config: TrainConfig, pairs: PairSource | None = None, progress: bool = True) -> Path:
     """Train a HyperMorph model and return the path of the final checkpoint.
 
     Args:
@@ -148,5 +146,7 @@ def train(
                 handle.flush()
                 save_checkpoint(model, out_dir / f"checkpoint_{step:07d}.pt", step=step, **extra)
     final = save_checkpoint(model, out_dir / "model.pt", step=config.steps, **extra)
-    logger.info("trained %d steps in %.1f s -> %s", config.steps, time.perf_counter() - start, final)
+    logger.info(
+        "trained %d steps in %.1f s -> %s", config.steps, time.perf_counter() - start, final
+    )
     return final

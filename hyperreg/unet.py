@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from hyperreg.layers import conv
 
-__all__ = ["UNet", "FixedWeightUNet"]
+__all__ = ["FixedWeightUNet", "UNet"]
 
 FLOW_INIT_STD = 1e-5
 

@@ -3,7 +3,8 @@
 Example (the shared OASIS pair)::
 
     python scripts/evaluate_lambdas.py --model runs/oasis2d/model.pt \
-        --moving OASIS_OAS1_0002_MR1/slice_norm.nii.gz --fixed OASIS_OAS1_0001_MR1/slice_norm.nii.gz \
+        --moving OASIS_OAS1_0002_MR1/slice_norm.nii.gz \
+        --fixed OASIS_OAS1_0001_MR1/slice_norm.nii.gz \
         --moving-seg OASIS_OAS1_0002_MR1/slice_seg24.nii.gz \
         --fixed-seg OASIS_OAS1_0001_MR1/slice_seg24.nii.gz --lambdas 0,0.1,0.3,0.5,0.7,0.9,1
 
@@ -47,15 +48,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         labels = sorted(set(np.unique(moving_seg.data)) & set(np.unique(fixed_seg.data)) - {0})
         writer = csv.writer(sys.stdout)
         writer.writerow(["lambda", "mean_dice", "folding_percent", "log_jacobian_std"])
-        writer.writerow(["none", f"{mean_dice(moving_seg.data, fixed_seg.data, labels):.4f}", "", ""])
+        writer.writerow(
+            ["none", f"{mean_dice(moving_seg.data, fixed_seg.data, labels):.4f}", "", ""]
+        )
         for lam in lambdas:
-            result = register_pair(model, moving, fixed, lam, moving_seg=moving_seg, fixed_seg=fixed_seg)
-            writer.writerow([
-                f"{lam:g}",
-                f"{mean_dice(result.moved_seg, fixed_seg.data, labels):.4f}",
-                f"{100 * result.folding_fraction:.4f}",
-                f"{result.log_jacobian_std:.4f}",
-            ])
+            result = register_pair(
+                model, moving, fixed, lam, moving_seg=moving_seg, fixed_seg=fixed_seg
+            )
+            writer.writerow(
+                [
+                    f"{lam:g}",
+                    f"{mean_dice(result.moved_seg, fixed_seg.data, labels):.4f}",
+                    f"{100 * result.folding_fraction:.4f}",
+                    f"{result.log_jacobian_std:.4f}",
+                ]
+            )
     except (ValueError, TypeError, FileNotFoundError) as err:
         print(f"evaluate_lambdas: error: {err}", file=sys.stderr)
         return 2

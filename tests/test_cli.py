@@ -45,12 +45,17 @@ def files(tmp_path: Path) -> dict[str, Path]:
     paths = {
         "moving": _write(tmp_path / "moving.nii.gz", moving[..., None]),
         "fixed": _write(tmp_path / "fixed.nii.gz", fixed[..., None]),
-        "moving_seg": _write(tmp_path / "moving_seg.nii.gz", (moving > 0.5).astype(np.uint8)[..., None] * 3),
-        "fixed_seg": _write(tmp_path / "fixed_seg.nii.gz", (fixed > 0.5).astype(np.uint8)[..., None] * 3),
+        "moving_seg": _write(
+            tmp_path / "moving_seg.nii.gz", (moving > 0.5).astype(np.uint8)[..., None] * 3
+        ),
+        "fixed_seg": _write(
+            tmp_path / "fixed_seg.nii.gz", (fixed > 0.5).astype(np.uint8)[..., None] * 3
+        ),
     }
     torch.manual_seed(0)
-    model = HyperMorph(ModelConfig(ndim=2, enc_channels=(4, 4, 4, 4), dec_channels=(4,) * 7,
-                                   hyper_hidden=(8, 8)))
+    model = HyperMorph(
+        ModelConfig(ndim=2, enc_channels=(4, 4, 4, 4), dec_channels=(4,) * 7, hyper_hidden=(8, 8))
+    )
     paths["model"] = save_checkpoint(model, tmp_path / "model.pt")
     paths["out"] = tmp_path / "out"
     return paths
@@ -60,15 +65,33 @@ def _register_args(files: dict[str, Path], lam: str = "0.3", **over: Path) -> li
     paths = {**files, **over}
     out = files["out"]
     return [
-        "register", "--model", str(paths["model"]), "--moving", str(paths["moving"]),
-        "--fixed", str(paths["fixed"]), "--lambda", lam,
-        "--moved", str(out / "moved.nii.gz"), "--warp", str(out / "warp.nii.gz"),
-        "--moving-seg", str(paths["moving_seg"]), "--moved-seg", str(out / "moved_seg.nii.gz"),
-        "--fixed-seg", str(paths["fixed_seg"]), "--device", "cpu",
+        "register",
+        "--model",
+        str(paths["model"]),
+        "--moving",
+        str(paths["moving"]),
+        "--fixed",
+        str(paths["fixed"]),
+        "--lambda",
+        lam,
+        "--moved",
+        str(out / "moved.nii.gz"),
+        "--warp",
+        str(out / "warp.nii.gz"),
+        "--moving-seg",
+        str(paths["moving_seg"]),
+        "--moved-seg",
+        str(out / "moved_seg.nii.gz"),
+        "--fixed-seg",
+        str(paths["fixed_seg"]),
+        "--device",
+        "cpu",
     ]
 
 
-def test_register_writes_outputs_on_fixed_grid(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+def test_register_writes_outputs_on_fixed_grid(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(_register_args(files)) == 0
     printed = capsys.readouterr().out
     assert "mean Dice" in printed and "folding fraction" in printed
@@ -96,7 +119,9 @@ def test_register_rejects_lambda_outside_unit_interval(
     assert not files["out"].exists()
 
 
-def test_missing_input_is_one_line_error(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_input_is_one_line_error(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     missing = files["out"].parent / "nope.nii.gz"
     assert main(_register_args(files, moving=missing)) == 2
     err = capsys.readouterr().err.strip()
@@ -111,7 +136,9 @@ def test_debug_reraises(files: dict[str, Path]) -> None:
         main(_register_args(files, moving=missing) + ["--debug"])
 
 
-def test_bad_checkpoint_is_clean_error(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_checkpoint_is_clean_error(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = files["out"].parent / "bad.pt"
     bad.write_bytes(b"not a checkpoint")
     assert main(_register_args(files, model=bad)) == 2
@@ -132,8 +159,25 @@ def test_train_then_register(tmp_path: Path, files: dict[str, Path]) -> None:
         centre = (12 + rng.uniform(-2, 2), 16 + rng.uniform(-2, 2))
         _write(data / f"subject{index}.nii.gz", _blob((32, 32), centre)[..., None])
     out = tmp_path / "run"
-    code = main(["train", "--data", str(data), "--ndim", "2", "--steps", "3", "--batch-size", "2",
-                 "--out", str(out), "--device", "cpu", "--checkpoint-every", "2"])
+    code = main(
+        [
+            "train",
+            "--data",
+            str(data),
+            "--ndim",
+            "2",
+            "--steps",
+            "3",
+            "--batch-size",
+            "2",
+            "--out",
+            str(out),
+            "--device",
+            "cpu",
+            "--checkpoint-every",
+            "2",
+        ]
+    )
     assert code == 0
     assert (out / "model.pt").is_file() and (out / "checkpoint_0000002.pt").is_file()
     log = (out / "train_log.csv").read_text().splitlines()
@@ -148,9 +192,23 @@ def test_train_then_register(tmp_path: Path, files: dict[str, Path]) -> None:
 def _case_args(files: dict[str, Path], **over: Path) -> list[str]:
     paths = {**files, **over}
     out = files["out"]
-    return ["register", "--model", str(paths["model"]), "--moving", str(paths["moving"]),
-            "--fixed", str(paths["fixed"]), "--lambda", "0.5", "--moved", str(out / "moved.nii.gz"),
-            "--warp", str(out / "warp.nii.gz"), "--device", "cpu"]
+    return [
+        "register",
+        "--model",
+        str(paths["model"]),
+        "--moving",
+        str(paths["moving"]),
+        "--fixed",
+        str(paths["fixed"]),
+        "--lambda",
+        "0.5",
+        "--moved",
+        str(out / "moved.nii.gz"),
+        "--warp",
+        str(out / "warp.nii.gz"),
+        "--device",
+        "cpu",
+    ]
 
 
 @needs_cases
@@ -184,7 +242,9 @@ def test_nan_count_is_named(files: dict[str, Path], capsys: pytest.CaptureFixtur
 
 
 @needs_cases
-def test_all_zero_fixed_warns_and_stays_finite(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+def test_all_zero_fixed_warns_and_stays_finite(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     moving = SHARED / "data/neurite-oasis/OASIS_OAS1_0002_MR1/slice_norm.nii.gz"
     args = _case_args(files, moving=moving, fixed=CASES / "c07_fixed_all_zero.nii.gz")
     assert main(args) == 0

@@ -12,7 +12,9 @@ import torch
 from hyperreg.data import LambdaSampler, PairSampler, find_scans, normalize_intensity
 
 OASIS = Path(__file__).resolve().parents[2] / "shared" / "data" / "neurite-oasis"
-needs_oasis = pytest.mark.skipif(not OASIS.is_dir(), reason=f"shared OASIS data not found at {OASIS}")
+needs_oasis = pytest.mark.skipif(
+    not OASIS.is_dir(), reason=f"shared OASIS data not found at {OASIS}"
+)
 
 
 def _save(path: Path, data: np.ndarray) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import itertools
 import os
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import torch
 from hyperreg.config import ModelConfig, TrainConfig
 from hyperreg.losses import gradient_loss, mse_loss, ncc_loss
 from hyperreg.metrics import folding_fraction
-from hyperreg.model import HyperMorph, RegistrationOutput, load_checkpoint
+from hyperreg.model import RegistrationOutput, load_checkpoint
 from hyperreg.train import hypermorph_loss, train
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "neurite-oasis"
@@ -32,7 +33,9 @@ class BlobPairs:
         d2 = (ii - centres[:, 0, None, None]) ** 2 + (jj - centres[:, 1, None, None]) ** 2
         return torch.exp(-d2 / (2 * 5.0**2))[:, None]
 
-    def sample(self, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(
+        self, batch_size: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         centre = 12 + 8 * torch.rand(batch_size, 2, generator=generator)
         shift = 3 * (torch.rand(batch_size, 2, generator=generator) - 0.5) * 2
         return self._blob(centre + shift), self._blob(centre)
@@ -46,7 +49,7 @@ def test_each_sample_uses_its_own_lambda() -> None:
     velocity = torch.randn(2, 2, 8, 8)
     out = RegistrationOutput(moved, torch.zeros(2, 2, 16, 16), velocity)
     lam = torch.tensor([0.0, 1.0])
-    loss, sim, smooth = hypermorph_loss(out, fixed, lam, config)
+    loss, sim, _ = hypermorph_loss(out, fixed, lam, config)
     expected_sim = ncc_loss(moved, fixed, reduction="none")
     expected_smooth = gradient_loss(velocity, reduction="none")
     torch.testing.assert_close(sim, expected_sim)
@@ -57,8 +60,17 @@ def test_each_sample_uses_its_own_lambda() -> None:
 def test_convergence_smoke(tmp_path: Path) -> None:
     """80 steps on tiny blob pairs: the loss falls, low λ aligns better than none, no folding."""
     pairs = BlobPairs()
-    config = TrainConfig(out=str(tmp_path), steps=80, batch_size=4, lr=1e-2, sim="mse",
-                         checkpoint_every=1000, seed=0, device="cpu", model=SMALL)
+    config = TrainConfig(
+        out=str(tmp_path),
+        steps=80,
+        batch_size=4,
+        lr=1e-2,
+        sim="mse",
+        checkpoint_every=1000,
+        seed=0,
+        device="cpu",
+        model=SMALL,
+    )
     path = train(config, pairs=pairs, progress=False)
     with (tmp_path / "train_log.csv").open() as handle:
         rows = list(csv.DictReader(handle))
@@ -89,8 +101,9 @@ def test_train_rejects_bad_settings(tmp_path: Path) -> None:
 def test_training_is_reproducible_from_seed(tmp_path: Path) -> None:
     results = []
     for run in ("a", "b"):
-        config = TrainConfig(out=str(tmp_path / run), steps=3, batch_size=2, seed=7,
-                             device="cpu", model=SMALL)
+        config = TrainConfig(
+            out=str(tmp_path / run), steps=3, batch_size=2, seed=7, device="cpu", model=SMALL
+        )
         model, _ = load_checkpoint(train(config, pairs=BlobPairs(), progress=False))
         results.append(model.state_dict())
     for key in results[0]:
@@ -106,8 +119,9 @@ def test_oasis_2d_acceptance(tmp_path: Path) -> None:
     from hyperreg.io import load_volume
     from hyperreg.metrics import mean_dice
 
-    config = TrainConfig(data=str(SHARED), out=str(tmp_path), steps=1500, device="cpu",
-                         model=ModelConfig(ndim=2))
+    config = TrainConfig(
+        data=str(SHARED), out=str(tmp_path), steps=1500, device="cpu", model=ModelConfig(ndim=2)
+    )
     model, _ = load_checkpoint(train(config, progress=False))
     moving = load_volume(SHARED / "OASIS_OAS1_0002_MR1/slice_norm.nii.gz")
     fixed = load_volume(SHARED / "OASIS_OAS1_0001_MR1/slice_norm.nii.gz")
@@ -117,9 +131,11 @@ def test_oasis_2d_acceptance(tmp_path: Path) -> None:
     before = mean_dice(moving_seg.data, fixed_seg.data, labels)
     folding = []
     for lam in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 0.9, 1.0):
-        result = register_pair(model, moving, fixed, lam, moving_seg=moving_seg, fixed_seg=fixed_seg)
+        result = register_pair(
+            model, moving, fixed, lam, moving_seg=moving_seg, fixed_seg=fixed_seg
+        )
         assert result.moved.shape == fixed.spatial_shape
         if lam <= 0.5:
             assert mean_dice(result.moved_seg, fixed_seg.data, labels) >= before + 0.05, lam
         folding.append(result.folding_fraction)
-    assert all(b <= a + 1e-4 for a, b in zip(folding, folding[1:])), folding
+    assert all(b <= a + 1e-4 for a, b in itertools.pairwise(folding)), folding
