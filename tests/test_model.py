@@ -294,3 +294,25 @@ def test_checkpoint_garbage_file_raises(tmp_path) -> None:
     torch.save({"weights": torch.zeros(2)}, other)
     with pytest.raises(ValueError, match=r"no format_version"):
         load_checkpoint(other)
+
+
+# ------------------------------------------------------------------------------------------
+# GPU (skipped where CUDA is absent; never needed in CI)
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu_and_checkpoint_from_gpu_loads_on_cpu(make_blobs, tmp_path) -> None:
+    model = _small(2).eval()
+    moving, fixed = _pair(MODEL_SHAPES[2], make_blobs, batch=2)
+    lam = torch.tensor([0.2, 0.9])
+    with torch.no_grad():
+        on_cpu = model(moving, fixed, lam)
+        gpu_model = model.to("cuda")
+        on_gpu = gpu_model(moving.cuda(), fixed.cuda(), lam.cuda())
+    assert on_gpu.disp.device.type == "cuda"
+    assert_close(on_gpu.moved.cpu(), on_cpu.moved, rtol=1e-3, atol=1e-4)
+    path = save_checkpoint(gpu_model, tmp_path / "gpu.pt")
+    loaded, _ = load_checkpoint(path, map_location="cpu")
+    assert all(p.device.type == "cpu" for p in loaded.parameters())
