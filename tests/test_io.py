@@ -583,4 +583,5 @@ def test_shared_npz_is_the_same_geometry_as_neurite_oasis() -> None:
     vol = load_volume(path)
     assert vol.spatial_shape == (160, 192, 224)
     np.testing.assert_array_equal(vol.affine, np.eye(4))
+    assert nib.aff2axcodes(vol.affine) == ("R", "A", "S")  # the documented identity rule
     assert 0.87 < float(vol.data.max()) < 0.88
