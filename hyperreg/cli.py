@@ -1,4 +1,4 @@
-"""Command line: ``hyperreg {train, register, demo}``.
+"""Command line: ``hyperreg {train, register, warp, jacobian, demo}``.
 
 Each subcommand parses its flags, builds a config and calls one library function. torch and
 nibabel are imported inside the subcommands, so ``hyperreg --help`` is fast. Library errors
@@ -122,7 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
     reg = sub.add_parser("register", help="register a moving image to a fixed image at one λ")
     reg.add_argument("--model", required=True, help="checkpoint (.pt) written by 'hyperreg train'")
     reg.add_argument("--moving", required=True, help="moving image (NIfTI, MGZ or npz)")
-    reg.add_argument("--fixed", required=True, help="fixed image, same grid as the moving image")
+    reg.add_argument(
+        "--fixed",
+        required=True,
+        help="fixed image; every output is on its grid with its affine (a moving image on "
+        "another grid is resampled onto it first, see --no-resample)",
+    )
     reg.add_argument(
         "--lambda",
         dest="lam",
@@ -138,7 +143,22 @@ def build_parser() -> argparse.ArgumentParser:
     reg.add_argument(
         "--warp",
         help="displacement field (voxels), NIfTI (I,J,K,3) channel last, i/j/k "
-        "order, fixed-image affine; moved[x] = moving(x + u(x))",
+        "order, fixed-image affine; moved[x] = moving(x + u(x)); see --warp-format",
+    )
+    reg.add_argument(
+        "--warp-format",
+        choices=("voxel", "itk"),
+        default="voxel",
+        help="format of --warp: voxel (default, as above) or itk: world mm in LPS, vector "
+        "intent, shape (I,J,K,1,3) (2D: (I,J,1,1,2)), fixed-image affine, applied directly by "
+        "ANTs antsApplyTransforms and SimpleITK DisplacementFieldTransform",
+    )
+    reg.add_argument(
+        "--no-resample",
+        dest="resample",
+        action="store_false",
+        help="do not resample a moving image (or label map) on another grid onto the fixed "
+        "grid; differing grids are then an error",
     )
     reg.add_argument("--moving-seg", help="moving label map, warped with nearest neighbour")
     reg.add_argument("--moved-seg", help="moved label map, NIfTI, integer type, fixed affine")
@@ -150,6 +170,54 @@ def build_parser() -> argparse.ArgumentParser:
         help="intensity normalisation of both images (default minmax to [0, 1])",
     )
     _add_common(reg)
+
+    warp = sub.add_parser(
+        "warp", help="apply a saved displacement field to another image or label map"
+    )
+    warp.add_argument(
+        "--moving",
+        required=True,
+        help="image or label map to warp (NIfTI, MGZ or npz); on another grid than the field "
+        "it is resampled onto the field's grid first",
+    )
+    warp.add_argument(
+        "--warp",
+        required=True,
+        help="displacement field written by 'hyperreg register --warp' (voxel or itk format, "
+        "detected from the file)",
+    )
+    warp.add_argument(
+        "--moved",
+        required=True,
+        help="warped output, NIfTI, on the field's (fixed) grid with its affine; float32, or "
+        "an unscaled integer type with --nearest",
+    )
+    warp.add_argument(
+        "--nearest",
+        action="store_true",
+        help="label map: round to integer ids, nearest-neighbour interpolation, integer output",
+    )
+    warp.add_argument(
+        "--no-resample",
+        dest="resample",
+        action="store_false",
+        help="do not resample a moving file on another grid; differing grids are an error",
+    )
+    warp.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+
+    jac = sub.add_parser(
+        "jacobian", help="Jacobian determinant map and folding of a saved displacement field"
+    )
+    jac.add_argument(
+        "--warp", required=True, help="displacement field (voxel or itk format, detected)"
+    )
+    jac.add_argument(
+        "--out",
+        required=True,
+        help="Jacobian determinant of x + u(x), NIfTI float32, dimensionless, on the field's "
+        "(fixed) grid with its affine",
+    )
+    jac.add_argument("--debug", action="store_true", help="show tracebacks on errors")
 
     demo = sub.add_parser("demo", help="train and register on built-in data, write a report")
     demo.add_argument(
@@ -211,11 +279,40 @@ def _cmd_register(args: argparse.Namespace) -> int:
         fixed_seg=args.fixed_seg,
         moved_seg=args.moved_seg,
         normalization=args.normalization,
+        resample=args.resample,
+        warp_format=args.warp_format,
     )
+    for message in result.resampled:
+        print(f"{PROG} register: {message}")
     written = [p for p in (args.moved, args.warp, args.moved_seg) if p]
     print(f"λ = {result.lam:g}: wrote {', '.join(written)}")
     if result.dice is not None:
         print(f"mean Dice {result.mean_dice:.4f} over {len(result.dice)} labels")
+    print(
+        f"folding fraction {100 * result.folding_fraction:.3f} % of voxels (J <= 0), "
+        f"std log J {result.log_jacobian_std:.4f}"
+    )
+    return 0
+
+
+def _cmd_warp(args: argparse.Namespace) -> int:
+    from hyperreg.inference import warp_file
+
+    result = warp_file(
+        args.moving, args.warp, args.moved, nearest=args.nearest, resample=args.resample
+    )
+    if result.resampled:
+        print(f"{PROG} warp: {result.resampled}")
+    kind = "label map (nearest neighbour)" if args.nearest else "image (linear)"
+    print(f"wrote {args.moved}: {kind}, shape {result.grid.spatial_shape}")
+    return 0
+
+
+def _cmd_jacobian(args: argparse.Namespace) -> int:
+    from hyperreg.inference import jacobian_file
+
+    result = jacobian_file(args.warp, args.out)
+    print(f"wrote {args.out}: Jacobian determinant, shape {result.jacobian.shape}")
     print(
         f"folding fraction {100 * result.folding_fraction:.3f} % of voxels (J <= 0), "
         f"std log J {result.log_jacobian_std:.4f}"
@@ -233,7 +330,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": _cmd_train, "register": _cmd_register, "demo": _cmd_demo}
+COMMANDS = {
+    "train": _cmd_train,
+    "register": _cmd_register,
+    "warp": _cmd_warp,
+    "jacobian": _cmd_jacobian,
+    "demo": _cmd_demo,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

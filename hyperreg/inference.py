@@ -1,9 +1,13 @@
-"""Register scan pairs with a trained model at a chosen λ.
+"""Register scan pairs with a trained model at a chosen λ, and apply or inspect saved fields.
 
 :func:`register_pair` works on loaded :class:`~hyperreg.io.Volume` objects (numpy in, numpy out),
 :func:`register_files` adds the file boundary: it loads and validates every input first, registers,
 and only then writes the outputs (each atomically), so bad input never leaves half-written files.
-Must not import train or cli.
+Registration is voxel-to-voxel on the fixed grid: a moving image (or label map) on another grid is
+first resampled onto it through both affines (:func:`hyperreg.resample.resample_to`), unless
+resampling is turned off, in which case differing grids are an error. :func:`warp_file` applies a
+saved displacement field (either on-disk format) to another image or label map;
+:func:`jacobian_file` writes its Jacobian determinant map. Must not import train or cli.
 """
 
 from __future__ import annotations
@@ -12,18 +16,38 @@ import logging
 import math
 import os
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from hyperreg._checks import as_lambda_tensor
+from hyperreg._checks import as_lambda_tensor, check_option
 from hyperreg.data import normalize_intensity
-from hyperreg.io import Volume, check_same_grid, load_volume, save_displacement, save_volume
+from hyperreg.io import (
+    DISPLACEMENT_FORMATS,
+    Volume,
+    check_itk_grid,
+    check_same_grid,
+    load_displacement,
+    load_volume,
+    same_grid,
+    save_displacement,
+    save_volume,
+)
 from hyperreg.metrics import dice_per_label, field_summary
 from hyperreg.model import HyperMorph
-from hyperreg.spatial import warp
+from hyperreg.resample import describe_grid, resample_to
+from hyperreg.spatial import jacobian_determinant, warp
 
-__all__ = ["RegistrationResult", "register_files", "register_pair"]
+__all__ = [
+    "JacobianResult",
+    "RegistrationResult",
+    "WarpResult",
+    "jacobian_file",
+    "register_files",
+    "register_pair",
+    "warp_file",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +64,8 @@ class RegistrationResult:
         dice: ``{label: Dice}`` between moved and fixed label maps, or None.
         folding_fraction: Share of voxels with Jacobian determinant ≤ 0.
         log_jacobian_std: Standard deviation of log J.
+        resampled: One message per input that was resampled onto the fixed grid, e.g.
+            ``"resampled moving 'm.nii.gz' (shape (150, 181), ...) onto the fixed grid (...)"``.
     """
 
     moved: np.ndarray
@@ -50,6 +76,7 @@ class RegistrationResult:
     folding_fraction: float = 0.0
     log_jacobian_std: float = 0.0
     extra: dict[str, float] = field(default_factory=dict)
+    resampled: list[str] = field(default_factory=list)
 
     @property
     def mean_dice(self) -> float | None:
@@ -58,6 +85,30 @@ class RegistrationResult:
             return None
         values = [v for v in self.dice.values() if not math.isnan(v)]
         return float(np.mean(values)) if values else float("nan")
+
+
+def _onto_grid(
+    fn: str,
+    volume: Volume,
+    grid: Volume,
+    role: str,
+    *,
+    label: bool,
+    resample: bool,
+    target: str = "fixed",
+) -> tuple[Volume, str | None]:
+    """``volume`` on ``grid``: unchanged, resampled (with a message), or a ValueError."""
+    if same_grid(volume, grid):
+        return volume, None
+    if not resample:
+        check_same_grid(volume, grid)  # raises, naming both files, shapes and spacings
+    moved = resample_to(volume, grid, label=label)
+    message = (
+        f"resampled {role} '{volume.path}' ({describe_grid(volume)}) onto the {target} grid "
+        f"({describe_grid(grid)})"
+    )
+    logger.debug("%s(): %s", fn, message)
+    return moved, message
 
 
 def _as_input(volume: Volume, normalization: str, device: torch.device) -> torch.Tensor:
@@ -75,40 +126,66 @@ def register_pair(
     moving_seg: Volume | None = None,
     fixed_seg: Volume | None = None,
     normalization: str = "minmax",
+    resample: bool = False,
 ) -> RegistrationResult:
     """Register ``moving`` to ``fixed`` at λ = ``lam`` on the model's device.
 
+    Registration is voxel-to-voxel on the fixed grid. With ``resample=True``, ``moving`` (linear
+    interpolation) and ``moving_seg`` / ``fixed_seg`` (nearest neighbour, label ids preserved)
+    are first resampled onto the fixed grid through their own affines when they are not on it
+    (:func:`hyperreg.io.same_grid` false: shape, spacing, orientation or position differ), and
+    ``RegistrationResult.resampled`` says which. Intensities are normalised after resampling.
+
     Args:
         model: A trained :class:`~hyperreg.model.HyperMorph` (its ``ndim`` must match).
-        moving: Moving image on the same grid as ``fixed``.
+        moving: Moving image, on the fixed grid unless ``resample`` is True.
         fixed: Fixed image.
         lam: λ in [0, 1].
-        moving_seg: Optional moving label map (same grid as ``moving``), warped with nearest
-            neighbour.
+        moving_seg: Optional moving label map (int32), on the grid of ``moving`` (or anywhere
+            in world space with ``resample``), warped with nearest neighbour.
         fixed_seg: Optional fixed label map; with ``moving_seg`` it enables Dice.
         normalization: Intensity normalisation, see :func:`hyperreg.data.normalize_intensity`.
+        resample: Resample inputs that are not on the fixed grid (default False: they are an
+            error, as in :func:`hyperreg.io.check_same_grid`).
 
     Returns:
-        A :class:`RegistrationResult`.
+        A :class:`RegistrationResult`; every array is on the fixed grid.
 
     Raises:
-        ValueError: If the grids differ, the dimensionality does not match the model, or ``lam``
-            lies outside [0, 1].
+        ValueError: If the grids differ and ``resample`` is False, a label map is not on its
+            image's grid (without ``resample``), the dimensionality does not match the model or
+            between the images, or ``lam`` lies outside [0, 1].
     """
-    check_same_grid(moving, fixed)
-    for seg, image in ((moving_seg, moving), (fixed_seg, fixed)):
-        if seg is not None and seg.spatial_shape != image.spatial_shape:
-            raise ValueError(
-                f"register_pair(): label map '{seg.path}' has shape {seg.spatial_shape}, its "
-                f"image '{image.path}' has {image.spatial_shape}"
-            )
+    fn = "register_pair"
     if fixed.ndim != model.config.ndim:
         raise ValueError(
-            f"register_pair(): the model is {model.config.ndim}D but '{fixed.path}' is "
+            f"{fn}(): the model is {model.config.ndim}D but '{fixed.path}' is "
             f"{fixed.ndim}D with shape {fixed.spatial_shape}"
         )
+    if not resample:
+        check_same_grid(moving, fixed)
+        for seg, image in ((moving_seg, moving), (fixed_seg, fixed)):
+            if seg is not None and not same_grid(seg, image):
+                raise ValueError(
+                    f"{fn}(): label map '{seg.path}' must lie on the grid of its image "
+                    f"'{image.path}', got {describe_grid(seg)} vs {describe_grid(image)}; "
+                    "resample it first (resample=True)"
+                )
+    notes: list[str] = []
+    moving, note = _onto_grid(fn, moving, fixed, "moving", label=False, resample=resample)
+    notes += [note] if note else []
+    if moving_seg is not None:
+        moving_seg, note = _onto_grid(
+            fn, moving_seg, fixed, "moving label map", label=True, resample=resample
+        )
+        notes += [note] if note else []
+    if fixed_seg is not None:
+        fixed_seg, note = _onto_grid(
+            fn, fixed_seg, fixed, "fixed label map", label=True, resample=resample
+        )
+        notes += [note] if note else []
     device = next(model.parameters()).device
-    lam_t = as_lambda_tensor("register_pair", lam, 1, device)
+    lam_t = as_lambda_tensor(fn, lam, 1, device)
     out = model(
         _as_input(moving, normalization, device), _as_input(fixed, normalization, device), lam_t
     )
@@ -128,11 +205,18 @@ def register_pair(
         dice=dice,
         folding_fraction=summary["folding_fraction"],
         log_jacobian_std=summary["log_jacobian_std"],
+        resampled=notes,
     )
 
 
 PathLike = str | os.PathLike[str]
 OUTPUT_SUFFIXES = (".nii.gz", ".nii")
+
+
+def _check_outputs(fn: str, **outputs: PathLike | None) -> None:
+    for name, out in outputs.items():
+        if out is not None and not str(out).endswith(OUTPUT_SUFFIXES):
+            raise ValueError(f"{fn}(): '{name}' must end in {OUTPUT_SUFFIXES}, got '{out}'")
 
 
 def register_files(
@@ -147,30 +231,54 @@ def register_files(
     fixed_seg: PathLike | None = None,
     moved_seg: PathLike | None = None,
     normalization: str = "minmax",
+    resample: bool = True,
+    warp_format: str = "voxel",
 ) -> RegistrationResult:
     """Load, register and write: the file-level form of :func:`register_pair`.
 
     Every input is read and checked before anything is written; each output is written
-    atomically with the fixed image's affine and disk layout. ``warp_out`` receives the
-    displacement field (NIfTI, channel last, voxels, i/j/k order, fixed-image affine).
+    atomically with the fixed image's affine and disk layout. Inputs not on the fixed grid are
+    resampled onto it first (see :func:`register_pair`; ``resample=False`` makes that an error).
+    ``warp_out`` receives the displacement field on the fixed grid in ``warp_format``: ``"voxel"``
+    (channel last, voxels, i/j/k order) or ``"itk"`` (LPS world mm, vector intent, 5D; see
+    :func:`hyperreg.io.save_displacement`).
+
+    Args:
+        model: A trained :class:`~hyperreg.model.HyperMorph`.
+        moving: Moving image file (NIfTI, MGZ or npz).
+        fixed: Fixed image file; every output takes its grid, affine and disk layout.
+        lam: λ in [0, 1].
+        moved: Output for the moved image (float32, normalised intensities), or None.
+        warp_out: Output for the displacement field, or None.
+        moving_seg: Moving label map file (rounded to integers), or None.
+        fixed_seg: Fixed label map file (for Dice), or None.
+        moved_seg: Output for the moved label map (unscaled integer type), or None.
+        normalization: Intensity normalisation, see :func:`hyperreg.data.normalize_intensity`.
+        resample: Resample inputs on other grids onto the fixed grid (default True).
+        warp_format: ``"voxel"`` (default) or ``"itk"``.
+
+    Returns:
+        The :class:`RegistrationResult` (``resampled`` lists what was resampled).
 
     Raises:
         FileNotFoundError: If an input is missing.
         ValueError: If an input is unreadable or invalid (4D series, non-finite voxels, grids
-            that differ), ``moved_seg`` is asked for without ``moving_seg``, or ``lam`` is out of
-            range.
+            that differ with ``resample=False``), ``moved_seg`` is asked for without
+            ``moving_seg``, an output suffix or ``warp_format`` is wrong, the ITK format cannot
+            represent a 2D fixed grid (:func:`hyperreg.io.check_itk_grid`), or ``lam`` is out
+            of range.
     """
+    fn = "register_files"
     if moved_seg is not None and moving_seg is None:
-        raise ValueError("register_files(): 'moved_seg' needs 'moving_seg' (the label map to warp)")
-    for name, out in (("moved", moved), ("warp_out", warp_out), ("moved_seg", moved_seg)):
-        if out is not None and not str(out).endswith(OUTPUT_SUFFIXES):
-            raise ValueError(
-                f"register_files(): '{name}' must end in {OUTPUT_SUFFIXES}, got '{out}'"
-            )
+        raise ValueError(f"{fn}(): 'moved_seg' needs 'moving_seg' (the label map to warp)")
+    check_option(fn, "warp_format", warp_format, DISPLACEMENT_FORMATS)
+    _check_outputs(fn, moved=moved, warp_out=warp_out, moved_seg=moved_seg)
     moving_v = load_volume(moving)
     fixed_v = load_volume(fixed)
     moving_seg_v = load_volume(moving_seg, label=True) if moving_seg is not None else None
     fixed_seg_v = load_volume(fixed_seg, label=True) if fixed_seg is not None else None
+    if warp_out is not None and warp_format == "itk":
+        check_itk_grid(fixed_v)
     result = register_pair(
         model,
         moving_v,
@@ -179,11 +287,122 @@ def register_files(
         moving_seg=moving_seg_v,
         fixed_seg=fixed_seg_v,
         normalization=normalization,
+        resample=resample,
     )
     if moved is not None:
         save_volume(moved, result.moved, fixed_v)
     if warp_out is not None:
-        save_displacement(warp_out, result.disp, fixed_v)
+        save_displacement(warp_out, result.disp, fixed_v, format=warp_format)
     if moved_seg is not None and result.moved_seg is not None:
         save_volume(moved_seg, result.moved_seg, fixed_v, label=True)
     return result
+
+
+class WarpResult(NamedTuple):
+    """Output of :func:`warp_file`.
+
+    Attributes:
+        moved: The warped image (float32) or label map (int32), on the field's grid.
+        grid: The field's (fixed) grid; ``moved`` was written with its affine and layout.
+        resampled: Message if the input was first resampled onto the field's grid, else None.
+    """
+
+    moved: np.ndarray
+    grid: Volume
+    resampled: str | None
+
+
+@torch.no_grad()
+def warp_file(
+    moving: PathLike,
+    warp_field: PathLike,
+    moved: PathLike,
+    *,
+    nearest: bool = False,
+    resample: bool = True,
+) -> WarpResult:
+    """Apply a saved displacement field to an image or label map and write the result.
+
+    The field (either on-disk format, see :func:`hyperreg.io.load_displacement`) lives on the
+    fixed grid and points into the moving image on that same grid (hyperreg registers on the
+    fixed grid), so ``moved[x] = moving(x + u(x))`` with ``u`` in voxels. A ``moving`` file on
+    another grid is first resampled onto the field's grid through both affines, as
+    :func:`register_files` does. Intensities are not normalised. Samples outside the image take
+    the edge value (``padding="border"``, as in registration).
+
+    Args:
+        moving: Image or label map to warp (NIfTI, MGZ or npz).
+        warp_field: Displacement field written by ``hyperreg register --warp`` (voxel or ITK).
+        moved: Output NIfTI, written atomically with the field's affine and layout: float32 for
+            images; for label maps (``nearest``) the smallest integer type, unscaled.
+        nearest: Treat ``moving`` as a label map: read with rounding to integers, warp with
+            nearest neighbour (only input label ids appear), write as integers.
+        resample: Resample a ``moving`` on another grid (default); False makes that an error.
+
+    Returns:
+        A :class:`WarpResult`.
+
+    Raises:
+        FileNotFoundError: If an input is missing.
+        ValueError: If an input is unreadable or invalid, ``moved`` has a wrong suffix, the
+            dimensionality of ``moving`` and the field differ, or the grids differ with
+            ``resample=False``.
+    """
+    fn = "warp_file"
+    _check_outputs(fn, moved=moved)
+    field_ = load_displacement(warp_field)
+    moving_v = load_volume(moving, label=nearest)
+    moving_v, note = _onto_grid(
+        fn, moving_v, field_.grid, "moving", label=nearest, resample=resample, target="field"
+    )
+    image = torch.from_numpy(moving_v.data.astype(np.float64))[None, None]
+    disp = torch.from_numpy(field_.disp.astype(np.float64))[None]
+    out = warp(image, disp, mode="nearest" if nearest else "bilinear")[0, 0].numpy()
+    data = np.rint(out).astype(np.int32) if nearest else out.astype(np.float32)
+    save_volume(moved, data, field_.grid, label=nearest)
+    return WarpResult(moved=data, grid=field_.grid, resampled=note)
+
+
+class JacobianResult(NamedTuple):
+    """Output of :func:`jacobian_file`.
+
+    Attributes:
+        jacobian: Jacobian determinant of ``φ(x) = x + u(x)``, shape of the fixed grid, float32.
+        folding_fraction: Share of voxels with ``J <= 0``, in [0, 1].
+        log_jacobian_std: Standard deviation of ``log J`` (J clipped at 1e-9).
+    """
+
+    jacobian: np.ndarray
+    folding_fraction: float
+    log_jacobian_std: float
+
+
+@torch.no_grad()
+def jacobian_file(warp_field: PathLike, out: PathLike) -> JacobianResult:
+    """Write the Jacobian determinant map of a saved displacement field.
+
+    Args:
+        warp_field: Displacement field (voxel or ITK format, see
+            :func:`hyperreg.io.load_displacement`).
+        out: Output NIfTI: float32 determinants (dimensionless, per voxel of the fixed grid,
+            :func:`hyperreg.spatial.jacobian_determinant`), fixed affine and layout, atomic.
+
+    Returns:
+        A :class:`JacobianResult` with the map and its folding summary.
+
+    Raises:
+        FileNotFoundError: If ``warp_field`` is missing.
+        ValueError: If the field is unreadable or invalid, a grid size is below 2, or ``out``
+            has a wrong suffix.
+    """
+    _check_outputs("jacobian_file", out=out)
+    field_ = load_displacement(warp_field)
+    disp = torch.from_numpy(field_.disp)[None]
+    summary = field_summary(disp)
+    jacobian = jacobian_determinant(disp)[0, 0].numpy().astype(np.float32)
+    save_volume(out, jacobian, field_.grid)
+    return JacobianResult(
+        jacobian=jacobian,
+        folding_fraction=summary["folding_fraction"],
+        log_jacobian_std=summary["log_jacobian_std"],
+    )

@@ -252,3 +252,151 @@ def test_all_zero_fixed_warns_and_stays_finite(
     for name in ("moved", "warp"):
         data = np.asanyarray(nib.load(files["out"] / f"{name}.nii.gz").dataobj)
         assert np.isfinite(data).all()
+
+
+# --- grids, warp and jacobian commands (issue 3) -------------------------------------------
+
+XY_AFFINE = np.array(
+    [[0.8, -0.9, 0, -3.0], [0.6, 1.2, 0, 4.0], [0, 0, 2.0, 1.0], [0, 0, 0, 1]], dtype=np.float64
+)  # in-plane rotation, 1 x 1.5 mm, slice axis along z: an ITK-representable 2D grid
+
+
+def test_register_resamples_a_moving_image_on_another_grid(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    fixed = nib.load(files["fixed"])
+    data = np.asanyarray(fixed.dataobj)
+    flip = np.diag([-1.0, 1.0, 1.0, 1.0])
+    flip[0, 3] = data.shape[0] - 1
+    other = _write(files["out"].parent / "flipped.nii.gz", data[::-1].copy(), AFFINE @ flip)
+    assert main(_register_args(files, moving=other)) == 0
+    lines = capsys.readouterr().out.splitlines()
+    note = [line for line in lines if "resampled moving" in line]
+    assert len(note) == 1 and note[0].startswith(f"hyperreg register: resampled moving '{other}'")
+    assert "orientation RIA" in note[0] and "onto the fixed grid (shape (24, 20)" in note[0]
+    # the fixed image, registered to itself through a flipped copy: the moved image is the fixed
+    moved = np.asanyarray(nib.load(files["out"] / "moved.nii.gz").dataobj)
+    assert np.corrcoef(moved.ravel(), data.ravel())[0, 1] > 0.99
+
+
+def test_register_no_resample_makes_different_grids_an_error(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    shifted = AFFINE.copy()
+    shifted[:3, 3] += 2.0
+    other = _write(
+        files["out"].parent / "shifted.nii.gz", _blob((24, 20), (11, 9))[..., None], shifted
+    )
+    assert main(_register_args(files, moving=other) + ["--no-resample"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "shifted.nii.gz" in err
+    assert "are on different grids" in err and "affines differ" in err
+    assert not files["out"].exists()
+
+
+def test_register_itk_format_on_a_coronal_slice_fails_before_writing(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(_register_args(files) + ["--warp-format", "itk"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "world x-y plane" in err
+    assert not files["out"].exists()
+
+
+@pytest.fixture()
+def xy_files(tmp_path: Path, files: dict[str, Path]) -> dict[str, Path]:
+    """The tiny pair again, on an oblique, anisotropic grid in the world x-y plane."""
+    paths = dict(files)
+    for name in ("moving", "fixed", "moving_seg", "fixed_seg"):
+        data = np.asanyarray(nib.load(files[name]).dataobj)
+        paths[name] = _write(tmp_path / f"xy_{name}.nii.gz", data, XY_AFFINE)
+    return paths
+
+
+@pytest.mark.parametrize("fmt", ["voxel", "itk"])
+def test_warp_command_reproduces_the_registered_outputs(
+    xy_files: dict[str, Path], fmt: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = xy_files["out"]
+    assert main(_register_args(xy_files) + ["--warp-format", fmt]) == 0
+    field = nib.load(out / "warp.nii.gz")
+    assert field.shape == ((24, 20, 1, 2) if fmt == "voxel" else (24, 20, 1, 1, 2))
+    assert (int(field.header["intent_code"]) == 1007) == (fmt == "itk")
+    np.testing.assert_array_equal(field.affine, nib.load(xy_files["fixed"]).affine)
+    # labels: the same ids, integer type, equal to the registered label map
+    seg_out = out / "warped_seg.nii.gz"
+    args = ["warp", "--moving", str(xy_files["moving_seg"]), "--warp", str(out / "warp.nii.gz")]
+    assert main([*args, "--moved", str(seg_out), "--nearest"]) == 0
+    warped = np.asanyarray(nib.load(seg_out).dataobj)
+    assert warped.dtype == np.uint8 and warped.shape == (24, 20, 1)
+    np.testing.assert_array_equal(warped, np.asanyarray(nib.load(out / "moved_seg.nii.gz").dataobj))
+    # intensities: `warp` does not normalise, and linear interpolation commutes with min-max
+    image_out = out / "warped.nii.gz"
+    args[2] = str(xy_files["moving"])
+    assert main([*args, "--moved", str(image_out)]) == 0
+    moving = nib.load(xy_files["moving"]).get_fdata()
+    low, high = moving.min(), moving.max()
+    np.testing.assert_allclose(
+        (nib.load(image_out).get_fdata() - low) / (high - low),
+        nib.load(out / "moved.nii.gz").get_fdata(),
+        atol=1e-5,
+    )
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_warp_command_resamples_a_moving_file_on_another_grid(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(_register_args(files)) == 0
+    data = np.asanyarray(nib.load(files["moving_seg"]).dataobj)
+    flip = np.diag([1.0, -1.0, 1.0, 1.0])
+    flip[1, 3] = data.shape[1] - 1
+    other = _write(files["out"].parent / "seg_flipped.nii.gz", data[:, ::-1].copy(), AFFINE @ flip)
+    out = files["out"]
+    args = ["warp", "--moving", str(other), "--warp", str(out / "warp.nii.gz"), "--nearest"]
+    assert main([*args, "--moved", str(out / "a.nii.gz")]) == 0
+    assert "hyperreg warp: resampled moving" in capsys.readouterr().out
+    np.testing.assert_array_equal(
+        np.asanyarray(nib.load(out / "a.nii.gz").dataobj),
+        np.asanyarray(nib.load(out / "moved_seg.nii.gz").dataobj),
+    )
+    assert main([*args, "--moved", str(out / "b.nii.gz"), "--no-resample"]) == 2
+    assert "are on different grids" in capsys.readouterr().err
+    assert not (out / "b.nii.gz").exists()
+
+
+def test_jacobian_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    shape = (12, 10)
+    disp = np.zeros((*shape, 1, 2), np.float32)
+    disp[..., 0, 0] = 0.5 * np.arange(shape[0], dtype=np.float32)[:, None]  # J = 1.5 everywhere
+    field = _write(tmp_path / "warp.nii.gz", disp, AFFINE)
+    out = tmp_path / "jac.nii.gz"
+    assert main(["jacobian", "--warp", str(field), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "folding fraction 0.000 % of voxels (J <= 0), std log J 0.0000" in printed
+    img = nib.load(out)
+    assert img.shape == (12, 10, 1) and img.get_data_dtype() == np.float32
+    np.testing.assert_array_equal(img.affine, AFFINE)
+    np.testing.assert_allclose(img.get_fdata(), 1.5, atol=1e-6)
+    disp[6:, ..., 0, 0] = -2.0 * np.arange(6, dtype=np.float32)[:, None]  # a fold
+    _write(field, disp, AFFINE)
+    assert main(["jacobian", "--warp", str(field), "--out", str(out)]) == 0
+    assert "folding fraction 0.000 %" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["warp", "jacobian"])
+def test_warp_and_jacobian_bad_input_is_one_line_and_writes_nothing(
+    tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    image = _write(tmp_path / "image.nii.gz", _blob((12, 10), (5, 5))[..., None])
+    out = tmp_path / "out" / "result.nii.gz"
+    for bad_field in (image, tmp_path / "missing.nii.gz"):  # a scalar image is not a field
+        if command == "warp":
+            args = ["warp", "--moving", str(image), "--warp", str(bad_field), "--moved", str(out)]
+        else:
+            args = ["jacobian", "--warp", str(bad_field), "--out", str(out)]
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"hyperreg {command}: error:") and len(err.splitlines()) == 1
+        assert bad_field.name in err
+    assert not out.parent.exists()
