@@ -29,7 +29,8 @@ from torch import Tensor
 from hyperreg._checks import resolve_device
 from hyperreg.config import ModelConfig, TrainConfig
 from hyperreg.data import PairSampler, find_scans, normalize_intensity
-from hyperreg.io import Volume, load_volume, save_displacement, save_volume
+from hyperreg.fields import save_displacement
+from hyperreg.io import Volume, load_volume, save_volume
 from hyperreg.metrics import field_summary, mean_dice
 from hyperreg.model import HyperMorph, load_checkpoint
 from hyperreg.spatial import integrate_velocity, warp

@@ -23,17 +23,13 @@ import torch
 
 from hyperreg._checks import as_lambda_tensor, check_option
 from hyperreg.data import normalize_intensity
-from hyperreg.io import (
+from hyperreg.fields import (
     DISPLACEMENT_FORMATS,
-    Volume,
     check_itk_grid,
-    check_same_grid,
     load_displacement,
-    load_volume,
-    same_grid,
     save_displacement,
-    save_volume,
 )
+from hyperreg.io import Volume, check_same_grid, load_volume, same_grid, save_volume
 from hyperreg.metrics import dice_per_label, field_summary
 from hyperreg.model import HyperMorph
 from hyperreg.resample import describe_grid, resample_to
@@ -241,7 +237,7 @@ def register_files(
     resampled onto it first (see :func:`register_pair`; ``resample=False`` makes that an error).
     ``warp_out`` receives the displacement field on the fixed grid in ``warp_format``: ``"voxel"``
     (channel last, voxels, i/j/k order) or ``"itk"`` (LPS world mm, vector intent, 5D; see
-    :func:`hyperreg.io.save_displacement`).
+    :func:`hyperreg.fields.save_displacement`).
 
     Args:
         model: A trained :class:`~hyperreg.model.HyperMorph`.
@@ -265,7 +261,7 @@ def register_files(
         ValueError: If an input is unreadable or invalid (4D series, non-finite voxels, grids
             that differ with ``resample=False``), ``moved_seg`` is asked for without
             ``moving_seg``, an output suffix or ``warp_format`` is wrong, the ITK format cannot
-            represent a 2D fixed grid (:func:`hyperreg.io.check_itk_grid`), or ``lam`` is out
+            represent a 2D fixed grid (:func:`hyperreg.fields.check_itk_grid`), or ``lam`` is out
             of range.
     """
     fn = "register_files"
@@ -323,7 +319,7 @@ def warp_file(
 ) -> WarpResult:
     """Apply a saved displacement field to an image or label map and write the result.
 
-    The field (either on-disk format, see :func:`hyperreg.io.load_displacement`) lives on the
+    The field (either on-disk format, see :func:`hyperreg.fields.load_displacement`) lives on the
     fixed grid and points into the moving image on that same grid (hyperreg registers on the
     fixed grid), so ``moved[x] = moving(x + u(x))`` with ``u`` in voxels. A ``moving`` file on
     another grid is first resampled onto the field's grid through both affines, as
@@ -383,7 +379,7 @@ def jacobian_file(warp_field: PathLike, out: PathLike) -> JacobianResult:
 
     Args:
         warp_field: Displacement field (voxel or ITK format, see
-            :func:`hyperreg.io.load_displacement`).
+            :func:`hyperreg.fields.load_displacement`).
         out: Output NIfTI: float32 determinants (dimensionless, per voxel of the fixed grid,
             :func:`hyperreg.spatial.jacobian_determinant`), fixed affine and layout, atomic.
 

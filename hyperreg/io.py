@@ -1,11 +1,10 @@
-"""Reading and writing images, label maps and displacement fields (NIfTI, MGH/MGZ, npz).
+"""Reading and writing images and label maps (NIfTI, MGH/MGZ, npz).
 
 This module owns the file boundary of ``hyperreg``: it turns a file into a :class:`Volume`
 (a spatial numpy array plus the voxel-to-world affine nibabel reports for it), validates what
 it reads (shape, finiteness, readability) with one-line errors that name the file, and writes
-images, label maps and displacement fields back atomically in the layout of a reference volume.
-Displacement fields have two on-disk formats: hyperreg's default (voxels, i/j/k order, channel
-last) and ITK's (LPS world mm, vector intent, 5D), both read by :func:`load_displacement`.
+images and label maps back atomically in the layout of a reference volume. Displacement fields
+on disk live in :mod:`hyperreg.fields`, which builds on the helpers here.
 Arrays here are spatial only, ``(I, J)`` or ``(I, J, K)``; adding batch/channel axes is the
 caller's job. Affines are ``(4, 4)`` float64, voxel ``(i, j, k)`` -> world RAS mm.
 
@@ -23,7 +22,6 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 import nibabel as nib
 import numpy as np
@@ -32,15 +30,10 @@ from nibabel.freesurfer.mghformat import MGHError
 from nibabel.spatialimages import HeaderDataError
 
 __all__ = [
-    "DISPLACEMENT_FORMATS",
-    "Displacement",
     "Volume",
-    "check_itk_grid",
     "check_same_grid",
-    "load_displacement",
     "load_volume",
     "same_grid",
-    "save_displacement",
     "save_volume",
 ]
 
@@ -72,9 +65,6 @@ _READ_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 _INT32 = np.iinfo(np.int32)
-DISPLACEMENT_FORMATS: tuple[str, ...] = ("voxel", "itk")
-_NIFTI_INTENT_VECTOR = 1007
-_RAS_TO_LPS = np.array([-1.0, -1.0, 1.0])  # x and y change sign between RAS and LPS
 _LABEL_NONINTEGER_TOL = 1e-2  # |x - rint(x)| above this in a label map is suspicious
 
 
@@ -448,206 +438,6 @@ def save_volume(
     _atomic_write(path, suffix, img.to_filename)
     logger.debug("%s(): wrote '%s' shape %s dtype %s", fn, path, like.disk_shape, out.dtype)
     return path
-
-
-def _volume_name(volume: Volume, role: str) -> str:
-    return str(volume.path) if volume.path is not None else f"<in-memory {role}>"
-
-
-def check_itk_grid(like: Volume) -> None:
-    """Raise unless a displacement field on ``like``'s grid can be written in ITK format.
-
-    3D grids always can. ITK reads a 2D field (``(I, J, 1, 1, 2)``) as a 2D image and keeps only
-    the upper-left ``2 x 2`` of its direction, so a 2D grid must lie in the world x-y plane
-    (its two in-plane affine columns have no z component). A coronal slice such as the
-    neurite-oasis LIA ``slice_*`` files does not, and ITK cannot represent it in 2D.
-
-    Args:
-        like: The fixed image the field is defined on.
-
-    Raises:
-        ValueError: If ``like`` is 2D and its in-plane axes leave the world x-y plane.
-    """
-    if like.ndim == 3:
-        return
-    columns = like.affine[:3, :2]
-    tilt = np.abs(columns[2]) / np.linalg.norm(columns, axis=0)
-    if np.any(tilt > 1e-6):
-        codes = "".join(str(c) for c in nib.aff2axcodes(like.affine))
-        raise ValueError(
-            f"check_itk_grid(): the 2D grid of '{_volume_name(like, 'fixed')}' (orientation "
-            f"{codes}) must lie in the world x-y plane for an ITK displacement field: ITK reads "
-            "a 2D field with only the upper-left 2x2 of its direction; use the default 'voxel' "
-            "format for this slice"
-        )
-
-
-def _voxel_to_itk(disp: np.ndarray, like: Volume) -> np.ndarray:
-    """``(N, *S)`` voxels -> ``(*S3, 1, N)`` LPS mm, ``S3`` = ``S`` (3D) or ``S + (1,)`` (2D)."""
-    ndim = like.ndim
-    matrix = like.affine[:ndim, :ndim] if ndim == 2 else like.affine[:3, :3]
-    world = np.einsum("rn,n...->...r", matrix, disp.astype(np.float64))  # RAS mm, channel last
-    world *= _RAS_TO_LPS[:ndim]
-    grid3 = like.spatial_shape + ((1,) if ndim == 2 else ())
-    return np.ascontiguousarray(world.reshape(grid3 + (1, ndim)), dtype=np.float32)
-
-
-def _itk_to_voxel(vectors: np.ndarray, affine: np.ndarray, ndim: int) -> np.ndarray:
-    """Inverse of :func:`_voxel_to_itk`: ``(*S, N)`` LPS mm -> ``(N, *S)`` voxels."""
-    matrix = affine[:ndim, :ndim] if ndim == 2 else affine[:3, :3]
-    world = vectors.astype(np.float64) * _RAS_TO_LPS[:ndim]
-    return np.einsum("nr,...r->n...", np.linalg.inv(matrix), world).astype(np.float32)
-
-
-def save_displacement(
-    path: str | os.PathLike[str], disp: np.ndarray, like: Volume, *, format: str = "voxel"
-) -> Path:
-    """Write a displacement field as a channel-last NIfTI on the fixed grid, atomically.
-
-    ``format="voxel"`` (hyperreg's on-disk default): **voxel units, i/j/k order, defined on the
-    fixed grid, moved[x] = moving(x + u(x))**. Channel ``n`` is the shift along array axis ``n``
-    of the fixed image (matrix indexing, not x/y/z world axes), in voxels of that grid. The field
-    is moved to channel-last and reshaped to ``like.disk_shape + (N,)``: a 3D fixed image of disk
-    shape ``(I, J, K)`` gives ``(I, J, K, 3)``; a 2D slice stored as ``(I, J, 1)`` gives
-    ``(I, J, 1, 2)``. No intent code.
-
-    ``format="itk"``: the displacement field ITK applies directly (SimpleITK
-    ``DisplacementFieldTransform``, ANTs ``antsApplyTransforms``): vectors in world millimetres
-    in LPS, ``d = diag(-1, -1, 1) @ A[:3, :3] @ u`` with ``A`` the fixed affine (2D:
-    ``diag(-1, -1) @ A[:2, :2] @ u``), NIfTI intent ``NIFTI_INTENT_VECTOR`` (1007), 5D shape
-    ``(I, J, K, 1, 3)`` (2D: ``(I, J, 1, 1, 2)``). It maps a fixed-grid point ``p`` to the moving
-    point ``p + d(p)``, the same backward mapping as the voxel format. 2D grids must pass
-    :func:`check_itk_grid`.
-
-    Both are stored as float32 with ``like.affine`` (sform and qform, code 1), no scaling, and
-    written via a temporary file and a rename, as in :func:`save_volume`.
-
-    Args:
-        path: Output file, ``.nii`` or ``.nii.gz``.
-        disp: Array-like of shape ``(N, *S)`` with ``N = like.ndim`` and
-            ``S = like.spatial_shape`` (no batch axis), in voxels.
-        like: The fixed image the field is defined on.
-        format: One of ``DISPLACEMENT_FORMATS``: ``"voxel"`` or ``"itk"``.
-
-    Returns:
-        ``path`` as a :class:`~pathlib.Path`.
-
-    Raises:
-        ValueError: If the suffix is not ``.nii``/``.nii.gz``, if ``disp``'s shape is not
-            ``(N, *S)``, if it has non-finite values, if ``format`` is unknown, or (ITK format)
-            if a 2D grid is not in the world x-y plane.
-        OSError: If the file cannot be written.
-
-    References:
-        ITK displacement-field NIfTI layout as written by ANTs (Avants et al., ANTs/ITK);
-        NIfTI-1 intent codes (nifti1.h).
-    """
-    fn = "save_displacement"
-    path = Path(path)
-    suffix = _format_of(path, _SAVE_SUFFIXES, fn)
-    if format not in DISPLACEMENT_FORMATS:
-        raise ValueError(f"{fn}(): 'format' must be one of {DISPLACEMENT_FORMATS}, got {format!r}")
-    arr = np.asarray(disp)
-    expected = (like.ndim, *like.spatial_shape)
-    if arr.shape != expected:
-        hint = (
-            "; drop the batch axis first"
-            if arr.shape[1:] == expected and arr.ndim == len(expected) + 1
-            else ""
-        )
-        raise ValueError(
-            f"{fn}(): 'disp' must have shape (N, *S) = {expected}, got {tuple(arr.shape)}{hint}"
-        )
-    if arr.dtype.kind not in "biuf":
-        raise ValueError(f"{fn}(): 'disp' must be a real numeric array, got dtype {arr.dtype}")
-    _check_finite(fn, "disp", arr)
-    if format == "itk":
-        check_itk_grid(like)
-        out = _voxel_to_itk(arr, like)
-        img = _nifti(out, like)
-        img.header.set_intent("vector")
-        img.header["descrip"] = b"hyperreg displacement: ITK, LPS mm, fixed grid"
-    else:
-        out = np.moveaxis(arr.astype(np.float32), 0, -1)
-        out = np.ascontiguousarray(out).reshape(like.disk_shape + (like.ndim,))
-        img = _nifti(out, like)
-        img.header["descrip"] = b"hyperreg displacement: voxels, i/j/k order, fixed grid"
-    _atomic_write(path, suffix, img.to_filename)
-    logger.debug("%s(): wrote '%s' shape %s format %s", fn, path, out.shape, format)
-    return path
-
-
-class Displacement(NamedTuple):
-    """A displacement field read from disk (see :func:`load_displacement`).
-
-    Attributes:
-        disp: ``(N, *S)`` float32, voxels of ``grid``, i/j/k order, ``moved[x] = moving(x + u(x))``.
-        grid: The fixed grid the field is defined on (zero data, the file's affine and layout).
-        format: ``"voxel"`` or ``"itk"``, the on-disk format it was read from.
-    """
-
-    disp: np.ndarray
-    grid: Volume
-    format: str
-
-
-def load_displacement(path: str | os.PathLike[str]) -> Displacement:
-    """Read a displacement field in either on-disk format and return it in voxels.
-
-    Detection: a file with intent code ``NIFTI_INTENT_VECTOR`` (1007) or a 5D array
-    ``(I, J, K, 1, N)`` is the ITK format (LPS world mm, converted back with the inverse of
-    :func:`save_displacement`'s formula); otherwise the array must be ``disk_shape + (N,)`` in
-    voxels (hyperreg's default). Either way ``N`` must equal the number of spatial dimensions
-    left after dropping trailing size-1 axes of the grid, as in :func:`load_volume`.
-
-    Args:
-        path: ``.nii`` or ``.nii.gz`` file.
-
-    Returns:
-        A :class:`Displacement`: the field ``(N, *S)`` in voxels and its fixed grid.
-
-    Raises:
-        FileNotFoundError: If ``path`` does not exist.
-        ValueError: If the suffix is wrong, the file is unreadable or truncated, the array is not
-            a displacement field of one of the two layouts, it has non-finite values, or (ITK,
-            2D) its grid is not in the world x-y plane.
-    """
-    fn = "load_displacement"
-    path = Path(path)
-    suffix = _format_of(path, _SAVE_SUFFIXES, fn)
-    if not path.is_file():
-        raise FileNotFoundError(f"{fn}(): no such file: '{path}'")
-    raw, affine = _read_raw(path, suffix)
-    intent = int(nib.load(path).header["intent_code"])
-    shape = tuple(int(n) for n in raw.shape)
-    itk = intent == _NIFTI_INTENT_VECTOR or raw.ndim == 5
-    grid_disk = shape[:3] if itk else shape[:-1]
-    channels = shape[-1] if raw.ndim >= 3 else 0
-    try:
-        spatial = _spatial_shape(path, grid_disk)
-    except ValueError:
-        spatial = ()
-    layout_ok = raw.dtype.kind in "biuf" and len(spatial) == channels
-    if itk and (raw.ndim != 5 or shape[3] != 1):
-        layout_ok = False
-    if not layout_ok:
-        expected = "(I, J, K, 1, 3) or (I, J, 1, 1, 2)" if itk else "(I, J, K, 3) or (I, J, 1, 2)"
-        kind = "an ITK vector field" if itk else "a voxel displacement field"
-        raise ValueError(
-            f"{fn}(): '{path}' must hold {kind} of shape {expected}, got shape {shape} "
-            f"dtype {raw.dtype}"
-        )
-    vectors = raw.astype(np.float32).reshape(spatial + (channels,))
-    _check_finite(fn, str(path), vectors)
-    grid = Volume(
-        data=np.zeros(spatial, np.float32), affine=affine, disk_shape=grid_disk, path=path
-    )
-    if itk:
-        check_itk_grid(grid)
-        disp = _itk_to_voxel(vectors, affine, len(spatial))
-    else:
-        disp = np.ascontiguousarray(np.moveaxis(vectors, -1, 0))
-    return Displacement(disp=disp, grid=grid, format="itk" if itk else "voxel")
 
 
 # --------------------------------------------------------------------------------------------

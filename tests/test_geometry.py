@@ -22,7 +22,8 @@ import hyperreg.unet
 from hyperreg.cli import main
 from hyperreg.config import ModelConfig
 from hyperreg.inference import register_files, warp_file
-from hyperreg.io import Volume, load_displacement, load_volume, same_grid, save_displacement
+from hyperreg.fields import load_displacement, save_displacement
+from hyperreg.io import Volume, load_volume, same_grid
 from hyperreg.model import HyperMorph, save_checkpoint
 from hyperreg.resample import describe_grid, resample_to, to_sitk
 from hyperreg.spatial import warp

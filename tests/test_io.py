@@ -11,12 +11,12 @@ import nibabel as nib
 import numpy as np
 import pytest
 
+from hyperreg.fields import save_displacement
 from hyperreg.io import (
     Volume,
     check_same_grid,
     load_volume,
     same_grid,
-    save_displacement,
     save_volume,
 )
 
