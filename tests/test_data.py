@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from hyperreg.data import LambdaSampler, PairSampler, find_scans, normalize_intensity
+from hyperreg.data import (
+    LambdaSampler,
+    PairSampler,
+    find_scans,
+    normalize_intensity,
+    split_subjects,
+    validation_pairs,
+)
 
 OASIS = Path(__file__).resolve().parents[2] / "shared" / "data" / "neurite-oasis"
 needs_oasis = pytest.mark.skipif(
@@ -99,3 +106,61 @@ def test_lambda_sampler_range_and_endpoints() -> None:
     assert float(LambdaSampler(0.0).sample(1000, torch.Generator()).eq(0).float().mean()) < 0.01
     with pytest.raises(ValueError, match="'endpoint_fraction' must lie in"):
         LambdaSampler(1.5)
+
+
+def _oasis_folder(root: Path, count: int, shape=(12, 10, 8)) -> Path:
+    """``count`` tiny subjects in the neurite-oasis layout, with label maps."""
+    rng = np.random.default_rng(1)
+    for index in range(count):
+        folder = root / f"OASIS_OAS1_{index + 1:04d}_MR1"
+        folder.mkdir(parents=True)
+        vol = np.zeros(shape, np.float32)
+        vol[2:10, 2:8, 1:7] = rng.uniform(0.5, 1.0, (8, 6, 6))
+        seg = np.zeros(shape, np.uint8)
+        seg[2:6, 2:8, 1:7] = 1
+        seg[6:10, 2:8, 1:7] = 2
+        _save(folder / "aligned_norm.nii.gz", vol)
+        _save(folder / "aligned_seg35.nii.gz", seg)
+    return root
+
+
+def test_split_subjects_is_reproducible_and_disjoint() -> None:
+    names = [f"s{i:03d}" for i in range(20)]
+    split = split_subjects(names, seed=4, val_fraction=0.1, test_fraction=0.2)
+    assert (len(split["train"]), len(split["val"]), len(split["test"])) == (14, 2, 4)
+    assert sorted(split["train"] + split["val"] + split["test"]) == names
+    assert split == split_subjects(list(reversed(names)), seed=4, test_fraction=0.2)
+    assert split != split_subjects(names, seed=5, test_fraction=0.2)
+    # small sets keep min_train subjects for training; the test set shrinks first
+    small = split_subjects(["a", "b", "c"], 0)
+    assert (len(small["train"]), len(small["val"]), small["test"]) == (2, 1, [])
+    assert split_subjects(["a", "b"], 0)["val"] == []
+    assert len(split_subjects(["a", "b"], 0, min_train=1)["val"]) == 1
+    with pytest.raises(ValueError, match="'val_fraction' must lie in"):
+        split_subjects(names, 0, val_fraction=1.0)
+
+
+def test_holdout_slices_and_validation_pairs(tmp_path: Path) -> None:
+    scans = find_scans(_oasis_folder(tmp_path, 2), 2)
+    sampler = PairSampler(scans, ndim=2, holdout_every=2)
+    held = sampler.heldout_slices
+    assert held is not None and len(held) > 0
+    assert not set(held.tolist()) & set(sampler.slices.tolist())
+    pairs = validation_pairs([(scans[1], scans[0])], 2, slices=held, max_pairs=16)
+    assert [p.name for p in pairs] == [
+        f"OASIS_OAS1_0002_MR1->OASIS_OAS1_0001_MR1@{i}" for i in held.tolist()
+    ]
+    assert pairs[0].moving.shape == (12, 10) and pairs[0].fixed_seg.dtype == np.int32
+    assert float(pairs[0].moving.max()) <= 1.0
+    assert len(validation_pairs([(scans[1], scans[0])], 2, slice_every=1, max_pairs=3)) == 3
+    volumes = validation_pairs([(scans[1], scans[0])], 3)
+    assert len(volumes) == 1 and volumes[0].moving.shape == (12, 10, 8)
+
+
+def test_pair_sampler_random_crop(tmp_path: Path) -> None:
+    scans = find_scans(_oasis_folder(tmp_path, 2), 3)
+    sampler = PairSampler(scans, ndim=3, crop=(8, 8, 4))
+    moving, fixed = sampler.sample(3, torch.Generator().manual_seed(0))
+    assert moving.shape == fixed.shape == (3, 1, 8, 8, 4)
+    with pytest.raises(ValueError, match="'crop' must give 3 sizes"):
+        PairSampler(scans, ndim=3, crop=(20, 8, 4))
