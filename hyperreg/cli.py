@@ -84,8 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument(
         "--out",
-        required=True,
-        help="output folder: model.pt, checkpoint_*.pt, train_log.csv, config.json",
+        help="output folder: model.pt, checkpoint_*.pt, train_log.csv, config.json (and "
+        "val_log.csv, best.pt, split.json with validation); default: the --resume folder",
+    )
+    train.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue exactly from the newest checkpoint_*.pt in DIR (model, optimiser, step, "
+        "random states); --steps is the total, not the number of further steps",
     )
     train.add_argument(
         "--sim",
@@ -101,14 +107,64 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
     train.add_argument(
-        "--batch-size", type=_positive_int, default=4, help="pairs per step (default 4)"
+        "--batch-size",
+        type=_positive_int,
+        default=4,
+        help="pairs per step per process (default 4); under torchrun the global batch is "
+        "nproc × batch size",
     )
     train.add_argument("--atlas", default="", help="atlas image: fixed image of every pair")
+    train.add_argument("--atlas-seg", default="", help="atlas label map, for validation Dice")
     train.add_argument(
         "--checkpoint-every",
         type=_positive_int,
         default=500,
         help="steps between checkpoints (default 500)",
+    )
+    train.add_argument(
+        "--keep-checkpoints",
+        type=int,
+        default=3,
+        help="newest checkpoint_*.pt files kept (default 3; 0 keeps all)",
+    )
+    train.add_argument(
+        "--val-every",
+        type=int,
+        default=0,
+        help="steps between validations (Dice, folding at --val-lambdas; val_log.csv, best.pt); "
+        "default 0: at each checkpoint when subjects are held out (3 or more subjects), else "
+        "off; with 2 subjects a positive value holds out every 10th brain slice instead",
+    )
+    train.add_argument(
+        "--val-lambdas",
+        type=_lambda,
+        nargs="+",
+        default=[0.1, 0.5, 0.9],
+        help="λ values evaluated in validation (default 0.1 0.5 0.9)",
+    )
+    train.add_argument(
+        "--val-fraction",
+        type=float,
+        default=0.1,
+        help="share of subjects held out for validation, split from --seed (default 0.1)",
+    )
+    train.add_argument(
+        "--test-fraction",
+        type=float,
+        default=0.1,
+        help="share of subjects held out for testing, never trained on (default 0.1)",
+    )
+    train.add_argument(
+        "--amp", action="store_true", help="bf16 autocast on CUDA (losses stay in float32)"
+    )
+    train.add_argument("--compile", action="store_true", help="torch.compile the model")
+    train.add_argument(
+        "--crop",
+        type=_positive_int,
+        nargs="+",
+        default=[],
+        metavar="N",
+        help="random crop of each training pair, one size per axis (e.g. 128 160 192)",
     )
     train.add_argument(
         "--int-steps",
@@ -239,22 +295,33 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from hyperreg.config import ModelConfig, TrainConfig
     from hyperreg.train import train
 
+    if not args.out and not args.resume:
+        raise ValueError("--out is required (or --resume DIR, which then is the output folder)")
     config = TrainConfig(
         data=args.data,
-        out=args.out,
+        out=args.out or args.resume,
         steps=args.steps,
         batch_size=args.batch_size,
         lr=args.lr,
         sim=args.sim,
         atlas=args.atlas,
+        atlas_seg=args.atlas_seg,
         checkpoint_every=args.checkpoint_every,
+        keep_checkpoints=args.keep_checkpoints,
+        val_every=args.val_every,
+        val_lambdas=tuple(args.val_lambdas),
+        val_fraction=args.val_fraction,
+        test_fraction=args.test_fraction,
+        amp=args.amp,
+        compile=args.compile,
+        crop=tuple(args.crop),
         seed=args.seed,
         device=args.device,
         model=ModelConfig(
             ndim=args.ndim, parametrization=args.parametrization, int_steps=args.int_steps
         ),
     )
-    path = train(config)
+    path = train(config, resume=args.resume)
     print(f"model written to {path}")
     return 0
 

@@ -60,8 +60,23 @@ class TrainConfig:
     atlas: str = ""  # optional fixed atlas image; empty = subject-to-subject pairs
     slice_axis: int = 2  # for 2D training from 3D volumes: axis cut (2 = coronal in neurite-oasis)
     checkpoint_every: int = 500
+    keep_checkpoints: int = 3  # training checkpoints kept (newest K); 0 keeps all
     seed: int = 0
     device: str = "auto"
+    # validation: every val_every steps; 0 = at each checkpoint when held-out subjects with label
+    # maps exist, else off. With too few subjects to hold any out, a positive val_every holds out
+    # every holdout_every-th brain slice (2D) instead.
+    val_every: int = 0
+    val_lambdas: tuple[float, ...] = (0.1, 0.5, 0.9)
+    val_fraction: float = 0.1  # share of subjects held out for validation (needs >= 3 subjects)
+    test_fraction: float = 0.1  # share of subjects held out for testing (never trained on)
+    val_max_pairs: int = 16  # cap on validation pairs (slices x subject pairs)
+    holdout_every: int = 10
+    atlas_seg: str = ""  # label map of the atlas, for validation Dice in atlas mode
+    # speed
+    amp: bool = False  # bf16 autocast on CUDA (losses in float32); ignored with a warning on CPU
+    compile: bool = False  # torch.compile the model
+    crop: tuple[int, ...] = ()  # random crop of each training pair, e.g. (128, 160, 192); () = none
     model: ModelConfig = field(default_factory=ModelConfig)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import itertools
 import os
 from pathlib import Path
@@ -139,3 +140,98 @@ def test_oasis_2d_acceptance(tmp_path: Path) -> None:
             assert mean_dice(result.moved_seg, fixed_seg.data, labels) >= before + 0.05, lam
         folding.append(result.folding_fraction)
     assert all(b <= a + 1e-4 for a, b in itertools.pairwise(folding)), folding
+
+
+def _blob_val_pairs(count: int = 3) -> list:
+    from hyperreg.data import ValidationPair
+
+    moving, fixed = BlobPairs().sample(count, torch.Generator().manual_seed(99))
+    pairs = []
+    for index in range(count):
+        m, f = moving[index, 0].numpy(), fixed[index, 0].numpy()
+        seg = [(a > 0.5).astype(np.int32) for a in (m, f)]
+        pairs.append(ValidationPair(f"blob{index}", m, f, *seg))
+    return pairs
+
+
+def test_validation_log_and_best_checkpoint(tmp_path: Path) -> None:
+    config = TrainConfig(
+        out=str(tmp_path),
+        steps=12,
+        batch_size=4,
+        lr=1e-2,
+        sim="mse",
+        checkpoint_every=4,
+        val_every=4,
+        seed=0,
+        device="cpu",
+        model=SMALL,
+    )
+    train(config, pairs=BlobPairs(), progress=False, val_pairs=_blob_val_pairs())
+    with (tmp_path / "val_log.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [int(r["step"]) for r in rows] == [4, 8, 12]
+    assert {"dice_0.1", "folding_pct_0.5", "similarity_0.9", "mean_dice"} <= set(rows[0])
+    best_row = max(rows, key=lambda r: float(r["score"]))
+    _, payload = load_checkpoint(tmp_path / "best.pt")
+    assert payload["step"] == int(best_row["step"])
+    assert payload["validation"]["mean_dice"] == pytest.approx(float(best_row["mean_dice"]))
+
+
+def test_neurite_oasis_subject_split_validates_by_default(tmp_path: Path) -> None:
+    from test_data import _oasis_folder
+
+    data = _oasis_folder(tmp_path / "data", 5)
+    config = TrainConfig(
+        data=str(data),
+        out=str(tmp_path / "run"),
+        steps=2,
+        batch_size=2,
+        checkpoint_every=2,
+        device="cpu",
+        model=SMALL,
+    )
+    train(config, progress=False)
+    split = json.loads((tmp_path / "run" / "split.json").read_text())
+    assert split["mode"] == "subjects"
+    assert (len(split["train"]), len(split["val"]), len(split["test"])) == (3, 1, 1)
+    assert not set(split["val"]) & set(split["train"])
+    assert all(name.startswith(split["val"][0]) for name in split["val_pairs"])
+    assert len((tmp_path / "run" / "val_log.csv").read_text().splitlines()) == 2
+    assert (tmp_path / "run" / "best.pt").is_file()
+
+
+def test_atlas_folder_3d_with_crop(tmp_path: Path) -> None:
+    """IXI-style: a flat folder of NIfTI volumes (no label maps) registered to an atlas."""
+    import nibabel as nib
+
+    rng = np.random.default_rng(0)
+    data = tmp_path / "ixi"
+    data.mkdir()
+    for name in ("IXI002", "IXI012", "IXI013", "IXI014"):
+        vol = rng.uniform(0, 1, (12, 10, 8)).astype(np.float32)
+        nib.save(nib.Nifti1Image(vol, np.eye(4)), data / f"{name}-T1.nii.gz")
+    atlas = tmp_path / "atlas.nii.gz"
+    nib.save(nib.Nifti1Image(rng.uniform(0, 1, (12, 10, 8)).astype(np.float32), np.eye(4)), atlas)
+    model = ModelConfig(**{**SMALL.__dict__, "ndim": 3})
+    config = TrainConfig(
+        data=str(data),
+        out=str(tmp_path / "run"),
+        atlas=str(atlas),
+        steps=2,
+        batch_size=1,
+        checkpoint_every=2,
+        crop=(8, 8, 8),
+        device="cpu",
+        model=model,
+    )
+    train(config, progress=False)
+    split = json.loads((tmp_path / "run" / "split.json").read_text())
+    assert split["mode"] == "subjects" and len(split["train"]) == 2
+    assert all(name.endswith("->atlas") for name in split["val_pairs"])
+    with (tmp_path / "run" / "val_log.csv").open() as handle:
+        row = next(csv.DictReader(handle))
+    # no label maps: Dice is undefined and the best checkpoint goes by the similarity loss
+    assert row["mean_dice"] == "nan"
+    sims = [float(row[f"similarity_{lam}"]) for lam in ("0.1", "0.5", "0.9")]
+    assert float(row["score"]) == pytest.approx(-np.mean(sims), rel=1e-4)

@@ -1,0 +1,86 @@
+"""Exact resume: a run stopped at step k and resumed reaches the uninterrupted run's weights."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from hyperreg.checkpointing import TRAINING_STATE_KEY, latest_checkpoint
+from hyperreg.config import ModelConfig, TrainConfig
+from hyperreg.model import load_checkpoint
+from hyperreg.train import train
+
+from test_train import SMALL, BlobPairs
+
+
+def _config(out: Path, steps: int, **kwargs) -> TrainConfig:
+    values = {
+        "out": str(out),
+        "steps": steps,
+        "batch_size": 2,
+        "seed": 3,
+        "device": "cpu",
+        "model": SMALL,
+        "checkpoint_every": 3,
+        **kwargs,
+    }
+    return TrainConfig(**values)
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    return load_checkpoint(path)[0].state_dict()
+
+
+def _assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=1e-6, atol=1e-7, msg=key)
+
+
+@pytest.mark.parametrize("parametrization", ["mip", "default"])
+def test_kill_and_resume_matches_uninterrupted(tmp_path: Path, parametrization: str) -> None:
+    model = ModelConfig(**{**SMALL.__dict__, "parametrization": parametrization})
+    straight = train(_config(tmp_path / "straight", 6, model=model), BlobPairs(), progress=False)
+    # "killed" after step 3: only the step-3 checkpoint survives in a fresh folder
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    shutil.copy(tmp_path / "straight" / "checkpoint_0000003.pt", killed)
+    resumed = train(
+        _config(killed, 6, model=model), BlobPairs(), progress=False, resume=killed
+    )
+    _assert_same(_weights(straight), _weights(resumed))
+    # a 3-step run, then extended to 6 steps in place
+    short = tmp_path / "short"
+    train(_config(short, 3, model=model), BlobPairs(), progress=False)
+    extended = train(_config(short, 6, model=model), BlobPairs(), progress=False, resume=short)
+    _assert_same(_weights(straight), _weights(extended))
+    with (short / "train_log.csv").open() as handle:
+        steps = [int(row["step"]) for row in csv.DictReader(handle)]
+    assert steps == [1, 2, 3, 4, 5, 6]
+
+
+def test_checkpoints_keep_last_k_and_load_for_inference(tmp_path: Path) -> None:
+    train(_config(tmp_path, 5, checkpoint_every=1, keep_checkpoints=2), BlobPairs(), progress=False)
+    names = sorted(p.name for p in tmp_path.glob("checkpoint_*.pt"))
+    assert names == ["checkpoint_0000004.pt", "checkpoint_0000005.pt"]
+    assert not list(tmp_path.glob(".*.tmp"))
+    latest = latest_checkpoint(tmp_path)
+    model, payload = load_checkpoint(latest)  # inference loader ignores the training state
+    assert payload["step"] == 5 and TRAINING_STATE_KEY in payload
+    _assert_same(model.state_dict(), _weights(tmp_path / "model.pt"))
+    assert TRAINING_STATE_KEY not in load_checkpoint(tmp_path / "model.pt")[1]
+
+
+def test_resume_rejects_mismatch(tmp_path: Path) -> None:
+    train(_config(tmp_path, 3), BlobPairs(), progress=False)
+    with pytest.raises(ValueError, match="already at step 3"):
+        train(_config(tmp_path, 3), BlobPairs(), progress=False, resume=tmp_path)
+    other = ModelConfig(**{**SMALL.__dict__, "int_steps": 3})
+    with pytest.raises(ValueError, match="model config"):
+        train(_config(tmp_path, 6, model=other), BlobPairs(), progress=False, resume=tmp_path)
+    with pytest.raises(FileNotFoundError, match="no such folder"):
+        train(_config(tmp_path / "x", 6), BlobPairs(), progress=False, resume=tmp_path / "empty")
