@@ -16,6 +16,7 @@ import logging
 import math
 import os
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -31,7 +32,7 @@ from hyperreg.fields import (
 )
 from hyperreg.io import Volume, check_same_grid, load_volume, same_grid, save_volume
 from hyperreg.metrics import dice_per_label, field_summary
-from hyperreg.model import HyperMorph
+from hyperreg.model import HyperMorph, RegistrationOutput
 from hyperreg.resample import describe_grid, resample_to
 from hyperreg.spatial import jacobian_determinant, warp
 
@@ -112,6 +113,82 @@ def _as_input(volume: Volume, normalization: str, device: torch.device) -> torch
     return torch.from_numpy(data)[None, None].to(device)
 
 
+def _prepare_pair(
+    fn: str,
+    model: HyperMorph,
+    moving: Volume,
+    fixed: Volume,
+    moving_seg: Volume | None,
+    fixed_seg: Volume | None,
+    *,
+    resample: bool,
+) -> tuple[Volume, Volume | None, Volume | None, list[str]]:
+    """Check a pair against the model and bring every input onto the fixed grid.
+
+    Returns ``(moving, moving_seg, fixed_seg, notes)`` on the fixed grid, with one note per input
+    that was resampled. Raises as :func:`register_pair` documents.
+    """
+    if fixed.ndim != model.config.ndim:
+        raise ValueError(
+            f"{fn}(): the model is {model.config.ndim}D but '{fixed.path}' is "
+            f"{fixed.ndim}D with shape {fixed.spatial_shape}"
+        )
+    if not resample:
+        check_same_grid(moving, fixed)
+        for seg, image in ((moving_seg, moving), (fixed_seg, fixed)):
+            if seg is not None and not same_grid(seg, image):
+                raise ValueError(
+                    f"{fn}(): label map '{seg.path}' must lie on the grid of its image "
+                    f"'{image.path}', got {describe_grid(seg)} vs {describe_grid(image)}; "
+                    "resample it first (resample=True)"
+                )
+    notes: list[str] = []
+    moving, note = _onto_grid(fn, moving, fixed, "moving", label=False, resample=resample)
+    notes += [note] if note else []
+    if moving_seg is not None:
+        moving_seg, note = _onto_grid(
+            fn, moving_seg, fixed, "moving label map", label=True, resample=resample
+        )
+        notes += [note] if note else []
+    if fixed_seg is not None:
+        fixed_seg, note = _onto_grid(
+            fn, fixed_seg, fixed, "fixed label map", label=True, resample=resample
+        )
+        notes += [note] if note else []
+    return moving, moving_seg, fixed_seg, notes
+
+
+def _result_from_output(
+    out: RegistrationOutput,
+    index: int,
+    lam: float,
+    moving_seg: Volume | None,
+    fixed_seg: Volume | None,
+    notes: list[str],
+    labels: Sequence[int] | None = None,
+) -> RegistrationResult:
+    """The :class:`RegistrationResult` of sample ``index`` of a model output (fixed grid)."""
+    disp = out.disp[index : index + 1].float()
+    moved_seg = None
+    if moving_seg is not None:
+        seg = torch.from_numpy(moving_seg.data.astype(np.float32))[None, None].to(disp.device)
+        moved_seg = warp(seg, disp, mode="nearest").round().to(torch.int32)[0, 0].cpu().numpy()
+    summary = field_summary(disp)
+    dice = None
+    if moved_seg is not None and fixed_seg is not None:
+        dice = dice_per_label(moved_seg, fixed_seg.data, labels)
+    return RegistrationResult(
+        moved=out.moved[index, 0].float().cpu().numpy(),
+        disp=disp[0].cpu().numpy(),
+        moved_seg=moved_seg,
+        lam=lam,
+        dice=dice,
+        folding_fraction=summary["folding_fraction"],
+        log_jacobian_std=summary["log_jacobian_std"],
+        resampled=list(notes),
+    )
+
+
 @torch.no_grad()
 def register_pair(
     model: HyperMorph,
@@ -153,56 +230,15 @@ def register_pair(
             between the images, or ``lam`` lies outside [0, 1].
     """
     fn = "register_pair"
-    if fixed.ndim != model.config.ndim:
-        raise ValueError(
-            f"{fn}(): the model is {model.config.ndim}D but '{fixed.path}' is "
-            f"{fixed.ndim}D with shape {fixed.spatial_shape}"
-        )
-    if not resample:
-        check_same_grid(moving, fixed)
-        for seg, image in ((moving_seg, moving), (fixed_seg, fixed)):
-            if seg is not None and not same_grid(seg, image):
-                raise ValueError(
-                    f"{fn}(): label map '{seg.path}' must lie on the grid of its image "
-                    f"'{image.path}', got {describe_grid(seg)} vs {describe_grid(image)}; "
-                    "resample it first (resample=True)"
-                )
-    notes: list[str] = []
-    moving, note = _onto_grid(fn, moving, fixed, "moving", label=False, resample=resample)
-    notes += [note] if note else []
-    if moving_seg is not None:
-        moving_seg, note = _onto_grid(
-            fn, moving_seg, fixed, "moving label map", label=True, resample=resample
-        )
-        notes += [note] if note else []
-    if fixed_seg is not None:
-        fixed_seg, note = _onto_grid(
-            fn, fixed_seg, fixed, "fixed label map", label=True, resample=resample
-        )
-        notes += [note] if note else []
+    moving, moving_seg, fixed_seg, notes = _prepare_pair(
+        fn, model, moving, fixed, moving_seg, fixed_seg, resample=resample
+    )
     device = next(model.parameters()).device
     lam_t = as_lambda_tensor(fn, lam, 1, device)
     out = model(
         _as_input(moving, normalization, device), _as_input(fixed, normalization, device), lam_t
     )
-    moved_seg = None
-    if moving_seg is not None:
-        seg = torch.from_numpy(moving_seg.data.astype(np.float32))[None, None].to(device)
-        moved_seg = warp(seg, out.disp, mode="nearest").round().to(torch.int32)[0, 0].cpu().numpy()
-    summary = field_summary(out.disp)
-    dice = None
-    if moved_seg is not None and fixed_seg is not None:
-        dice = dice_per_label(moved_seg, fixed_seg.data)
-    return RegistrationResult(
-        moved=out.moved[0, 0].float().cpu().numpy(),
-        disp=out.disp[0].float().cpu().numpy(),
-        moved_seg=moved_seg,
-        lam=float(lam_t.item()),
-        dice=dice,
-        folding_fraction=summary["folding_fraction"],
-        log_jacobian_std=summary["log_jacobian_std"],
-        resampled=notes,
-    )
+    return _result_from_output(out, 0, float(lam_t.item()), moving_seg, fixed_seg, notes)
 
 
 PathLike = str | os.PathLike[str]
