@@ -1,4 +1,4 @@
-"""Command line: ``hyperreg {train, register, warp, jacobian, demo}``.
+"""Command line: ``hyperreg {train, register, warp, jacobian, demo, sweep, tune, batch}``.
 
 Each subcommand parses its flags, builds a config and calls one library function. torch and
 nibabel are imported inside the subcommands, so ``hyperreg --help`` is fast. Library errors
@@ -288,6 +288,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     _add_common(demo)
+
+    from hyperreg.cli_lambda import add_parsers
+
+    add_parsers(sub)  # sweep, tune, batch
     return parser
 
 
@@ -397,12 +401,21 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_lambda(args: argparse.Namespace) -> int:
+    from hyperreg.cli_lambda import COMMANDS as LAMBDA_COMMANDS
+
+    return LAMBDA_COMMANDS[args.command](args)
+
+
 COMMANDS = {
     "train": _cmd_train,
     "register": _cmd_register,
     "warp": _cmd_warp,
     "jacobian": _cmd_jacobian,
     "demo": _cmd_demo,
+    "sweep": _cmd_lambda,
+    "tune": _cmd_lambda,
+    "batch": _cmd_lambda,
 }
 
 

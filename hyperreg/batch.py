@@ -1,0 +1,565 @@
+"""Batch registration of many pairs: pair lists, sharding, resumable runs, failure records.
+
+:func:`read_pairs` reads a pair CSV (columns ``moving``, ``fixed``, optional ``moving_seg``,
+``fixed_seg``, ``lambda``; relative paths are relative to the CSV). :func:`batch_register` runs
+:func:`hyperreg.inference.register_files` on each pair of one shard and keeps a per-pair record on
+disk, so a rerun skips finished pairs and a bad pair is recorded while the rest go on.
+:func:`merge_records` turns the records into ``summary.csv`` and ``failures.csv``.
+:func:`run_batch` is the whole job, one process of possibly several (``torchrun``: rank ``r`` of
+``N`` takes rows ``r::N``). Must not import train or cli.
+
+Output layout under ``out``::
+
+    pairs/<name>/moved.nii.gz, warp.nii.gz, moved_seg.nii.gz   (each written atomically)
+    pairs/<name>/record.json     written last, atomically: the pair's summary row (= done)
+    pairs/<name>/failure.json    the error of the last failed attempt (removed on success)
+    summary.csv, failures.csv    merged from the records, sorted by row index
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import os
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "BatchReport",
+    "PairSpec",
+    "batch_register",
+    "dist_env",
+    "merge_records",
+    "read_pairs",
+    "run_batch",
+    "shard",
+]
+
+logger = logging.getLogger(__name__)
+
+PathLike = str | os.PathLike[str]
+PAIR_COLUMNS = ("moving", "fixed", "moving_seg", "fixed_seg", "lambda")
+RECORD = "record.json"
+FAILURE = "failure.json"
+
+
+@dataclass(frozen=True)
+class PairSpec:
+    """One row of a pair CSV.
+
+    Attributes:
+        index: 0-based row number (header excluded); it names the pair's output folder.
+        moving: Moving image path.
+        fixed: Fixed image path.
+        moving_seg: Moving label map path, or None.
+        fixed_seg: Fixed label map path, or None.
+        lam: The row's λ, or None when its ``lambda`` cell is empty or absent.
+    """
+
+    index: int
+    moving: Path
+    fixed: Path
+    moving_seg: Path | None = None
+    fixed_seg: Path | None = None
+    lam: float | None = None
+
+    @property
+    def name(self) -> str:
+        """Output folder name, ``pair00042`` for row 42."""
+        return f"pair{self.index:05d}"
+
+
+def read_pairs(path: PathLike, *, require_segs: bool = False) -> list[PairSpec]:
+    """Read a pair CSV.
+
+    Args:
+        path: CSV with a header holding ``moving`` and ``fixed``, optionally ``moving_seg``,
+            ``fixed_seg`` and ``lambda`` (other columns are ignored). Empty cells mean "none".
+            Relative paths are relative to the CSV's folder. Files are not opened here.
+        require_segs: Every row must name both label maps (for λ tuning on Dice).
+
+    Returns:
+        One :class:`PairSpec` per data row, in file order.
+
+    Raises:
+        FileNotFoundError: If ``path`` does not exist.
+        ValueError: If the header lacks ``moving`` or ``fixed``, a row has an empty ``moving``
+            or ``fixed`` cell, a ``lambda`` cell is not a number in [0, 1], a label map is
+            missing with ``require_segs``, or there are no rows.
+    """
+    fn = "read_pairs"
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{fn}(): no such file: '{path}'")
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        header = [h.strip() for h in (reader.fieldnames or [])]
+        rows = [{(k or "").strip(): (v or "").strip() for k, v in row.items()} for row in reader]
+    missing = [c for c in ("moving", "fixed") if c not in header]
+    if missing:
+        raise ValueError(
+            f"{fn}(): '{path}' must have a header with columns {PAIR_COLUMNS[:2]} (optional "
+            f"{PAIR_COLUMNS[2:]}), got {tuple(header)}"
+        )
+    if not rows:
+        raise ValueError(f"{fn}(): '{path}' has a header but no pairs")
+    base = path.parent
+
+    def resolve(text: str) -> Path | None:
+        return (base / text) if text else None
+
+    pairs = []
+    for index, row in enumerate(rows):
+        where = f"'{path}' row {index} (line {index + 2})"
+        if not row.get("moving") or not row.get("fixed"):
+            raise ValueError(f"{fn}(): {where} must name both 'moving' and 'fixed'")
+        lam = None
+        if row.get("lambda"):
+            try:
+                lam = float(row["lambda"])
+            except ValueError:
+                lam = math.nan
+            if math.isnan(lam) or not 0.0 <= lam <= 1.0:
+                raise ValueError(
+                    f"{fn}(): {where}: 'lambda' must be a number in [0, 1], got {row['lambda']!r}"
+                )
+        spec = PairSpec(
+            index=index,
+            moving=base / row["moving"],
+            fixed=base / row["fixed"],
+            moving_seg=resolve(row.get("moving_seg", "")),
+            fixed_seg=resolve(row.get("fixed_seg", "")),
+            lam=lam,
+        )
+        if require_segs and (spec.moving_seg is None or spec.fixed_seg is None):
+            raise ValueError(f"{fn}(): {where} must name 'moving_seg' and 'fixed_seg'")
+        pairs.append(spec)
+    return pairs
+
+
+def shard(pairs: Sequence[PairSpec], rank: int, world_size: int) -> list[PairSpec]:
+    """Rows ``rank::world_size``: the shards of ranks ``0..N-1`` cover every row exactly once.
+
+    Raises:
+        ValueError: Unless ``0 <= rank < world_size``.
+    """
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(
+            f"shard(): 'rank' must lie in [0, world_size), got rank {rank}, world_size {world_size}"
+        )
+    return list(pairs[rank::world_size])
+
+
+def dist_env() -> tuple[int, int, int]:
+    """``(rank, world_size, local_rank)`` from ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` (as
+    ``torchrun`` sets them); ``(0, 1, 0)`` when unset.
+
+    Raises:
+        ValueError: If a variable is not an integer or the rank lies outside ``[0, world_size)``.
+    """
+    values = {}
+    for key, default in (("RANK", 0), ("WORLD_SIZE", 1), ("LOCAL_RANK", None)):
+        text = os.environ.get(key)
+        try:
+            values[key] = int(text) if text not in (None, "") else default
+        except ValueError:
+            raise ValueError(f"dist_env(): ${key} must be an integer, got {text!r}") from None
+    rank, world = values["RANK"], values["WORLD_SIZE"]
+    local = values["LOCAL_RANK"] if values["LOCAL_RANK"] is not None else rank
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError(f"dist_env(): $RANK must lie in [0, $WORLD_SIZE), got {rank} and {world}")
+    return rank, world, local
+
+
+@dataclass
+class BatchReport:
+    """What one :func:`batch_register` call did with its shard.
+
+    Attributes:
+        done: Pairs registered now.
+        skipped: Pairs already finished by an earlier run (not redone).
+        failed: Pairs that raised; each has a ``failure.json`` with its error.
+        seconds: Wall time of the call.
+    """
+
+    done: int = 0
+    skipped: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+
+
+def _write_json(path: Path, payload: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(payload, indent=1, allow_nan=True) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _atomic_text(path: Path, write: Any) -> Path:
+    """Write a text file through a temporary name and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("w", newline="") as handle:
+            write(handle)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _write_csv(path: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> Path:
+    def write(handle: Any) -> None:
+        writer = csv.DictWriter(handle, fieldnames=list(columns))
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: _fmt(row.get(k, "")) for k in columns})
+
+    return _atomic_text(path, write)
+
+
+def _fmt(value: Any) -> Any:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return value
+
+
+def _identity(pair: PairSpec, lam: float) -> dict[str, Any]:
+    return {
+        "index": pair.index,
+        "moving": str(pair.moving),
+        "fixed": str(pair.fixed),
+        "moving_seg": str(pair.moving_seg or ""),
+        "fixed_seg": str(pair.fixed_seg or ""),
+        "lambda": lam,
+    }
+
+
+def _finished(folder: Path, identity: dict[str, Any]) -> bool:
+    """A record for this exact pair and λ exists and every output it lists is on disk."""
+    try:
+        record = json.loads((folder / RECORD).read_text())
+    except (OSError, ValueError):
+        return False
+    if any(record.get(k) != v for k, v in identity.items()):
+        return False
+    outputs = [record.get(k) for k in ("moved", "warp", "moved_seg")]
+    return all((folder / o).is_file() for o in outputs if o)
+
+
+def batch_register(
+    model: Any,
+    pairs: Sequence[PairSpec],
+    out: PathLike,
+    *,
+    lam: float | None = None,
+    normalization: str = "minmax",
+    resample: bool = True,
+    warp_format: str = "voxel",
+    progress: bool = False,
+    desc: str = "pairs",
+    rank: int = 0,
+) -> BatchReport:
+    """Register every pair of ``pairs`` (one shard) with per-pair records, resumably.
+
+    For each pair: if ``pairs/<name>/record.json`` matches the pair (same files and λ) and its
+    outputs exist, skip it. Otherwise call :func:`hyperreg.inference.register_files`, which
+    writes ``moved.nii.gz``, ``warp.nii.gz`` (and ``moved_seg.nii.gz`` with a moving label map)
+    atomically, then write the record (the pair's summary row) atomically. Any exception of one
+    pair is stored in ``pairs/<name>/failure.json`` (type, message, traceback) and the loop goes
+    on; ``KeyboardInterrupt`` stops it.
+
+    Args:
+        model: A trained :class:`~hyperreg.model.HyperMorph`, on the device to use.
+        pairs: The pairs to run (see :func:`read_pairs`, :func:`shard`).
+        out: Output folder.
+        lam: λ for rows without their own; None requires every row to have one.
+        normalization: Intensity normalisation.
+        resample: Resample inputs on other grids onto the fixed grid.
+        warp_format: ``"voxel"`` or ``"itk"`` for ``warp.nii.gz``.
+        progress: Show a tqdm progress bar (stderr).
+        desc: Progress bar label.
+        rank: Rank of this process, stored in each record (``rank`` column of the summary).
+
+    Returns:
+        A :class:`BatchReport`.
+
+    Raises:
+        ValueError: If a row has no λ and ``lam`` is None (checked before any work), or ``lam``
+            is outside [0, 1].
+    """
+    from tqdm import tqdm
+
+    from hyperreg.inference import register_files
+
+    fn = "batch_register"
+    if lam is not None and (math.isnan(lam) or not 0.0 <= lam <= 1.0):
+        raise ValueError(f"{fn}(): 'lam' must lie in [0, 1], got {lam}")
+    lacking = [p.index for p in pairs if p.lam is None]
+    if lacking and lam is None:
+        raise ValueError(
+            f"{fn}(): rows {lacking[:5]} have no 'lambda' and no default λ was given (--lambda)"
+        )
+    start = time.perf_counter()
+    report = BatchReport()
+    root = Path(out) / "pairs"
+    root.mkdir(parents=True, exist_ok=True)
+    bar = tqdm(pairs, desc=desc, unit="pair", disable=not progress, dynamic_ncols=True)
+    for pair in bar:
+        pair_lam = pair.lam if pair.lam is not None else float(lam)  # type: ignore[arg-type]
+        folder = root / pair.name
+        identity = _identity(pair, pair_lam)
+        if _finished(folder, identity):
+            report.skipped += 1
+            continue
+        folder.mkdir(exist_ok=True)
+        outputs = {
+            "moved": "moved.nii.gz",
+            "warp": "warp.nii.gz",
+            "moved_seg": "moved_seg.nii.gz" if pair.moving_seg else "",
+        }
+        tic = time.perf_counter()
+        try:
+            result = register_files(
+                model,
+                pair.moving,
+                pair.fixed,
+                pair_lam,
+                moved=folder / outputs["moved"],
+                warp_out=folder / outputs["warp"],
+                moving_seg=pair.moving_seg,
+                fixed_seg=pair.fixed_seg,
+                moved_seg=folder / outputs["moved_seg"] if outputs["moved_seg"] else None,
+                normalization=normalization,
+                resample=resample,
+                warp_format=warp_format,
+            )
+        except KeyboardInterrupt:
+            raise
+        except Exception as err:  # one bad pair must not stop the batch
+            report.failed += 1
+            logger.warning("%s(): %s failed: %s", fn, pair.name, err)
+            _write_json(
+                folder / FAILURE,
+                {
+                    **identity,
+                    "error": f"{type(err).__name__}: {err}",
+                    "traceback": traceback.format_exc(),
+                },
+            )
+            continue
+        record = {
+            **identity,
+            "mean_dice": result.mean_dice if result.dice is not None else None,
+            "folding_percent": 100.0 * result.folding_fraction,
+            "log_jacobian_std": result.log_jacobian_std,
+            "seconds": time.perf_counter() - tic,
+            "rank": rank,
+            **outputs,
+            "resampled": "; ".join(result.resampled),
+            "dice": {str(k): v for k, v in (result.dice or {}).items()},
+        }
+        _write_json(folder / RECORD, record)
+        (folder / FAILURE).unlink(missing_ok=True)
+        report.done += 1
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+SUMMARY_COLUMNS = (
+    "index",
+    "name",
+    "moving",
+    "fixed",
+    "moving_seg",
+    "fixed_seg",
+    "lambda",
+    "mean_dice",
+    "folding_percent",
+    "log_jacobian_std",
+    "seconds",
+    "rank",
+    "moved",
+    "warp",
+    "moved_seg",
+    "resampled",
+)
+FAILURE_COLUMNS = ("index", "name", "moving", "fixed", "moving_seg", "fixed_seg", "lambda", "error")
+
+
+def _cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return value
+
+
+def merge_records(out: PathLike) -> tuple[Path, Path, int, int]:
+    """Merge every ``pairs/*/record.json`` into ``summary.csv`` and every ``failure.json`` of a
+    pair without a record into ``failures.csv`` (both sorted by index, written atomically).
+
+    ``summary.csv`` columns: :data:`SUMMARY_COLUMNS`, then ``dice_<label>`` for every label of
+    any pair (empty where a pair lacks it). Output paths are relative to ``out``. Merging is
+    idempotent: run it again at any time.
+
+    Returns:
+        ``(summary_path, failures_path, rows, failures)``.
+    """
+    root = Path(out)
+    records, failures = [], []
+    for folder in sorted((root / "pairs").glob("pair*")):
+        record_path, failure_path = folder / RECORD, folder / FAILURE
+        try:
+            if record_path.is_file():
+                record = json.loads(record_path.read_text())
+                record["name"] = folder.name
+                for key in ("moved", "warp", "moved_seg"):
+                    if record.get(key):
+                        record[key] = f"pairs/{folder.name}/{record[key]}"
+                for label, dice in record.pop("dice", {}).items():
+                    record[f"dice_{label}"] = dice
+                records.append(record)
+            elif failure_path.is_file():
+                failure = json.loads(failure_path.read_text())
+                failure["name"] = folder.name
+                failures.append(failure)
+        except (OSError, ValueError) as err:  # a record being replaced right now
+            logger.warning("merge_records(): cannot read %s: %s", folder, err)
+    records.sort(key=lambda r: r["index"])
+    failures.sort(key=lambda r: r["index"])
+    labels = sorted(
+        {k for r in records for k in r if k.startswith("dice_")}, key=lambda k: int(k[5:])
+    )
+    summary = _write_csv(
+        root / "summary.csv",
+        [{k: _cell(v) for k, v in r.items()} for r in records],
+        [*SUMMARY_COLUMNS, *labels],
+    )
+    failed = _write_csv(
+        root / "failures.csv",
+        [{k: _cell(v) for k, v in r.items()} for r in failures],
+        FAILURE_COLUMNS,
+    )
+    return summary, failed, len(records), len(failures)
+
+
+@dataclass
+class BatchRun:
+    """Output of :func:`run_batch` for one process.
+
+    Attributes:
+        report: This rank's :class:`BatchReport`.
+        rank: This process's rank.
+        world_size: Number of processes.
+        total: Rows in the pair CSV.
+        merged: ``(summary, failures, rows, failures)`` from :func:`merge_records` if this
+            process merged, else None.
+    """
+
+    report: BatchReport
+    rank: int
+    world_size: int
+    total: int
+    merged: tuple[Path, Path, int, int] | None
+
+
+def run_batch(
+    model_path: PathLike,
+    pairs_csv: PathLike,
+    out: PathLike,
+    *,
+    lam: float | None = None,
+    device: str = "auto",
+    normalization: str = "minmax",
+    resample: bool = True,
+    warp_format: str = "voxel",
+    progress: bool = False,
+) -> BatchRun:
+    """One process of a batch job: read the pairs, run this rank's shard, merge.
+
+    Rank and world size come from ``RANK`` / ``WORLD_SIZE`` / ``LOCAL_RANK`` (:func:`dist_env`);
+    without them this is the only process. Rank ``r`` of ``N`` runs rows ``r::N``. Under
+    ``torchrun`` (``MASTER_ADDR`` set, ``N > 1``) the ranks meet at a gloo barrier (a barrier
+    only, so gloo serves GPU ranks too), then rank 0 merges the records, then a second barrier
+    lets every rank exit together. Without a process group every rank merges when it ends
+    (idempotent; the last rank to end sees every record; a rerun also re-merges). With
+    ``device`` ``"auto"`` or ``"cuda"`` and CUDA present, rank ``r`` uses GPU ``LOCAL_RANK``.
+
+    Args:
+        model_path: Checkpoint written by ``hyperreg train``.
+        pairs_csv: Pair CSV (:func:`read_pairs`).
+        out: Output folder.
+        lam: Default λ for rows without one.
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+        normalization: Intensity normalisation.
+        resample: Resample inputs on other grids onto the fixed grid.
+        warp_format: ``"voxel"`` or ``"itk"``.
+        progress: Progress bar on rank 0.
+
+    Returns:
+        A :class:`BatchRun`.
+
+    Raises:
+        FileNotFoundError: If the checkpoint or the CSV is missing.
+        ValueError: On a bad CSV, environment, device, λ or a row without λ (before any work).
+    """
+    import torch
+
+    from hyperreg._checks import resolve_device
+    from hyperreg.model import load_checkpoint
+
+    rank, world, local_rank = dist_env()
+    pairs = read_pairs(pairs_csv)
+    if lam is not None and (math.isnan(lam) or not 0.0 <= lam <= 1.0):
+        raise ValueError(f"run_batch(): 'lam' must lie in [0, 1], got {lam}")
+    lacking = [p.index for p in pairs if p.lam is None]
+    if lacking and lam is None:  # checked on every row before any rank starts work
+        raise ValueError(
+            f"run_batch(): rows {lacking[:5]} of '{pairs_csv}' have no 'lambda'; give a "
+            "default λ (--lambda)"
+        )
+    mine = shard(pairs, rank, world)
+    resolved = resolve_device("run_batch", device)
+    if resolved.type == "cuda" and resolved.index is None and world > 1:
+        resolved = torch.device("cuda", local_rank % torch.cuda.device_count())
+    model, _ = load_checkpoint(model_path, map_location=resolved)
+    group = world > 1 and "MASTER_ADDR" in os.environ and torch.distributed.is_available()
+    if group and not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        desc = f"rank {rank}/{world}" if world > 1 else "pairs"
+        report = batch_register(
+            model,
+            mine,
+            out,
+            lam=lam,
+            normalization=normalization,
+            resample=resample,
+            warp_format=warp_format,
+            progress=progress and rank == 0,
+            desc=desc,
+            rank=rank,
+        )
+        merged = None
+        if group:
+            torch.distributed.barrier()
+            if rank == 0:
+                merged = merge_records(out)
+            torch.distributed.barrier()
+        else:
+            merged = merge_records(out)
+    finally:
+        if group and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+    return BatchRun(report=report, rank=rank, world_size=world, total=len(pairs), merged=merged)

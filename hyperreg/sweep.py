@@ -1,0 +1,441 @@
+"""λ sweeps and λ* tuning with one amortised HyperMorph model.
+
+:func:`sweep_lambdas` registers one pair at K values of λ in **one batched forward pass**: the pair
+is repeated K times and the model gets a λ tensor of shape ``(K,)``, so the hypernetwork generates
+K weight sets and the U-Net runs them as grouped convolutions (:func:`hyperreg.layers.conv`).
+``chunk`` bounds memory by running at most that many λ per pass. :func:`sweep_files` adds the file
+boundary (CSV, figures, optional NIfTI outputs); :mod:`hyperreg.tune` builds λ* tuning on it.
+Grids and label maps are handled as in :func:`hyperreg.inference.register_pair` (same helpers).
+Must not import train or cli.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from hyperreg._checks import as_lambda_tensor
+from hyperreg.batch import _write_csv
+from hyperreg.fields import save_displacement
+from hyperreg.inference import (
+    RegistrationResult,
+    _as_input,
+    _check_outputs,
+    _prepare_pair,
+    _result_from_output,
+)
+from hyperreg.io import Volume, load_volume, save_volume
+from hyperreg.losses import ncc_loss
+from hyperreg.model import HyperMorph
+
+__all__ = [
+    "SweepReport",
+    "parse_lambdas",
+    "sweep_files",
+    "sweep_lambdas",
+    "write_sweep_csv",
+]
+
+logger = logging.getLogger(__name__)
+
+PathLike = str | os.PathLike[str]
+_MONTAGE_MAX = 12  # at most this many λ columns in the montage (evenly chosen)
+
+
+def parse_lambdas(text: str) -> list[float]:
+    """Parse a λ list: ``"start:stop:count"`` (inclusive, evenly spaced) or ``"0.1,0.3,0.5"``.
+
+    Args:
+        text: ``"0:1:11"`` gives 0, 0.1, ..., 1; a comma list gives its values in order; a single
+            number gives one value.
+
+    Returns:
+        The values, each in [0, 1], rounded to 10 decimals (``0.30000000000000004`` -> ``0.3``).
+
+    Raises:
+        ValueError: If the text is malformed, ``count`` is not a positive integer, ``start >
+            stop``, a value lies outside [0, 1] (NaN included), or the list is empty.
+    """
+    fn = "parse_lambdas"
+    usage = "'start:stop:count' (inclusive, e.g. 0:1:11) or a comma list such as 0.1,0.3,0.5"
+    text = str(text).strip()
+    try:
+        if ":" in text:
+            parts = text.split(":")
+            if len(parts) != 3:
+                raise ValueError
+            start, stop = float(parts[0]), float(parts[1])
+            count = int(parts[2])
+            if count < 1:
+                raise ValueError(f"{fn}(): 'count' must be a positive integer, got {parts[2]!r}")
+            if start > stop:
+                raise ValueError(f"{fn}(): 'start' must be <= 'stop', got {text!r}")
+            values = np.linspace(start, stop, count).tolist() if count > 1 else [start]
+        else:
+            values = [float(item) for item in text.split(",")]
+    except ValueError as err:
+        if str(err).startswith(fn):
+            raise
+        raise ValueError(f"{fn}(): λ list must be {usage}, got {text!r}") from None
+    bad = [v for v in values if math.isnan(v) or not 0.0 <= v <= 1.0]
+    if bad:
+        raise ValueError(f"{fn}(): every λ must lie in [0, 1], got {bad[:4]} in {text!r}")
+    return [round(v, 10) for v in values]
+
+
+def _labels(moving_seg: Volume | None, fixed_seg: Volume | None) -> list[int] | None:
+    """Label ids scored in a sweep: non-zero ids present in both input label maps."""
+    if moving_seg is None or fixed_seg is None:
+        return None
+    return sorted(
+        set(np.unique(moving_seg.data).tolist()) & set(np.unique(fixed_seg.data).tolist()) - {0}
+    )
+
+
+@torch.no_grad()
+def sweep_lambdas(
+    model: HyperMorph,
+    moving: Volume,
+    fixed: Volume,
+    lambdas: Sequence[float] | torch.Tensor,
+    *,
+    moving_seg: Volume | None = None,
+    fixed_seg: Volume | None = None,
+    chunk: int | None = None,
+    amp: bool = False,
+    normalization: str = "minmax",
+    resample: bool = False,
+) -> list[RegistrationResult]:
+    """Register one pair at every λ of ``lambdas`` in batched forward passes.
+
+    The pair is repeated K times and run with a λ tensor of shape ``(K,)`` (per-sample generated
+    weights, grouped convolutions), in passes of at most ``chunk`` values. Each result equals
+    :func:`hyperreg.inference.register_pair` at that λ up to float rounding (grouped and plain
+    convolutions sum in a different order). Dice is scored on the non-zero labels present in
+    **both input** label maps, the same set for every λ (a label that vanishes scores 0 instead
+    of dropping out of the mean). ``extra["ncc"]`` holds the local NCC similarity (window 9, in
+    [0, 1], float32) between the moved and the fixed image.
+
+    Args:
+        model: A trained :class:`~hyperreg.model.HyperMorph`.
+        moving: Moving image, on the fixed grid unless ``resample`` is True.
+        fixed: Fixed image.
+        lambdas: K values in [0, 1] (a sequence or a ``(K,)`` tensor), K >= 1, in any order.
+        moving_seg: Optional moving label map (warped with nearest neighbour).
+        fixed_seg: Optional fixed label map; with ``moving_seg`` it enables Dice.
+        chunk: Largest number of λ per forward pass (bounds memory: activations grow linearly
+            with it); None runs all K at once.
+        amp: Run the forward pass under bfloat16 autocast (CUDA only). Sampling, integration
+            warps, metrics and outputs stay float32 or wider.
+        normalization: Intensity normalisation, see :func:`hyperreg.data.normalize_intensity`.
+        resample: Resample inputs not on the fixed grid onto it (see ``register_pair``).
+
+    Returns:
+        One :class:`~hyperreg.inference.RegistrationResult` per λ, in the order given.
+
+    Raises:
+        TypeError: If ``lambdas`` is neither a sequence of numbers nor a tensor.
+        ValueError: If ``lambdas`` is empty or has values outside [0, 1], ``chunk`` is not a
+            positive integer, ``amp`` is asked for on a model that is not on CUDA, or the inputs
+            are invalid as for ``register_pair``.
+    """
+    fn = "sweep_lambdas"
+    device = next(model.parameters()).device
+    if isinstance(lambdas, torch.Tensor):
+        lam_all = lambdas.detach().reshape(-1).to(torch.float32)
+    elif isinstance(lambdas, Sequence) and not isinstance(lambdas, str):
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in lambdas):
+            raise TypeError(f"{fn}(): 'lambdas' must hold numbers, got {list(lambdas)[:4]}")
+        lam_all = torch.tensor([float(v) for v in lambdas], dtype=torch.float32)
+    else:
+        raise TypeError(
+            f"{fn}(): 'lambdas' must be a sequence of floats or a tensor, "
+            f"got {type(lambdas).__name__}"
+        )
+    count = lam_all.numel()
+    if count == 0:
+        raise ValueError(f"{fn}(): 'lambdas' must hold at least one value, got none")
+    lam_all = as_lambda_tensor(fn, lam_all, count, device)[:, 0]
+    if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
+        raise ValueError(f"{fn}(): 'chunk' must be a positive integer or None, got {chunk!r}")
+    if amp and device.type != "cuda":
+        raise ValueError(
+            f"{fn}(): 'amp' (bfloat16 autocast) needs a model on CUDA, got device '{device}'"
+        )
+    moving, moving_seg, fixed_seg, notes = _prepare_pair(
+        fn, model, moving, fixed, moving_seg, fixed_seg, resample=resample
+    )
+    labels = _labels(moving_seg, fixed_seg)
+    moving_t = _as_input(moving, normalization, device)
+    fixed_t = _as_input(fixed, normalization, device)
+    step = count if chunk is None else chunk
+    results: list[RegistrationResult] = []
+    for start in range(0, count, step):
+        lam = lam_all[start : start + step]
+        size = lam.numel()
+        shape = (size, *moving_t.shape[1:])
+        context = torch.autocast("cuda", dtype=torch.bfloat16) if amp else contextlib.nullcontext()
+        with context:
+            out = model(moving_t.expand(shape), fixed_t.expand(shape), lam)
+        similarity = -ncc_loss(out.moved.float(), fixed_t.expand(shape), reduction="none")
+        for index in range(size):
+            result = _result_from_output(
+                out, index, float(lam[index]), moving_seg, fixed_seg, notes, labels
+            )
+            result.extra["ncc"] = float(similarity[index])
+            results.append(result)
+        logger.debug("%s(): λ %d-%d of %d done", fn, start + 1, start + size, count)
+    return results
+
+
+# --------------------------------------------------------------------------------------------
+# files, CSV, figures
+# --------------------------------------------------------------------------------------------
+
+
+def _sweep_rows(results: Sequence[RegistrationResult]) -> list[dict[str, Any]]:
+    labels = sorted({label for r in results for label in (r.dice or {})})
+    rows = []
+    for r in results:
+        row: dict[str, Any] = {
+            "lambda": r.lam,
+            "mean_dice": r.mean_dice if r.dice is not None else "",
+        }
+        for label in labels:
+            row[f"dice_{label}"] = (r.dice or {}).get(label, "")
+        row["folding_percent"] = 100.0 * r.folding_fraction
+        row["log_jacobian_std"] = r.log_jacobian_std
+        row["ncc"] = r.extra.get("ncc", "")
+        rows.append(row)
+    return rows
+
+
+def write_sweep_csv(path: PathLike, results: Sequence[RegistrationResult]) -> Path:
+    """Write one row per λ: lambda, mean_dice, dice_<label>..., folding_percent,
+    log_jacobian_std, ncc (Dice columns empty without label maps). Atomic."""
+    rows = _sweep_rows(results)
+    return _write_csv(Path(path), rows, list(rows[0]) if rows else ["lambda"])
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _middle(image: np.ndarray) -> np.ndarray:
+    """2D view of an image: itself, or the middle slice along the last axis for 3D."""
+    return image if image.ndim == 2 else image[..., image.shape[-1] // 2]
+
+
+def _plot_curves(
+    ax: Any,
+    lams: Sequence[float],
+    dice: Sequence[float] | None,
+    folding: Sequence[float],
+    *,
+    baseline: float | None = None,
+    star: float | None = None,
+    max_folding: float | None = None,
+) -> None:
+    order = np.argsort(lams)
+    lam_sorted = np.asarray(lams)[order]
+    if dice is not None:
+        ax.plot(lam_sorted, np.asarray(dice)[order], "o-", ms=3, label="mean Dice")
+        if baseline is not None:
+            ax.axhline(baseline, color="gray", ls="--", label="no registration")
+        ax.set_ylabel("mean Dice")
+    if star is not None:
+        ax.axvline(star, color="tab:green", ls=":", label=f"λ* = {star:.3g}")
+    ax.set_xlabel("λ")
+    twin = ax.twinx()
+    twin.plot(lam_sorted, np.asarray(folding)[order], "s-", ms=3, color="tab:red", label="folding")
+    if max_folding is not None:
+        twin.axhline(max_folding, color="tab:red", ls=":", lw=0.8)
+    twin.set_ylabel("% voxels with J ≤ 0", color="tab:red")
+    handles = ax.get_legend_handles_labels()
+    extra = twin.get_legend_handles_labels()
+    ax.legend(handles[0] + extra[0], handles[1] + extra[1], fontsize=7, loc="best")
+
+
+def _sweep_figures(
+    out: Path,
+    moving: np.ndarray,
+    fixed: np.ndarray,
+    results: Sequence[RegistrationResult],
+    baseline: float | None,
+) -> list[Path]:
+    plt = _pyplot()
+    curves = out / "sweep_curves.png"
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    has_dice = results[0].dice is not None
+    _plot_curves(
+        ax,
+        [r.lam for r in results],
+        [r.mean_dice for r in results] if has_dice else None,  # type: ignore[misc]
+        [100.0 * r.folding_fraction for r in results],
+        baseline=baseline,
+    )
+    ax.set_title("Dice and folding vs λ" if has_dice else "folding vs λ", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(curves, dpi=110)
+    plt.close(fig)
+
+    chosen = list(results)
+    if len(chosen) > _MONTAGE_MAX:
+        picks = np.unique(np.linspace(0, len(chosen) - 1, _MONTAGE_MAX).round().astype(int))
+        chosen = [chosen[i] for i in picks]
+    columns = len(chosen) + 1
+    fig, axes = plt.subplots(2, columns, figsize=(1.9 * columns, 4.2), squeeze=False)
+
+    def show(ax: Any, image: np.ndarray, title: str, **kw: Any) -> None:
+        ax.imshow(np.rot90(_middle(image)), **kw)
+        ax.set_title(title, fontsize=8)
+        ax.axis("off")
+
+    show(axes[0, 0], moving, "moving", cmap="gray")
+    show(axes[1, 0], fixed, "fixed", cmap="gray")
+    magnitudes = [np.linalg.norm(r.disp, axis=0) for r in chosen]
+    low = min(float(_middle(r.moved).min()) for r in chosen)  # one grey scale for every λ
+    high = max(float(_middle(r.moved).max()) for r in chosen)
+    vmax = max(float(_middle(m).max()) for m in magnitudes) or 1.0
+    for column, (r, mag) in enumerate(zip(chosen, magnitudes), start=1):
+        show(axes[0, column], r.moved, f"moved λ={r.lam:.3g}", cmap="gray", vmin=low, vmax=high)
+        show(axes[1, column], mag, f"|u| ≤ {vmax:.1f} vox", cmap="magma", vmin=0, vmax=vmax)
+    view = "" if moving.ndim == 2 else " (middle slice along the last axis)"
+    fig.suptitle(f"moved images and displacement magnitude across λ{view}", fontsize=9)
+    fig.tight_layout()
+    montage = out / "sweep_montage.png"
+    fig.savefig(montage, dpi=100)
+    plt.close(fig)
+    return [curves, montage]
+
+
+@dataclass
+class SweepReport:
+    """Output of :func:`sweep_files`.
+
+    Attributes:
+        results: One :class:`~hyperreg.inference.RegistrationResult` per λ.
+        baseline_dice: Mean Dice before registration (same labels), or None without label maps.
+        files: Every file written (CSV, figures, optional NIfTI outputs).
+    """
+
+    results: list[RegistrationResult]
+    baseline_dice: float | None
+    files: list[Path] = field(default_factory=list)
+
+
+def sweep_files(
+    model: HyperMorph,
+    moving: PathLike,
+    fixed: PathLike,
+    lambdas: Sequence[float],
+    out: PathLike,
+    *,
+    moving_seg: PathLike | None = None,
+    fixed_seg: PathLike | None = None,
+    save_fields: bool = False,
+    chunk: int | None = None,
+    amp: bool = False,
+    normalization: str = "minmax",
+    resample: bool = True,
+) -> SweepReport:
+    """Load a pair, sweep λ (:func:`sweep_lambdas`) and write the report to ``out``.
+
+    Writes ``sweep.csv`` (:func:`write_sweep_csv`), ``sweep_curves.png`` (Dice and folding
+    against λ, twin axes) and ``sweep_montage.png`` (moved image and displacement magnitude per
+    λ; for 3D the middle slice along the last axis). With ``save_fields``, per λ also
+    ``moved_lam<λ>.nii.gz``, ``warp_lam<λ>.nii.gz`` (voxel format, see
+    :func:`hyperreg.fields.save_displacement`) and ``moved_seg_lam<λ>.nii.gz``, each with the
+    fixed image's affine. Every input is read and checked before anything is written.
+
+    Args:
+        model: A trained :class:`~hyperreg.model.HyperMorph`.
+        moving: Moving image file.
+        fixed: Fixed image file; every output is on its grid.
+        lambdas: λ values (see :func:`parse_lambdas`).
+        out: Output folder (created).
+        moving_seg: Moving label map file, or None.
+        fixed_seg: Fixed label map file, or None; Dice needs both.
+        save_fields: Also write the NIfTI outputs per λ.
+        chunk: See :func:`sweep_lambdas`.
+        amp: See :func:`sweep_lambdas`.
+        normalization: Intensity normalisation.
+        resample: Resample inputs on other grids onto the fixed grid (default True, as in
+            :func:`hyperreg.inference.register_files`).
+
+    Returns:
+        A :class:`SweepReport`.
+
+    Raises:
+        FileNotFoundError: If an input is missing.
+        ValueError: As :func:`sweep_lambdas` and :func:`hyperreg.io.load_volume`.
+    """
+    from hyperreg.data import normalize_intensity
+    from hyperreg.metrics import mean_dice
+
+    moving_v = load_volume(moving)
+    fixed_v = load_volume(fixed)
+    moving_seg_v = load_volume(moving_seg, label=True) if moving_seg is not None else None
+    fixed_seg_v = load_volume(fixed_seg, label=True) if fixed_seg is not None else None
+    moving_on, moving_seg_on, fixed_seg_on, notes = _prepare_pair(
+        "sweep_files", model, moving_v, fixed_v, moving_seg_v, fixed_seg_v, resample=resample
+    )
+    results = sweep_lambdas(
+        model,
+        moving_on,
+        fixed_v,
+        lambdas,
+        moving_seg=moving_seg_on,
+        fixed_seg=fixed_seg_on,
+        chunk=chunk,
+        amp=amp,
+        normalization=normalization,
+    )
+    for result in results:
+        result.resampled = list(notes)
+    baseline = None
+    if moving_seg_on is not None and fixed_seg_on is not None:
+        baseline = mean_dice(
+            moving_seg_on.data, fixed_seg_on.data, _labels(moving_seg_on, fixed_seg_on)
+        )
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = [write_sweep_csv(out_dir / "sweep.csv", results)]
+    files += _sweep_figures(
+        out_dir,
+        normalize_intensity(moving_on.data, normalization),
+        normalize_intensity(fixed_v.data, normalization),
+        results,
+        baseline,
+    )
+    if save_fields:
+        for r in results:
+            tag = f"lam{r.lam:.4f}".rstrip("0").rstrip(".")
+            paths = {
+                "moved": out_dir / f"moved_{tag}.nii.gz",
+                "warp": out_dir / f"warp_{tag}.nii.gz",
+            }
+            _check_outputs("sweep_files", **paths)
+            files.append(save_volume(paths["moved"], r.moved, fixed_v))
+            files.append(save_displacement(paths["warp"], r.disp, fixed_v))
+            if r.moved_seg is not None:
+                files.append(
+                    save_volume(
+                        out_dir / f"moved_seg_{tag}.nii.gz", r.moved_seg, fixed_v, label=True
+                    )
+                )
+    return SweepReport(results=results, baseline_dice=baseline, files=files)

@@ -1,0 +1,199 @@
+"""Batch registration: pair CSVs, a broken pair in the middle, resuming, sharding, torchrun."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from lambda_helpers import save_tiny_model, write_pair
+
+from hyperreg.batch import PairSpec, read_pairs, run_batch, shard
+from hyperreg.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _write_csv(path: Path, rows: list[dict[str, object]]) -> Path:
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.fixture()
+def job(tmp_path: Path) -> dict[str, Path]:
+    """Five pairs (the middle one's moving image truncated), paths relative to the CSV."""
+    data = tmp_path / "data"
+    rows = []
+    for index in range(5):
+        paths = write_pair(data, f"p{index}", offset=0.5 * index)
+        row: dict[str, object] = {k: p.name for k, p in paths.items()}
+        row["lambda"] = "" if index % 2 else 0.2 * index
+        rows.append(row)
+    broken = data / "p2_moving.nii.gz"
+    good_bytes = broken.read_bytes()
+    (data / "p2_moving.good").write_bytes(good_bytes)
+    raw = gzip.decompress(good_bytes)
+    broken.write_bytes(gzip.compress(raw[: len(raw) // 2]))  # valid gzip, truncated NIfTI
+    return {
+        "csv": _write_csv(data / "pairs.csv", rows),
+        "model": save_tiny_model(tmp_path / "model.pt"),
+        "out": tmp_path / "out",
+        "data": data,
+    }
+
+
+def _batch_args(job: dict[str, Path], *extra: str) -> list[str]:
+    args = ["batch", "--model", str(job["model"]), "--pairs", str(job["csv"])]
+    return [*args, "--out", str(job["out"]), "--no-progress", *extra]
+
+
+def test_read_pairs(job: dict[str, Path]) -> None:
+    pairs = read_pairs(job["csv"])
+    assert len(pairs) == 5
+    assert pairs[0].moving == job["data"] / "p0_moving.nii.gz"  # relative to the CSV
+    assert pairs[0].lam == 0.0 and pairs[1].lam is None and pairs[4].lam == pytest.approx(0.8)
+    assert pairs[3].name == "pair00003"
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("moving,seg\na,b\n", "header"),
+        ("moving,fixed\n", "no pairs"),
+        ("moving,fixed\na,\n", "both"),
+        ("moving,fixed,lambda\na,b,1.5\n", r"\[0, 1\]"),
+        ("moving,fixed,lambda\na,b,x\n", r"\[0, 1\]"),
+    ],
+)
+def test_read_pairs_rejects(tmp_path: Path, text: str, match: str) -> None:
+    path = tmp_path / "pairs.csv"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=match):
+        read_pairs(path)
+    path.write_text("moving,fixed\na,b\n")
+    with pytest.raises(ValueError, match="moving_seg"):
+        read_pairs(path, require_segs=True)
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 7])
+def test_shards_cover_every_pair_once(world: int) -> None:
+    pairs = [PairSpec(i, Path(f"m{i}"), Path(f"f{i}")) for i in range(11)]
+    taken = [p.index for rank in range(world) for p in shard(pairs, rank, world)]
+    assert sorted(taken) == list(range(11))
+    with pytest.raises(ValueError, match="rank"):
+        shard(pairs, world, world)
+
+
+def test_batch_broken_pair_recorded_rest_done_rerun_skips(job: dict[str, Path], capsys) -> None:
+    out = job["out"]
+    assert main(_batch_args(job, "--lambda", "0.5")) == 1  # one pair failed
+    captured = capsys.readouterr()
+    assert "4 registered, 0 already done, 1 failed" in captured.out
+    assert "1 pair(s) failed" in captured.err
+    summary = _rows(out / "summary.csv")
+    assert [int(r["index"]) for r in summary] == [0, 1, 3, 4]
+    assert [float(r["lambda"]) for r in summary] == pytest.approx([0.0, 0.5, 0.5, 0.8])
+    for row in summary:
+        assert 0.0 <= float(row["mean_dice"]) <= 1.0 and row["dice_3"] and row["dice_4"]
+        for key in ("moved", "warp", "moved_seg"):
+            assert (out / row[key]).is_file()
+    failures = _rows(out / "failures.csv")
+    assert len(failures) == 1 and failures[0]["index"] == "2"
+    assert "p2_moving.nii.gz" in failures[0]["error"]
+    assert failures[0]["error"].startswith("ValueError")
+    assert not (out / "pairs" / "pair00002" / "moved.nii.gz").exists()
+    assert not list(out.rglob(".*.tmp"))  # no temporary files left behind
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*.nii.gz")}
+
+    # a rerun redoes nothing that finished (the broken pair is retried and fails again)
+    assert main(_batch_args(job, "--lambda", "0.5")) == 1
+    assert "0 registered, 4 already done, 1 failed" in capsys.readouterr().out
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*.nii.gz")} == stamps
+
+    # fix the file: only that pair runs, failures.csv empties
+    (job["data"] / "p2_moving.nii.gz").write_bytes((job["data"] / "p2_moving.good").read_bytes())
+    assert main(_batch_args(job, "--lambda", "0.5")) == 0
+    assert "1 registered, 4 already done, 0 failed" in capsys.readouterr().out
+    assert len(_rows(out / "summary.csv")) == 5 and _rows(out / "failures.csv") == []
+
+    # another default λ changes rows without their own λ only: those are redone
+    assert main(_batch_args(job, "--lambda", "0.3")) == 0
+    assert "2 registered, 3 already done" in capsys.readouterr().out
+
+
+def test_batch_needs_lambda_for_every_row(job: dict[str, Path], capsys) -> None:
+    assert main(_batch_args(job)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hyperreg batch: error:") and "--lambda" in err
+    assert not job["out"].exists()
+
+
+def test_batch_simulated_ranks_cover_every_pair_once(job: dict[str, Path], monkeypatch) -> None:
+    """RANK/WORLD_SIZE without MASTER_ADDR: shards alone, no process group (in-process)."""
+    (job["data"] / "p2_moving.nii.gz").write_bytes((job["data"] / "p2_moving.good").read_bytes())
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    reports = []
+    for rank in (0, 1):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        reports.append(run_batch(job["model"], job["csv"], job["out"], lam=0.5).report)
+    assert [r.done for r in reports] == [3, 2]
+    summary = _rows(job["out"] / "summary.csv")
+    assert [int(r["index"]) for r in summary] == [0, 1, 2, 3, 4]
+    assert all(int(r["rank"]) == int(r["index"]) % 2 for r in summary)
+
+
+def test_batch_torchrun_two_processes(job: dict[str, Path]) -> None:
+    """A real 2-process run: ``python -m torch.distributed.run --nproc-per-node 2 -m hyperreg``."""
+    (job["data"] / "p2_moving.nii.gz").write_bytes((job["data"] / "p2_moving.good").read_bytes())
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += ["--nproc-per-node", "2", "-m", "hyperreg", *_batch_args(job, "--lambda", "0.5")]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "rank 0/2: 3 registered" in done.stdout and "rank 1/2: 2 registered" in done.stdout
+    summary = _rows(job["out"] / "summary.csv")
+    assert [int(r["index"]) for r in summary] == [0, 1, 2, 3, 4]  # each pair exactly once
+    assert [int(r["rank"]) for r in summary] == [0, 1, 0, 1, 0]
+    records = sorted((job["out"] / "pairs").glob("pair*/record.json"))
+    assert [json.loads(p.read_text())["index"] for p in records] == [0, 1, 2, 3, 4]
+
+
+def test_batch_script_from_python(job: dict[str, Path], capsys) -> None:
+    spec = importlib.util.spec_from_file_location(
+        "batch_register", REPO / "scripts" / "batch_register.py"
+    )
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    code = module.main(
+        [
+            "--model",
+            str(job["model"]),
+            "--pairs",
+            str(job["csv"]),
+            "--out",
+            str(job["out"]),
+            "--lambda",
+            "0.5",
+        ]
+    )
+    assert code == 1  # the broken pair
+    assert len(_rows(job["out"] / "summary.csv")) == 4
+    assert len(_rows(job["out"] / "failures.csv")) == 1

@@ -1,0 +1,365 @@
+"""λ sweeps and λ* tuning: batched sweep == single-λ calls, CLI outputs, tuning on a known case."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from lambda_helpers import SHAPE, blob, labels_of, save_tiny_model, tiny_model, write_pair
+from torch import nn
+
+from hyperreg.batch import PairSpec
+from hyperreg.cli import main
+from hyperreg.config import ModelConfig
+from hyperreg.inference import register_pair
+from hyperreg.io import Volume
+from hyperreg.model import RegistrationOutput
+from hyperreg.spatial import warp
+from hyperreg.sweep import parse_lambdas, sweep_lambdas
+from hyperreg.tune import tune_lambda
+
+
+def _volume(data: np.ndarray) -> Volume:
+    return Volume(data=data, affine=np.eye(4), disk_shape=data.shape)
+
+
+def _pair(shape: tuple[int, ...]) -> dict[str, Volume]:
+    moving = blob(shape, tuple(s / 2 - 1 for s in shape), sigma=2.5)
+    fixed = blob(shape, tuple(s / 2 + 0.5 for s in shape), sigma=2.5)
+    return {
+        "moving": _volume(moving),
+        "fixed": _volume(fixed),
+        "moving_seg": _volume(labels_of(moving).astype(np.int32)),
+        "fixed_seg": _volume(labels_of(fixed).astype(np.int32)),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# parse_lambdas
+# --------------------------------------------------------------------------------------------
+
+
+def test_parse_lambdas_range_list_and_single() -> None:
+    values = parse_lambdas("0:1:11")
+    assert len(values) == 11 and values[0] == 0.0 and values[-1] == 1.0
+    assert values[3] == 0.3  # rounded, not 0.30000000000000004
+    assert parse_lambdas("0.2:0.4:3") == [0.2, 0.3, 0.4]
+    assert parse_lambdas("0.1, 0.5,1") == [0.1, 0.5, 1.0]
+    assert parse_lambdas("0.25") == [0.25]
+    assert parse_lambdas("0.5:0.5:1") == [0.5]
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("0:2:3", r"\[0, 1\]"),
+        ("-0.1,0.5", r"\[0, 1\]"),
+        ("nan", r"\[0, 1\]"),
+        ("0:1:0", "count"),
+        ("1:0:3", "start"),
+        ("0:1", "start:stop:count"),
+        ("a,b", "start:stop:count"),
+        ("", "start:stop:count"),
+        ("0:1:2.5", "start:stop:count"),
+    ],
+)
+def test_parse_lambdas_rejects(text: str, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        parse_lambdas(text)
+
+
+# --------------------------------------------------------------------------------------------
+# sweep_lambdas
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("ndim", "chunk"), [(2, None), (2, 2), (3, 3)])
+def test_sweep_equals_single_lambda_calls(ndim: int, chunk: int | None) -> None:
+    shape = SHAPE if ndim == 2 else (12, 10, 14)
+    model = tiny_model(ndim)
+    pair = _pair(shape)
+    lambdas = [0.0, 0.2, 0.5, 0.9, 1.0]
+    results = sweep_lambdas(model, **pair, lambdas=lambdas, chunk=chunk)
+    assert [r.lam for r in results] == pytest.approx(lambdas)
+    disps = [r.disp for r in results]
+    assert max(float(np.abs(d).max()) for d in disps) > 0.5  # non-trivial fields
+    assert float(np.abs(disps[0] - disps[-1]).max()) > 0.1  # that change with λ
+    for lam, result in zip(lambdas, results):
+        single = register_pair(model, pair["moving"], pair["fixed"], lam, **_segs(pair))
+        np.testing.assert_allclose(result.disp, single.disp, atol=1e-4, rtol=1e-4)
+        np.testing.assert_allclose(result.moved, single.moved, atol=1e-4)
+        np.testing.assert_array_equal(result.moved_seg, single.moved_seg)
+        assert result.dice is not None and single.dice is not None
+        for label, value in single.dice.items():
+            assert result.dice[label] == pytest.approx(value)
+        assert result.folding_fraction == pytest.approx(single.folding_fraction, abs=1e-6)
+        assert result.log_jacobian_std == pytest.approx(single.log_jacobian_std, abs=1e-4)
+        assert 0.0 <= result.extra["ncc"] <= 1.0
+
+
+def _segs(pair: dict[str, Volume]) -> dict[str, Volume]:
+    return {"moving_seg": pair["moving_seg"], "fixed_seg": pair["fixed_seg"]}
+
+
+def test_sweep_accepts_tensor_and_keeps_order() -> None:
+    model = tiny_model()
+    pair = _pair(SHAPE)
+    results = sweep_lambdas(model, pair["moving"], pair["fixed"], torch.tensor([0.7, 0.1]))
+    assert [round(r.lam, 6) for r in results] == [0.7, 0.1]
+    assert results[0].dice is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"lambdas": []}, ValueError, "at least one"),
+        ({"lambdas": [0.2, 1.5]}, ValueError, r"\[0, 1\]"),
+        ({"lambdas": [0.2, float("nan")]}, ValueError, r"\[0, 1\]"),
+        ({"lambdas": "0.2"}, TypeError, "sequence"),
+        ({"lambdas": [0.2], "chunk": 0}, ValueError, "chunk"),
+        ({"lambdas": [0.2], "amp": True}, ValueError, "CUDA"),
+    ],
+)
+def test_sweep_rejects(kwargs: dict, error: type, match: str) -> None:
+    model = tiny_model()
+    pair = _pair(SHAPE)
+    with pytest.raises(error, match=match):
+        sweep_lambdas(model, pair["moving"], pair["fixed"], **kwargs)
+
+
+# --------------------------------------------------------------------------------------------
+# hyperreg sweep
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def files(tmp_path: Path) -> dict[str, Path]:
+    paths = write_pair(tmp_path / "data", "a")
+    paths["model"] = save_tiny_model(tmp_path / "model.pt")
+    paths["out"] = tmp_path / "out"
+    return paths
+
+
+def _sweep_args(files: dict[str, Path], *extra: str) -> list[str]:
+    args = ["sweep", "--model", str(files["model"]), "--moving", str(files["moving"])]
+    args += ["--fixed", str(files["fixed"]), "--out", str(files["out"])]
+    return args + list(extra)
+
+
+def test_sweep_cli_writes_csv_and_figures(files: dict[str, Path], capsys) -> None:
+    segs = ["--moving-seg", str(files["moving_seg"]), "--fixed-seg", str(files["fixed_seg"])]
+    code = main(_sweep_args(files, *segs, "--lambdas", "0:1:5", "--chunk", "2", "--save-fields"))
+    assert code == 0, capsys.readouterr().err
+    out = files["out"]
+    with (out / "sweep.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [float(r["lambda"]) for r in rows] == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert list(rows[0]) == [
+        "lambda",
+        "mean_dice",
+        "dice_3",
+        "dice_4",
+        "folding_percent",
+        "log_jacobian_std",
+        "ncc",
+    ]
+    for row in rows:
+        assert 0.0 <= float(row["mean_dice"]) <= 1.0
+        assert float(row["mean_dice"]) == pytest.approx(
+            (float(row["dice_3"]) + float(row["dice_4"])) / 2, abs=1e-5
+        )
+        assert 0.0 <= float(row["folding_percent"]) <= 100.0
+    for name in ("sweep_curves.png", "sweep_montage.png"):
+        assert (out / name).stat().st_size > 5000
+        assert (out / name).read_bytes()[:4] == b"\x89PNG"
+    for tag in ("lam0", "lam0.25", "lam1"):
+        for kind in ("moved", "warp", "moved_seg"):
+            assert (out / f"{kind}_{tag}.nii.gz").is_file(), f"{kind}_{tag}"
+    printed = capsys.readouterr().out
+    assert "no registration: mean Dice" in printed
+
+
+def test_sweep_cli_without_labels(files: dict[str, Path], capsys) -> None:
+    assert main(_sweep_args(files, "--lambdas", "0.1,0.9")) == 0
+    with (files["out"] / "sweep.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 2 and rows[0]["mean_dice"] == ""
+    assert (files["out"] / "sweep_montage.png").is_file()
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        (["--lambdas", "0:2:3"], r"\[0, 1\]"),
+        (["--lambdas", "0:1:0"], "count"),
+        (["--moving-seg", "x.nii.gz"], "--fixed-seg"),
+        (["--chunk", "0"], "positive integer"),
+    ],
+)
+def test_sweep_cli_bad_input_exits_2(files: dict[str, Path], capsys, extra, match) -> None:
+    assert main(_sweep_args(files, *extra)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hyperreg sweep: error:") and len(err.strip().splitlines()) == 1
+    assert __import__("re").search(match, err), err
+    assert not (files["out"] / "sweep.csv").exists()
+
+
+def test_sweep_cli_missing_file_exits_2(files: dict[str, Path], capsys) -> None:
+    files = {**files, "moving": files["out"].parent / "nope.nii.gz"}
+    assert main(_sweep_args(files)) == 2
+    assert "nope.nii.gz" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------
+# tune_lambda on a model whose answer is known
+# --------------------------------------------------------------------------------------------
+
+TRUE_LAMBDA = 0.37
+SHIFT = 4.0  # voxels: the fixed image is the moving image shifted by SHIFT along axis 0
+SLOPE = 40.0  # voxels of error per unit of |λ - TRUE_LAMBDA|
+FOLD_BELOW = 0.42  # the fold stub folds for λ below this
+
+
+class _KnownModel(nn.Module):
+    """Stub with HyperMorph's interface whose displacement is exact only at λ = 0.37.
+
+    ``disp_0 = SHIFT - SLOPE * |λ - 0.37|`` (constant). With ``fold``, for λ < 0.42 a ripple of
+    3 voxels (period 4 rows) in a background corner (rows >= 26, columns <= 5, no labels there)
+    folds the field there without changing any Dice.
+    """
+
+    def __init__(self, fold: bool = False) -> None:
+        super().__init__()
+        self.config = ModelConfig(ndim=2)
+        self.anchor = nn.Parameter(torch.zeros(()))  # gives the model a device
+        self.fold = fold
+
+    def forward(self, moving: torch.Tensor, fixed: torch.Tensor, lam) -> RegistrationOutput:
+        lam = torch.as_tensor(lam, dtype=torch.float32).reshape(-1)
+        batch, _, rows, cols = moving.shape
+        disp = torch.zeros(batch, 2, rows, cols)
+        disp[:, 0] = (SHIFT - SLOPE * (lam - TRUE_LAMBDA).abs()).view(-1, 1, 1)
+        if self.fold:
+            ripple = 3.0 * torch.sin(2 * math.pi * torch.arange(rows) / 4.0).view(-1, 1)
+            corner = torch.zeros(rows, cols)
+            corner[26:, :6] = 1.0
+            strength = (lam < FOLD_BELOW).float().view(-1, 1, 1)
+            disp[:, 0] += strength * corner * ripple
+        return RegistrationOutput(warp(moving, disp), disp, None)
+
+
+@pytest.fixture()
+def known_pairs(tmp_path: Path) -> list[PairSpec]:
+    from lambda_helpers import write_nifti
+
+    pairs = []
+    for index, (centre, sigma) in enumerate([((12.0, 14.0), 5.0), ((10.0, 12.0), 4.0)]):
+        shape = (32, 28)
+        fixed = blob(shape, centre, sigma)
+        moving = blob(shape, (centre[0] + SHIFT, centre[1]), sigma)  # moved[x] = moving(x + 4)
+        paths = {}
+        for name, data in (
+            ("moving", moving),
+            ("fixed", fixed),
+            ("moving_seg", labels_of(moving)),
+            ("fixed_seg", labels_of(fixed)),
+        ):
+            paths[name] = write_nifti(tmp_path / f"{index}_{name}.nii.gz", data[..., None])
+        pairs.append(PairSpec(index=index, **paths))
+    return pairs
+
+
+def test_tune_finds_the_known_lambda(known_pairs: list[PairSpec]) -> None:
+    result = tune_lambda(_KnownModel(), known_pairs)
+    # Dice is 1 exactly while the error |SLOPE (λ - 0.37)| rounds to 0 voxels
+    assert abs(result.lambda_star - TRUE_LAMBDA) <= 0.5 / SLOPE
+    assert result.dice_at_star == pytest.approx(1.0)
+    assert result.constraint_met and result.pairs == 2
+    lams = [row["lambda"] for row in result.grid]
+    assert lams == sorted(lams) and min(lams) == 0.0 and max(lams) == 1.0
+    assert {row["stage"] for row in result.grid} == {"coarse", "refine1", "refine2"}
+    star_row = next(row for row in result.grid if row["lambda"] == result.lambda_star)
+    assert star_row["mean_dice"] == result.dice_at_star
+    assert max(row["mean_dice"] for row in result.grid) == result.dice_at_star
+    assert set(result.per_label) == {3, 4}
+    for entry in result.per_label.values():
+        assert entry["lambda"] in lams and entry["dice"] == pytest.approx(1.0)
+        assert abs(entry["lambda"] - TRUE_LAMBDA) <= 0.5 / SLOPE
+
+
+def test_tune_respects_the_folding_limit(known_pairs: list[PairSpec]) -> None:
+    free = tune_lambda(_KnownModel(fold=True), known_pairs)
+    limited = tune_lambda(_KnownModel(fold=True), known_pairs, max_folding=0.0)
+    assert limited.constraint_met
+    assert limited.folding_percent_at_star == 0.0
+    assert free.folding_percent_at_star > 0.0  # the unconstrained optimum folds
+    assert abs(free.lambda_star - TRUE_LAMBDA) <= 0.5 / SLOPE and free.dice_at_star == 1.0
+    assert FOLD_BELOW <= limited.lambda_star <= FOLD_BELOW + 0.01  # first feasible λ evaluated
+    assert limited.dice_at_star < free.dice_at_star
+    feasible = [r for r in limited.grid if r["folding_percent"] <= 0.0]
+    assert limited.dice_at_star == max(r["mean_dice"] for r in feasible)
+    for entry in limited.per_label.values():
+        row = next(r for r in limited.grid if r["lambda"] == entry["lambda"])
+        assert row["feasible"]
+
+
+def test_tune_unmet_limit_warns(known_pairs: list[PairSpec]) -> None:
+    with pytest.warns(UserWarning, match="least"):
+        result = tune_lambda(
+            _KnownModel(fold=True),
+            known_pairs[:1],
+            lambdas=[0.0, 0.2],
+            refine_rounds=0,
+            max_folding=0.0,
+        )
+    assert not result.constraint_met and result.lambda_star == 0.2
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"lambdas": [0.5]}, "2 distinct"),
+        ({"max_folding": -1.0}, "max_folding"),
+        ({"refine_points": 0}, "refine_points"),
+    ],
+)
+def test_tune_rejects(known_pairs: list[PairSpec], kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        tune_lambda(_KnownModel(), known_pairs, **kwargs)
+    with pytest.raises(ValueError, match="moving_seg"):
+        tune_lambda(_KnownModel(), [PairSpec(0, Path("m.nii.gz"), Path("f.nii.gz"))])
+
+
+def test_tune_cli_writes_json_and_figure(tmp_path: Path, capsys) -> None:
+    rows = []
+    for tag, offset in (("a", 0.0), ("b", 1.5)):
+        paths = write_pair(tmp_path / "val", tag, offset)
+        rows.append({k: p.name for k, p in paths.items()})
+    pairs_csv = tmp_path / "val" / "pairs.csv"
+    with pairs_csv.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["moving", "fixed", "moving_seg", "fixed_seg"])
+        writer.writeheader()
+        writer.writerows(rows)
+    model = save_tiny_model(tmp_path / "model.pt")
+    out = tmp_path / "tune"
+    args = ["tune", "--model", str(model), "--pairs", str(pairs_csv), "--out", str(out)]
+    assert main([*args, "--max-folding", "0.5"]) == 0, capsys.readouterr().err
+    report = json.loads((out / "tune.json").read_text())
+    assert 0.0 <= report["lambda_star"] <= 1.0
+    grid = {row["lambda"]: row for row in report["grid"]}
+    assert grid[report["lambda_star"]]["mean_dice"] == report["dice_at_star"]
+    assert report["dice_at_star"] == max(r["mean_dice"] for r in report["grid"] if r["feasible"])
+    assert set(report["per_label_lambda_star"]) == {"3", "4"}
+    assert report["max_folding_percent"] == 0.5 and report["pairs"] == 2
+    assert (out / "tune.png").read_bytes()[:4] == b"\x89PNG"
+    assert "λ* =" in capsys.readouterr().out
+    # a validation CSV without label maps is bad input
+    bad_csv = tmp_path / "val" / "nolabels.csv"
+    bad_csv.write_text("moving,fixed\na_moving.nii.gz,a_fixed.nii.gz\n")
+    assert main(["tune", "--model", str(model), "--pairs", str(bad_csv), "--out", str(out)]) == 2
+    assert "moving_seg" in capsys.readouterr().err
