@@ -122,8 +122,13 @@ def _subject_pairs(scans: list[Scan], others: list[Scan], atlas: Scan | None) ->
     return [(scans[0], others[0])]
 
 
-def _prepare_data(config: TrainConfig) -> tuple[PairSampler, list[ValidationPair], dict]:
-    """Training sampler, validation pairs and the split record (written to split.json)."""
+def _prepare_data(
+    config: TrainConfig, load_validation: bool = True
+) -> tuple[PairSampler, list[ValidationPair], dict]:
+    """Training sampler, validation pairs and the split record (written to split.json).
+
+    ``load_validation=False`` (ranks other than 0) records the split but loads no pairs.
+    """
     ndim = config.model.ndim
     scans = find_scans(config.data, ndim)
     by_name = {scan.name: scan for scan in scans}
@@ -155,7 +160,8 @@ def _prepare_data(config: TrainConfig) -> tuple[PairSampler, list[ValidationPair
         record["mode"] = "subjects"
         record["note"] = f"validation on {len(val_scans)} held-out subject(s)"
         pairs = _subject_pairs(val_scans, train_scans, atlas)
-        val = validation_pairs(pairs, ndim, slice_every=config.holdout_every, **common)
+        if load_validation:
+            val = validation_pairs(pairs, ndim, slice_every=config.holdout_every, **common)
     elif config.val_every > 0:
         pairs = _subject_pairs(train_scans, [], atlas) if len(train_scans) > 1 or atlas else []
         if sampler.heldout_slices is not None and pairs:
@@ -166,14 +172,16 @@ def _prepare_data(config: TrainConfig) -> tuple[PairSampler, list[ValidationPair
                 f"every {config.holdout_every}th brain slice along axis {config.slice_axis}, "
                 "not used for training (same subjects as training)"
             )
-            val = validation_pairs(pairs, ndim, slices=sampler.heldout_slices, **common)
+            if load_validation:
+                val = validation_pairs(pairs, ndim, slices=sampler.heldout_slices, **common)
         elif pairs:
             record["mode"] = "training-pairs"
             record["note"] = (
                 f"only {len(scans)} subject(s) and no slices to hold out: validation on "
                 "training pairs (not held out)"
             )
-            val = validation_pairs(pairs, ndim, slice_every=config.holdout_every, **common)
+            if load_validation:
+                val = validation_pairs(pairs, ndim, slice_every=config.holdout_every, **common)
         else:
             record["mode"] = "none"
             record["note"] = "no pair to validate on"
@@ -181,7 +189,8 @@ def _prepare_data(config: TrainConfig) -> tuple[PairSampler, list[ValidationPair
         record["mode"] = "none"
         record["note"] = "validation off (no held-out subjects and val_every = 0)"
     record["val_pairs"] = [pair.name for pair in val]
-    logger.info("data split: %s", record["note"])
+    if load_validation:
+        logger.info("data split: %s", record["note"])
     return sampler, val, record
 
 
@@ -305,7 +314,7 @@ def _train(
     main = context.is_main
     record = None
     if pairs is None:
-        pairs, loaded, record = _prepare_data(config)
+        pairs, loaded, record = _prepare_data(config, load_validation=main)
         val_pairs = loaded if val_pairs is None else val_pairs
     val_pairs = list(val_pairs or [])
     val_every = config.val_every

@@ -49,9 +49,7 @@ def test_kill_and_resume_matches_uninterrupted(tmp_path: Path, parametrization: 
     killed = tmp_path / "killed"
     killed.mkdir()
     shutil.copy(tmp_path / "straight" / "checkpoint_0000003.pt", killed)
-    resumed = train(
-        _config(killed, 6, model=model), BlobPairs(), progress=False, resume=killed
-    )
+    resumed = train(_config(killed, 6, model=model), BlobPairs(), progress=False, resume=killed)
     _assert_same(_weights(straight), _weights(resumed))
     # a 3-step run, then extended to 6 steps in place
     short = tmp_path / "short"
@@ -84,3 +82,19 @@ def test_resume_rejects_mismatch(tmp_path: Path) -> None:
         train(_config(tmp_path, 6, model=other), BlobPairs(), progress=False, resume=tmp_path)
     with pytest.raises(FileNotFoundError, match="no such folder"):
         train(_config(tmp_path / "x", 6), BlobPairs(), progress=False, resume=tmp_path / "empty")
+
+
+def test_cli_train_resume_without_out(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from test_data import _oasis_folder
+
+    from hyperreg.cli import main
+
+    data = _oasis_folder(tmp_path / "data", 2)
+    run = tmp_path / "run"
+    common = ["train", "--data", str(data), "--ndim", "2", "--device", "cpu"]
+    assert main([*common, "--steps", "2", "--checkpoint-every", "1", "--out", str(run)]) == 0
+    assert main([*common, "--steps", "3", "--resume", str(run)]) == 0
+    assert load_checkpoint(run / "model.pt")[1]["step"] == 3
+    assert sorted(p.name for p in run.glob("checkpoint_*.pt"))[-1] == "checkpoint_0000003.pt"
+    assert main(["train", "--data", str(data), "--steps", "3"]) == 2
+    assert "--out is required" in capsys.readouterr().err
