@@ -189,12 +189,13 @@ def build_parser() -> argparse.ArgumentParser:
         dest="lam",
         type=_lambda,
         required=True,
-        help="regularisation weight λ in [0, 1]",
+        help="regularisation weight λ in [0, 1]: 0 = similarity only (sharpest match, least "
+        "smooth field), 1 = smoothness only (identity)",
     )
     reg.add_argument(
         "--moved",
-        required=True,
-        help="moved image, NIfTI, on the fixed grid with the fixed-image affine",
+        help="moved image, NIfTI, on the fixed grid with the fixed-image affine, in the moving "
+        "image's own intensity units (float32)",
     )
     reg.add_argument(
         "--warp",
@@ -216,9 +217,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not resample a moving image (or label map) on another grid onto the fixed "
         "grid; differing grids are then an error",
     )
-    reg.add_argument("--moving-seg", help="moving label map, warped with nearest neighbour")
+    reg.add_argument(
+        "--moving-seg",
+        help="moving label map, warped with nearest neighbour (for --moved-seg and Dice)",
+    )
     reg.add_argument("--moved-seg", help="moved label map, NIfTI, integer type, fixed affine")
-    reg.add_argument("--fixed-seg", help="fixed label map: with --moving-seg, Dice is printed")
+    reg.add_argument(
+        "--fixed-seg",
+        help="fixed label map: with --moving-seg, mean Dice (before and after) is printed over "
+        "the labels present in both maps",
+    )
     reg.add_argument(
         "--normalization",
         choices=("minmax", "none"),
@@ -335,8 +343,14 @@ def _cmd_register(args: argparse.Namespace) -> int:
     from hyperreg.inference import register_files
     from hyperreg.model import load_checkpoint
 
+    if not (args.moved or args.warp or args.moved_seg):
+        raise ValueError("nothing to write: give --moved, --warp and/or --moved-seg")
     if args.moved_seg and not args.moving_seg:
         raise ValueError("--moved-seg needs --moving-seg (the label map to warp)")
+    if args.moving_seg and not (args.moved_seg or args.fixed_seg):
+        raise ValueError("--moving-seg is used only with --moved-seg or --fixed-seg; add one")
+    if args.fixed_seg and not args.moving_seg:
+        raise ValueError("--fixed-seg needs --moving-seg (Dice compares the two label maps)")
     device = resolve_device("register", args.device)
     model, _ = load_checkpoint(args.model, map_location=device)
     result = register_files(
@@ -358,7 +372,10 @@ def _cmd_register(args: argparse.Namespace) -> int:
     written = [p for p in (args.moved, args.warp, args.moved_seg) if p]
     print(f"λ = {result.lam:g}: wrote {', '.join(written)}")
     if result.dice is not None:
-        print(f"mean Dice {result.mean_dice:.4f} over {len(result.dice)} labels")
+        print(
+            f"mean Dice {result.mean_dice:.4f} over {len(result.dice)} labels present in both "
+            f"label maps (before registration: {result.extra['dice_before']:.4f})"
+        )
     print(
         f"folding fraction {100 * result.folding_fraction:.3f} % of voxels (J <= 0), "
         f"std log J {result.log_jacobian_std:.4f}"

@@ -15,8 +15,9 @@ from __future__ import annotations
 import logging
 import math
 import os
-from dataclasses import dataclass, field
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -31,7 +32,7 @@ from hyperreg.fields import (
     save_displacement,
 )
 from hyperreg.io import Volume, check_same_grid, load_volume, same_grid, save_volume
-from hyperreg.metrics import dice_per_label, field_summary
+from hyperreg.metrics import dice_per_label, field_summary, mean_dice
 from hyperreg.model import HyperMorph, RegistrationOutput
 from hyperreg.resample import describe_grid, resample_to
 from hyperreg.spatial import jacobian_determinant, warp
@@ -54,7 +55,8 @@ class RegistrationResult:
     """Outputs of one registration, on the fixed grid, as numpy arrays.
 
     Attributes:
-        moved: Moved image, spatial shape of ``fixed``, float32, normalised intensities.
+        moved: Moved image, spatial shape of ``fixed``, float32, in the moving image's own
+            intensity units (the model sees normalised intensities; the output does not).
         disp: Displacement ``(N, *S)`` in voxels, i/j/k order, ``moved[x] = moving(x + disp(x))``.
         moved_seg: Moved label map (int32, nearest neighbour) or None.
         lam: The λ used.
@@ -110,6 +112,11 @@ def _onto_grid(
 
 def _as_input(volume: Volume, normalization: str, device: torch.device) -> torch.Tensor:
     data = normalize_intensity(volume.data, normalization)
+    if normalization == "none" and data.size and (data.min() < 0 or data.max() > 1):
+        raise ValueError(
+            f"'{volume.path}' has intensities in [{data.min():g}, {data.max():g}], outside the "
+            "[0, 1] the model expects; use the default min-max normalisation instead of 'none'"
+        )
     return torch.from_numpy(data)[None, None].to(device)
 
 
@@ -166,9 +173,19 @@ def _result_from_output(
     fixed_seg: Volume | None,
     notes: list[str],
     labels: Sequence[int] | None = None,
+    moving: Volume | None = None,
 ) -> RegistrationResult:
-    """The :class:`RegistrationResult` of sample ``index`` of a model output (fixed grid)."""
+    """The :class:`RegistrationResult` of sample ``index`` of a model output (fixed grid).
+
+    With ``moving`` (on the fixed grid), ``moved`` is ``moving`` warped in its own intensity
+    units, as ANTs and VoxelMorph write it; otherwise the model's normalised moved image.
+    """
     disp = out.disp[index : index + 1].float()
+    if moving is not None:
+        raw = torch.from_numpy(moving.data.astype(np.float32))[None, None].to(disp.device)
+        moved = warp(raw, disp)[0, 0].cpu().numpy()
+    else:
+        moved = out.moved[index, 0].float().cpu().numpy()
     moved_seg = None
     if moving_seg is not None:
         seg = torch.from_numpy(moving_seg.data.astype(np.float32))[None, None].to(disp.device)
@@ -178,7 +195,7 @@ def _result_from_output(
     if moved_seg is not None and fixed_seg is not None:
         dice = dice_per_label(moved_seg, fixed_seg.data, labels)
     return RegistrationResult(
-        moved=out.moved[index, 0].float().cpu().numpy(),
+        moved=moved,
         disp=disp[0].cpu().numpy(),
         moved_seg=moved_seg,
         lam=lam,
@@ -238,17 +255,49 @@ def register_pair(
     out = model(
         _as_input(moving, normalization, device), _as_input(fixed, normalization, device), lam_t
     )
-    return _result_from_output(out, 0, float(lam_t.item()), moving_seg, fixed_seg, notes)
+    result = _result_from_output(
+        out, 0, float(lam_t.item()), moving_seg, fixed_seg, notes, moving=moving
+    )
+    if result.dice is not None and moving_seg is not None and fixed_seg is not None:
+        result.extra["dice_before"] = mean_dice(moving_seg.data, fixed_seg.data, list(result.dice))
+    return result
 
 
 PathLike = str | os.PathLike[str]
 OUTPUT_SUFFIXES = (".nii.gz", ".nii")
 
 
-def _check_outputs(fn: str, **outputs: PathLike | None) -> None:
+def _check_outputs(
+    fn: str, inputs: Sequence[PathLike | None] = (), **outputs: PathLike | None
+) -> None:
+    """Check output paths before any work: suffix, distinct, not an input, folder creatable."""
+    sources = {Path(p).resolve() for p in inputs if p is not None}
+    seen: dict[Path, str] = {}
     for name, out in outputs.items():
-        if out is not None and not str(out).endswith(OUTPUT_SUFFIXES):
+        if out is None:
+            continue
+        if not str(out).endswith(OUTPUT_SUFFIXES):
             raise ValueError(f"{fn}(): '{name}' must end in {OUTPUT_SUFFIXES}, got '{out}'")
+        path = Path(out).resolve()
+        if path in seen:
+            raise ValueError(
+                f"{fn}(): '{name}' and '{seen[path]}' are the same file '{out}'; give each "
+                "output its own path"
+            )
+        if path in sources:
+            raise ValueError(
+                f"{fn}(): '{name}' would overwrite the input '{out}'; choose another path"
+            )
+        if path.is_dir():
+            raise ValueError(f"{fn}(): '{name}' is a folder, not a file: '{out}'")
+        folder = path.parent
+        while not folder.exists():
+            folder = folder.parent
+        if not folder.is_dir():
+            raise ValueError(f"{fn}(): cannot write '{out}': '{folder}' is a file, not a folder")
+        if not os.access(folder, os.W_OK):
+            raise ValueError(f"{fn}(): cannot write '{out}': folder '{folder}' is not writable")
+        seen[path] = name
 
 
 def register_files(
@@ -304,7 +353,13 @@ def register_files(
     if moved_seg is not None and moving_seg is None:
         raise ValueError(f"{fn}(): 'moved_seg' needs 'moving_seg' (the label map to warp)")
     check_option(fn, "warp_format", warp_format, DISPLACEMENT_FORMATS)
-    _check_outputs(fn, moved=moved, warp_out=warp_out, moved_seg=moved_seg)
+    _check_outputs(
+        fn,
+        (moving, fixed, moving_seg, fixed_seg),
+        moved=moved,
+        warp_out=warp_out,
+        moved_seg=moved_seg,
+    )
     moving_v = load_volume(moving)
     fixed_v = load_volume(fixed)
     moving_seg_v = load_volume(moving_seg, label=True) if moving_seg is not None else None
@@ -381,7 +436,7 @@ def warp_file(
             ``resample=False``.
     """
     fn = "warp_file"
-    _check_outputs(fn, moved=moved)
+    _check_outputs(fn, (moving, warp_field), moved=moved)
     field_ = load_displacement(warp_field)
     moving_v = load_volume(moving, label=nearest)
     moving_v, note = _onto_grid(
@@ -427,7 +482,7 @@ def jacobian_file(warp_field: PathLike, out: PathLike) -> JacobianResult:
         ValueError: If the field is unreadable or invalid, a grid size is below 2, or ``out``
             has a wrong suffix.
     """
-    _check_outputs("jacobian_file", out=out)
+    _check_outputs("jacobian_file", (warp_field,), out=out)
     field_ = load_displacement(warp_field)
     disp = torch.from_numpy(field_.disp)[None]
     summary = field_summary(disp)

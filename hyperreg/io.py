@@ -211,7 +211,8 @@ def _nonfinite_message(path: Path, count: int, label: bool) -> str:
     hint = (
         "fix the file (allow_nonfinite does not apply to label maps)"
         if label
-        else "fix the file or pass allow_nonfinite=True to replace them with 0"
+        else "fix the file (from Python, load_volume(..., allow_nonfinite=True) replaces them "
+        "with 0)"
     )
     return f"load_volume(): '{path}' has {count} non-finite voxels (NaN or inf); {hint}"
 

@@ -189,7 +189,7 @@ def sweep_lambdas(
         similarity = -ncc_loss(out.moved.float(), fixed_t.expand(shape), reduction="none")
         for index in range(size):
             result = _result_from_output(
-                out, index, float(lam[index]), moving_seg, fixed_seg, notes, labels
+                out, index, float(lam[index]), moving_seg, fixed_seg, notes, labels, moving=moving
             )
             result.extra["ncc"] = float(similarity[index])
             results.append(result)

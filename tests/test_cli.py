@@ -330,16 +330,14 @@ def test_warp_command_reproduces_the_registered_outputs(
     warped = np.asanyarray(nib.load(seg_out).dataobj)
     assert warped.dtype == np.uint8 and warped.shape == (24, 20, 1)
     np.testing.assert_array_equal(warped, np.asanyarray(nib.load(out / "moved_seg.nii.gz").dataobj))
-    # intensities: `warp` does not normalise, and linear interpolation commutes with min-max
+    # intensities: both `warp` and `register` write the moving image in its own units
     image_out = out / "warped.nii.gz"
     args[2] = str(xy_files["moving"])
     assert main([*args, "--moved", str(image_out)]) == 0
-    moving = nib.load(xy_files["moving"]).get_fdata()
-    low, high = moving.min(), moving.max()
     np.testing.assert_allclose(
-        (nib.load(image_out).get_fdata() - low) / (high - low),
+        nib.load(image_out).get_fdata(),
         nib.load(out / "moved.nii.gz").get_fdata(),
-        atol=1e-5,
+        atol=1e-6,
     )
     assert "wrote" in capsys.readouterr().out
 
@@ -400,3 +398,80 @@ def test_warp_and_jacobian_bad_input_is_one_line_and_writes_nothing(
         assert err.startswith(f"hyperreg {command}: error:") and len(err.splitlines()) == 1
         assert bad_field.name in err
     assert not out.parent.exists()
+
+
+# --- output paths are checked before any work -----------------------------------------------
+
+
+def test_output_under_a_regular_file_fails_before_writing(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = files["out"].parent / "blocker"
+    blocker.write_text("a file, not a folder")
+    args = _register_args(files)
+    args[args.index("--moved-seg") + 1] = str(blocker / "seg.nii.gz")
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is a file, not a folder" in err
+    assert not files["out"].exists()  # moved and warp were not written either
+
+
+def test_duplicate_output_paths_are_refused(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = _register_args(files)
+    args[args.index("--warp") + 1] = args[args.index("--moved") + 1]
+    assert main(args) == 2
+    assert "are the same file" in capsys.readouterr().err
+    assert not files["out"].exists()
+
+
+def test_output_may_not_overwrite_an_input(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = files["moving"].read_bytes()
+    args = _register_args(files)
+    args[args.index("--moved") + 1] = str(files["moving"])
+    assert main(args) == 2
+    assert "would overwrite the input" in capsys.readouterr().err
+    assert files["moving"].read_bytes() == before
+
+
+def test_normalization_none_rejects_intensities_outside_unit_range(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bright = _write(tmp_path / "bright.nii.gz", 200 * _blob((24, 20), (11, 9))[..., None])
+    args = _register_args(files, moving=bright) + ["--normalization", "none"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "bright.nii.gz" in err and "outside the [0, 1]" in err
+    assert not files["out"].exists()
+
+
+@pytest.mark.parametrize(
+    ("drop", "expected"),
+    [
+        (("--moved-seg", "--fixed-seg"), "--moving-seg is used only with"),
+        (("--moving-seg", "--moved-seg"), "--fixed-seg needs --moving-seg"),
+        (("--moved", "--warp", "--moved-seg"), "nothing to write"),
+    ],
+)
+def test_label_and_output_flags_must_make_sense(
+    files: dict[str, Path], drop: tuple[str, ...], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = _register_args(files)
+    for flag in drop:
+        index = args.index(flag)
+        del args[index : index + 2]
+    assert main(args) == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_register_prints_dice_before_and_moved_keeps_intensity_units(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bright = _write(tmp_path / "bright.nii.gz", 200 * _blob((24, 20), (11, 9))[..., None])
+    assert main(_register_args(files, moving=bright)) == 0
+    assert "before registration:" in capsys.readouterr().out
+    moved = nib.load(files["out"] / "moved.nii.gz").get_fdata()
+    assert 100 < moved.max() <= 200 + 1e-3
