@@ -1,0 +1,133 @@
+"""Training step: HyperMorph against the same U-Net with ordinary fixed weights.
+
+One optimiser step (forward, loss (1 − λ)·NCC + λ·Grad, backward, Adam) for HyperMorph with one
+λ per sample (weights generated for every sample, as in training), and for the identical pipeline
+(padding, U-Net, scaling and squaring, resize, warp, same loss) whose U-Net weights are ordinary
+trainable parameters (the ``FixedWeightUNet`` setting, no hypernetwork). Each (model, size) runs in
+its own subprocess: time is the median of ``--repeats`` steps after ``--warmup`` steps (the first
+steps from initialisation run several times slower than later ones on CPU); memory is
+the peak resident set size (``resource.getrusage``, CPU) minus that of a subprocess that only
+imports torch and allocates the inputs, or ``torch.cuda.max_memory_allocated`` on a GPU.
+Prints a Markdown table with the ratios.
+
+    python benchmarks/bench_train_step.py --sizes 160x192:4 80x96x112:1 --device cpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+
+def _worker(
+    mode: str, size: str, batch: int, repeats: int, device_name: str, warmup: int, lr: float
+) -> dict:
+    import resource
+
+    import torch
+
+    from hyperreg.config import ModelConfig, TrainConfig
+    from hyperreg.model import HyperMorph
+    from hyperreg.train import hypermorph_loss
+
+    device = torch.device(device_name)
+    shape = tuple(int(s) for s in size.split("x"))
+    torch.manual_seed(0)
+    moving = torch.rand(batch, 1, *shape, device=device)
+    fixed = torch.rand(batch, 1, *shape, device=device)
+    lam = torch.linspace(0.1, 0.9, batch, device=device)
+    config = TrainConfig(model=ModelConfig(ndim=len(shape)))
+    times: list[float] = []
+    if mode != "baseline":
+        model = HyperMorph(config.model).to(device)
+        if mode == "hyper":
+            params = list(model.parameters())
+
+            def forward():
+                return model(moving, fixed, lam)
+        else:
+            with torch.no_grad():
+                generated = model.generate_weights(torch.tensor([[0.5]], device=device))
+            weights = {k: torch.nn.Parameter(v[0].clone()) for k, v in generated.items()}
+            params = list(weights.values())
+            del model.hypernet  # the fixed-weight model has no hypernetwork
+
+            def forward():
+                return model._register(moving, fixed, weights)
+
+        optimizer = torch.optim.Adam(params, lr=lr)
+        for index in range(repeats + warmup):
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            out = forward()
+            loss, _, _ = hypermorph_loss(out, fixed, lam, config)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            if index >= warmup:
+                times.append(time.perf_counter() - start)
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(device) / 2**20
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB on Linux
+    return {"time": statistics.median(times) if times else 0.0, "peak_mib": peak}
+
+
+def _run(
+    mode: str, size: str, batch: int, repeats: int, device: str, warmup: int, lr: float
+) -> dict:
+    command = [sys.executable, __file__, "--worker", mode, size, str(batch), str(repeats), device]
+    command += [str(warmup), str(lr)]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", nargs="+", default=["160x192:4", "80x96x112:1"])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--warmup", type=int, default=8, help="untimed steps first (default 8)")
+    parser.add_argument("--lr", type=float, default=1e-3, help="Adam lr (default 1e-3)")
+    parser.add_argument("--worker", nargs=7, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        mode, size, batch, repeats, device, warmup, lr = args.worker
+        result = _worker(mode, size, int(batch), int(repeats), device, int(warmup), float(lr))
+        print(json.dumps(result))
+        return 0
+
+    import torch
+
+    print(f"torch {torch.__version__}, device {args.device}, threads {torch.get_num_threads()}")
+    print(
+        "| size, batch | fixed-weight U-Net: s/step, MiB | HyperMorph: s/step, MiB "
+        "| time ratio | memory ratio |"
+    )
+    print("|---|---|---|---|---|")
+    for item in args.sizes:
+        size, batch = item.split(":")
+        run = {"device": args.device, "warmup": args.warmup, "lr": args.lr}
+        base = _run("baseline", size, int(batch), 0, **run)["peak_mib"]
+        fixed = _run("fixed", size, int(batch), args.repeats, **run)
+        hyper = _run("hyper", size, int(batch), args.repeats, **run)
+        if args.device.startswith("cuda"):
+            base = 0.0
+        mem_f, mem_h = fixed["peak_mib"] - base, hyper["peak_mib"] - base
+        print(
+            f"| {size}, {batch} | {fixed['time']:.3f}, {mem_f:.0f} | {hyper['time']:.3f}, "
+            f"{mem_h:.0f} | {hyper['time'] / fixed['time']:.2f} | {mem_h / mem_f:.2f} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
