@@ -1,0 +1,138 @@
+"""Batched λ sweep: K values of λ for one pair in one batched call vs K single-λ calls.
+
+Two levels, each measured side by side in one process (median of ``--repeats`` timed runs after
+one warm-up, the two sides interleaved):
+
+* model: ``model(moving×K, fixed×K, lam=(K,))`` (per-sample generated weights, grouped
+  convolutions) against K calls ``model(moving, fixed, λ)``;
+* API: :func:`hyperreg.sweep.sweep_lambdas` against K calls of
+  :func:`hyperreg.inference.register_pair` (both also compute Dice, folding and log-J per λ).
+
+Untrained default-width model (encoder 16/32/32/32), random images and label maps. Prints a
+Markdown table; ratio = single calls / batched (> 1: the batched sweep is faster).
+
+    python benchmarks/bench_sweep.py --sizes 160x192 64x64x64 --count 16 --device cpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable, Sequence
+
+
+def _time(fn: Callable[[], object], device) -> float:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
+
+
+def _bench_size(size: str, args: argparse.Namespace, lambdas: list[float], device) -> None:
+    import numpy as np
+    import torch
+
+    from hyperreg.config import ModelConfig
+    from hyperreg.inference import register_pair
+    from hyperreg.io import Volume
+    from hyperreg.model import HyperMorph
+    from hyperreg.sweep import sweep_lambdas
+
+    count = len(lambdas)
+    shape = tuple(int(s) for s in size.split("x"))
+    torch.manual_seed(0)
+    model = HyperMorph(ModelConfig(ndim=len(shape))).to(device).eval()
+    rng = np.random.default_rng(0)
+    images = [rng.random(shape, dtype=np.float32) for _ in range(2)]
+    segs = [rng.integers(0, 5, shape).astype(np.int32) for _ in range(2)]
+    affine = np.eye(4)
+    moving, fixed = (Volume(data=d, affine=affine, disk_shape=shape) for d in images)
+    moving_seg, fixed_seg = (Volume(data=d, affine=affine, disk_shape=shape) for d in segs)
+    moving_t = torch.from_numpy(images[0])[None, None].to(device)
+    fixed_t = torch.from_numpy(images[1])[None, None].to(device)
+    lam_t = torch.tensor(lambdas, dtype=torch.float32, device=device)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.amp)
+
+    def model_single() -> None:
+        with torch.no_grad(), autocast:
+            for lam in lambdas:
+                model(moving_t, fixed_t, lam)
+
+    def model_batched() -> None:
+        with torch.no_grad(), autocast:
+            for start in range(0, count, args.chunk or count):
+                lam = lam_t[start : start + (args.chunk or count)]
+                shape_k = (lam.numel(), *moving_t.shape[1:])
+                model(moving_t.expand(shape_k), fixed_t.expand(shape_k), lam)
+
+    def api_single() -> None:
+        for lam in lambdas:
+            register_pair(model, moving, fixed, lam, moving_seg=moving_seg, fixed_seg=fixed_seg)
+
+    def api_batched() -> None:
+        sweep_lambdas(
+            model,
+            moving,
+            fixed,
+            lambdas,
+            moving_seg=moving_seg,
+            fixed_seg=fixed_seg,
+            chunk=args.chunk,
+            amp=args.amp,
+        )
+
+    runs = {"model": (model_single, model_batched), "api": (api_single, api_batched)}
+    for level in args.levels:
+        single, batched = runs[level]
+        single()
+        batched()  # warm-up
+        times: dict[str, list[float]] = {"single": [], "batched": []}
+        for _ in range(args.repeats):
+            times["single"].append(_time(single, device))
+            times["batched"].append(_time(batched, device))
+        t_single = statistics.median(times["single"])
+        t_batched = statistics.median(times["batched"])
+        ratio = t_single / t_batched
+        verdict = "" if ratio >= 1.0 else " (batched is SLOWER)"
+        print(
+            f"| {size} | {level} | {t_single:.3f} | {t_batched:.3f} | {ratio:.2f}×{verdict} |",
+            flush=True,
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", nargs="+", default=["160x192", "64x64x64"])
+    parser.add_argument("--count", type=int, default=16, help="K, the number of λ values")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--chunk", type=int, default=None, help="chunk for sweep_lambdas")
+    parser.add_argument("--levels", nargs="+", default=["model", "api"])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--amp", action="store_true", help="bf16 autocast (CUDA only)")
+    args = parser.parse_args(argv)
+
+    import numpy as np
+    import torch
+
+    device = torch.device(args.device)
+    count = args.count
+    lambdas = np.linspace(0.0, 1.0, count).round(6).tolist()
+    print(
+        f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
+        f"K = {count}, repeats {args.repeats} (median), chunk {args.chunk}, amp {args.amp}"
+    )
+    print("| size | level | K single calls (s) | one batched sweep (s) | ratio single/batched |")
+    print("|---|---|---|---|---|")
+    for size in args.sizes:
+        _bench_size(size, args, lambdas, device)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
