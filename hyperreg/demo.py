@@ -279,9 +279,7 @@ def _figure(
     import matplotlib.pyplot as plt
 
     count = len(DEMO_LAMBDAS)
-    fig, axes = plt.subplots(
-        2, count + 2, figsize=(2.5 * (count + 2), 5.8), layout="constrained"
-    )
+    fig, axes = plt.subplots(2, count + 2, figsize=(2.5 * (count + 2), 5.8), layout="constrained")
 
     def show(ax, img, title, **kw):
         shown = ax.imshow(np.rot90(img), **kw)

@@ -19,7 +19,5 @@ if __name__ == "__main__":
     out, steps, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     parametrization = sys.argv[4] if len(sys.argv) > 4 else "mip"
     model = ModelConfig(**{**SMALL.__dict__, "parametrization": parametrization})
-    config = TrainConfig(
-        out=out, steps=steps, batch_size=batch, seed=5, device="cpu", model=model
-    )
+    config = TrainConfig(out=out, steps=steps, batch_size=batch, seed=5, device="cpu", model=model)
     train(config, pairs=BlobPairs(), progress=False)
