@@ -29,10 +29,9 @@ def check_float_tensor(fn: str, arg: str, x: object) -> None:
         raise TypeError(f"{fn}(): '{arg}' must be a floating-point tensor, got {x.dtype}")
 
 
-def check_image(fn: str, arg: str, x: object) -> None:
+def check_image(fn: str, arg: str, x: Tensor) -> None:
     """Raise unless ``x`` is a float tensor of shape (B, C, H, W) or (B, C, D, H, W)."""
     check_float_tensor(fn, arg, x)
-    assert isinstance(x, Tensor)
     if x.ndim not in (4, 5):
         raise ValueError(
             f"{fn}(): '{arg}' must have shape (B, C, H, W) or (B, C, D, H, W), got {tuple(x.shape)}"
@@ -40,11 +39,10 @@ def check_image(fn: str, arg: str, x: object) -> None:
 
 
 def check_field(
-    fn: str, arg: str, field: object, spatial_shape: Sequence[int] | None = None
+    fn: str, arg: str, field: Tensor, spatial_shape: Sequence[int] | None = None
 ) -> None:
     """Raise unless ``field`` is a float tensor ``(B, N, *S)`` with ``N = len(S)``."""
     check_image(fn, arg, field)
-    assert isinstance(field, Tensor)
     ndim = field.ndim - 2
     if field.shape[1] != ndim:
         raise ValueError(
