@@ -1,0 +1,302 @@
+"""Inference and one training step: hyperreg against voxelmorph 0.3.4 and MONAI VoxelMorph.
+
+Side by side in one process, interleaved, median of ``--repeats`` timed runs after warm-up,
+batch 1, untrained weights, random images in [0, 1]:
+
+* hyperreg ``HyperMorph`` (default ``ModelConfig``: encoder 16/32/32/32, decoder 32×5/16/16,
+  7 scaling-and-squaring steps at half resolution), weights generated from one λ in every call;
+  also with ``int_downsize=1`` (field predicted and integrated at full resolution, as the peers);
+* voxelmorph 0.3.4 ``VxmPairwise`` (neurite ``BasicUNet``, encoder 16/32/32/32, decoder
+  32/32/32/32, 7 integration steps at full resolution);
+* MONAI ``monai.networks.nets.VoxelMorph`` (its default backbone is the same widths: encoder
+  16/32/32/32, decoder 32/32/32/32 + 16/16; 7 steps at full resolution; ``half_res=True`` is not
+  used: it fails in 2D and scales the field the wrong way round in 3D).
+
+Inference in 2D 160×192 and in 3D ``--size3d``; one training step (forward, backward, Adam) in
+2D with the same loss for all three, written with ``hyperreg.losses``: (1 − λ)·NCC(window 9) +
+λ·Grad(field), λ = 0.5. Peak memory (``--memory``): one subprocess per model and size runs one
+inference; its peak RSS minus that of an import-only subprocess. Prints Markdown tables.
+
+    python benchmarks/bench_peers.py --repeats 7 --memory
+    python benchmarks/bench_peers.py --size3d 160x192x224 --repeats 3 --memory   # full size
+
+Benchmark-only dependencies: ``pip install -e .[bench]`` (voxelmorph==0.3.4; MONAI is a runtime
+dependency already). Peers are only called here, never copied.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+LAM = 0.5
+STEPS = 7
+NAMES = ("hyperreg", "hyperreg-fullres", "voxelmorph", "monai")
+PEERS = ("voxelmorph", "monai")
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    return tuple(int(s) for s in text.split("x"))
+
+
+def build(name: str, ndim: int):
+    """Return ``(module, forward(moving, fixed) -> (moved, field))`` for one model."""
+    import torch
+
+    torch.manual_seed(0)
+    if name in ("hyperreg", "hyperreg-fullres"):
+        from hyperreg.config import ModelConfig
+        from hyperreg.model import HyperMorph
+
+        downsize = 1 if name == "hyperreg-fullres" else 2
+        model = HyperMorph(ModelConfig(ndim=ndim, int_steps=STEPS, int_downsize=downsize))
+
+        def forward(moving, fixed):
+            out = model(moving, fixed, LAM)
+            return out.moved, out.velocity if out.velocity is not None else out.disp
+
+        return model, forward
+    if name == "voxelmorph":
+        import voxelmorph as vxm
+
+        model = vxm.nn.models.VxmPairwise(
+            ndim=ndim,
+            source_channels=1,
+            target_channels=1,
+            nb_features=[[16, 32, 32, 32], [32, 32, 32, 32]],
+            activations=torch.nn.LeakyReLU,
+            integration_steps=STEPS,
+        )
+
+        def forward(moving, fixed):
+            _disp, moved = model(moving, fixed, return_warped_source=True)
+            return moved, model.velocity
+
+        return model, forward
+    if name == "monai":
+        from monai.networks.nets import VoxelMorph
+
+        model = VoxelMorph(spatial_dims=ndim, integration_steps=STEPS, half_res=False)
+
+        def forward(moving, fixed):
+            moved, ddf = model(moving, fixed)
+            return moved, ddf
+
+        return model, forward
+    raise ValueError(name)
+
+
+def _images(shape: Sequence[int]):
+    import torch
+
+    gen = torch.Generator().manual_seed(1)
+    return torch.rand(1, 1, *shape, generator=gen), torch.rand(1, 1, *shape, generator=gen)
+
+
+def _median_interleaved(fns: dict[str, Callable[[], object]], repeats: int, warmup: int):
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def _try_build(names, ndim):
+    models, errors = {}, {}
+    for name in names:
+        try:
+            models[name] = build(name, ndim)
+        except Exception as err:  # a peer that cannot be imported or built is reported
+            errors[name] = f"{type(err).__name__}: {err}"
+    return models, errors
+
+
+def bench_inference(shape, repeats, warmup):
+    import torch
+
+    moving, fixed = _images(shape)
+    models, errors = _try_build(NAMES, len(shape))
+    fns = {}
+    for name, (module, forward) in models.items():
+        module.eval()
+        try:
+            with torch.no_grad():
+                forward(moving, fixed)
+        except Exception as err:
+            errors[name] = f"{type(err).__name__}: {err}"
+            continue
+        fns[name] = lambda f=forward: f(moving, fixed)
+    with torch.no_grad():
+        times = _median_interleaved(fns, repeats, warmup)
+    counts = {n: sum(p.numel() for p in m.parameters()) for n, (m, _) in models.items()}
+    if "hyperreg" in models:
+        import math
+
+        unet = models["hyperreg"][0].unet
+        counts["hyperreg U-Net (generated)"] = sum(
+            math.prod(s) for s in unet.param_shapes().values()
+        )
+    return times, errors, counts
+
+
+def bench_train_step(shape, repeats, warmup):
+    import torch
+
+    from hyperreg.losses import gradient_loss, ncc_loss
+
+    moving, fixed = _images(shape)
+    models, errors = _try_build(NAMES, len(shape))
+    fns = {}
+    for name, (module, forward) in models.items():
+        module.train()
+        opt = torch.optim.Adam(module.parameters(), lr=1e-4)
+
+        def step(forward=forward, opt=opt):
+            opt.zero_grad(set_to_none=True)
+            moved, field = forward(moving, fixed)
+            loss = (1 - LAM) * ncc_loss(moved, fixed, window=9) + LAM * gradient_loss(field)
+            loss.backward()
+            opt.step()
+
+        try:
+            step()
+        except Exception as err:
+            errors[name] = f"{type(err).__name__}: {err}"
+            continue
+        fns[name] = step
+    return _median_interleaved(fns, repeats, warmup), errors
+
+
+def child(name: str, size: str) -> int:
+    """Subprocess for peak memory: build (unless ``name == 'baseline'``), one inference."""
+    import torch
+
+    torch.set_num_threads(torch.get_num_threads())
+    shape = _shape(size)
+    moving, fixed = _images(shape)
+    import hyperreg.model  # noqa: F401  (every child imports the same libraries)
+    import monai.networks.nets  # noqa: F401
+
+    try:
+        import voxelmorph  # noqa: F401
+    except Exception:
+        pass
+    if name != "baseline":
+        module, forward = build(name, len(shape))
+        module.eval()
+        with torch.no_grad():
+            forward(moving, fixed)
+    print(json.dumps({"maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+    return 0
+
+
+def peak_memory(size: str) -> dict[str, float | str]:
+    out: dict[str, float | str] = {}
+    rss = {}
+    for name in ("baseline", *NAMES):
+        proc = subprocess.run(
+            [sys.executable, __file__, "--child", name, size], capture_output=True, text=True
+        )
+        if proc.returncode != 0:
+            out[name] = "failed"
+            continue
+        rss[name] = json.loads(proc.stdout.strip().splitlines()[-1])["maxrss_kib"] / 1024
+    for name in NAMES:
+        if name in rss and "baseline" in rss:
+            out[name] = rss[name] - rss["baseline"]
+    return out
+
+
+def _versions() -> str:
+    import monai
+    import torch
+
+    import hyperreg
+
+    try:
+        import voxelmorph
+
+        vxm = getattr(voxelmorph, "__version__", "?")
+    except Exception as err:
+        vxm = f"not importable ({type(err).__name__})"
+    return (
+        f"hyperreg {hyperreg.__version__}, voxelmorph {vxm}, monai {monai.__version__}, "
+        f"torch {torch.__version__} ({torch.get_num_threads()} threads), "
+        f"python {platform.python_version()}, {platform.processor() or platform.machine()}"
+    )
+
+
+def _row(label, times, errors, extra=None):
+    cells = []
+    for name in NAMES:
+        if name in times:
+            cell = f"{times[name]:.4f}"
+            if extra and isinstance(extra.get(name), float):
+                cell += f", {extra[name]:.0f} MiB"
+            cells.append(cell)
+        else:
+            cells.append(f"failed ({errors.get(name, 'not run')[:60]})")
+    peers = [times[n] for n in PEERS if n in times]
+    for name in ("hyperreg", "hyperreg-fullres"):
+        if name in times and peers:
+            ratio = times[name] / min(peers)
+            cells.append(f"{ratio:.2f} ({'met' if ratio <= 1.0 else 'MISSED'})")
+        else:
+            cells.append("n/a")
+    return f"| {label} | " + " | ".join(cells) + " |"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size2d", default="160x192")
+    parser.add_argument("--size3d", default="80x96x112", help="full size: 160x192x224")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--train-repeats", type=int, default=5)
+    parser.add_argument("--memory", action="store_true", help="peak RSS per model (subprocesses)")
+    parser.add_argument("--no-train", action="store_true")
+    parser.add_argument("--child", nargs=2, metavar=("NAME", "SIZE"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        return child(*args.child)
+
+    # Memory first: a child started by fork/exec inherits the parent's peak RSS (Linux keeps
+    # ru_maxrss across execve), so the parent must still be small when the children run.
+    mem = {size: peak_memory(size) for size in (args.size2d, args.size3d)} if args.memory else {}
+    print(_versions())
+    print()
+    header = "| {} | hyperreg (s) | hyperreg, full-res field (s) | voxelmorph `VxmPairwise` (s) | "
+    header += "MONAI `VoxelMorph` (s) | hyperreg / faster peer (target ≤ 1.0) | "
+    header += "full-res hyperreg / faster peer |"
+    print(header.format("inference, batch 1"))
+    print("|---|---|---|---|---|---|---|")
+    params = {}
+    for size in (args.size2d, args.size3d):
+        times, errors, params[size] = bench_inference(_shape(size), args.repeats, args.warmup)
+        print(_row(size, times, errors, mem.get(size)), flush=True)
+    if not args.no_train:
+        print()
+        print(header.format("training step, batch 1"))
+        print("|---|---|---|---|---|---|---|")
+        times, errors = bench_train_step(_shape(args.size2d), args.train_repeats, args.warmup)
+        print(_row(args.size2d, times, errors), flush=True)
+    print()
+    for size, counts in params.items():
+        print(f"parameters at {size}: " + ", ".join(f"{n} {c:,}" for n, c in counts.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
