@@ -238,7 +238,7 @@ def _versions() -> str:
     )
 
 
-def _row(label, times, errors, extra=None):
+def _row(label, times, errors, extra=None, target=True):
     cells = []
     for name in NAMES:
         if name in times:
@@ -252,7 +252,8 @@ def _row(label, times, errors, extra=None):
     for name in ("hyperreg", "hyperreg-fullres"):
         if name in times and peers:
             ratio = times[name] / min(peers)
-            cells.append(f"{ratio:.2f} ({'met' if ratio <= 1.0 else 'MISSED'})")
+            verdict = f" ({'met' if ratio <= 1.0 else 'MISSED'})" if target else ""
+            cells.append(f"{ratio:.2f}{verdict}")
         else:
             cells.append("n/a")
     return f"| {label} | " + " | ".join(cells) + " |"
@@ -288,10 +289,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(_row(size, times, errors, mem.get(size)), flush=True)
     if not args.no_train:
         print()
-        print(header.format("training step, batch 1"))
+        print(
+            header.format("training step, batch 1").replace(
+                "(target ≤ 1.0)", "(no §5 target against peers)"
+            )
+        )
         print("|---|---|---|---|---|---|---|")
         times, errors = bench_train_step(_shape(args.size2d), args.train_repeats, args.warmup)
-        print(_row(args.size2d, times, errors), flush=True)
+        print(_row(args.size2d, times, errors, target=False), flush=True)
     print()
     for size, counts in params.items():
         print(f"parameters at {size}: " + ", ".join(f"{n} {c:,}" for n, c in counts.items()))
