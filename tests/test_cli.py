@@ -61,32 +61,20 @@ def files(tmp_path: Path) -> dict[str, Path]:
     return paths
 
 
-def _register_args(files: dict[str, Path], lam: str = "0.3", **over: Path) -> list[str]:
+def _register_args(
+    files: dict[str, Path], lam: str = "0.3", segs: bool = True, **over: Path
+) -> list[str]:
+    """`hyperreg register` arguments for the fixture files; ``segs`` adds the label-map flags."""
     paths = {**files, **over}
     out = files["out"]
-    return [
-        "register",
-        "--model",
-        str(paths["model"]),
-        "--moving",
-        str(paths["moving"]),
-        "--fixed",
-        str(paths["fixed"]),
-        "--lambda",
-        lam,
-        "--moved",
-        str(out / "moved.nii.gz"),
-        "--warp",
-        str(out / "warp.nii.gz"),
-        "--moving-seg",
-        str(paths["moving_seg"]),
-        "--moved-seg",
-        str(out / "moved_seg.nii.gz"),
-        "--fixed-seg",
-        str(paths["fixed_seg"]),
-        "--device",
-        "cpu",
-    ]
+    args = ["register", "--model", str(paths["model"]), "--moving", str(paths["moving"])]
+    args += ["--fixed", str(paths["fixed"]), "--lambda", lam]
+    args += ["--moved", str(out / "moved.nii.gz"), "--warp", str(out / "warp.nii.gz")]
+    if segs:
+        args += ["--moving-seg", str(paths["moving_seg"])]
+        args += ["--moved-seg", str(out / "moved_seg.nii.gz")]
+        args += ["--fixed-seg", str(paths["fixed_seg"])]
+    return [*args, "--device", "cpu"]
 
 
 def test_register_writes_outputs_on_fixed_grid(
@@ -190,25 +178,7 @@ def test_train_then_register(tmp_path: Path, files: dict[str, Path]) -> None:
 
 
 def _case_args(files: dict[str, Path], **over: Path) -> list[str]:
-    paths = {**files, **over}
-    out = files["out"]
-    return [
-        "register",
-        "--model",
-        str(paths["model"]),
-        "--moving",
-        str(paths["moving"]),
-        "--fixed",
-        str(paths["fixed"]),
-        "--lambda",
-        "0.5",
-        "--moved",
-        str(out / "moved.nii.gz"),
-        "--warp",
-        str(out / "warp.nii.gz"),
-        "--device",
-        "cpu",
-    ]
+    return _register_args(files, lam="0.5", segs=False, **over)
 
 
 @needs_cases
