@@ -376,11 +376,15 @@ def _cmd_register(args: argparse.Namespace) -> int:
             f"mean Dice {result.mean_dice:.4f} over {len(result.dice)} labels present in both "
             f"label maps (before registration: {result.extra['dice_before']:.4f})"
         )
-    print(
-        f"folding fraction {100 * result.folding_fraction:.3f} % of voxels (J <= 0), "
-        f"std log J {result.log_jacobian_std:.4f}"
-    )
+    _print_field_summary(result.folding_fraction, result.log_jacobian_std)
     return 0
+
+
+def _print_field_summary(folding_fraction: float, log_jacobian_std: float) -> None:
+    print(
+        f"folding fraction {100 * folding_fraction:.3f} % of voxels (J <= 0), "
+        f"std log J {log_jacobian_std:.4f}"
+    )
 
 
 def _cmd_warp(args: argparse.Namespace) -> int:
@@ -401,10 +405,7 @@ def _cmd_jacobian(args: argparse.Namespace) -> int:
 
     result = jacobian_file(args.warp, args.out)
     print(f"wrote {args.out}: Jacobian determinant, shape {result.jacobian.shape}")
-    print(
-        f"folding fraction {100 * result.folding_fraction:.3f} % of voxels (J <= 0), "
-        f"std log J {result.log_jacobian_std:.4f}"
-    )
+    _print_field_summary(result.folding_fraction, result.log_jacobian_std)
     return 0
 
 
