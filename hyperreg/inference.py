@@ -31,7 +31,14 @@ from hyperreg.fields import (
     load_displacement,
     save_displacement,
 )
-from hyperreg.io import Volume, check_same_grid, load_volume, same_grid, save_volume
+from hyperreg.io import (
+    _SAVE_SUFFIXES,
+    Volume,
+    check_same_grid,
+    load_volume,
+    same_grid,
+    save_volume,
+)
 from hyperreg.metrics import dice_per_label, field_summary, mean_dice
 from hyperreg.model import HyperMorph, RegistrationOutput
 from hyperreg.resample import describe_grid, resample_to
@@ -264,7 +271,7 @@ def register_pair(
 
 
 PathLike = str | os.PathLike[str]
-OUTPUT_SUFFIXES = (".nii.gz", ".nii")
+OUTPUT_SUFFIXES = _SAVE_SUFFIXES  # what io.save_volume and fields.save_displacement write
 
 
 def _check_outputs(
