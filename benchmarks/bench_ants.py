@@ -1,113 +1,144 @@
 """Classical anchor: ANTs SyN (and SyNCC) through ANTsPy beside hyperreg at λ*.
 
-On the shared 2D OASIS pair (moving OAS1_0002 → fixed OAS1_0001, 160×192 slices, 24-label
-segmentation): mean Dice over the non-zero labels present in both label maps (one list for
-every method, scored with ``hyperreg.metrics.mean_dice``), folding (% of pixels with Jacobian
+On the shared OASIS pair (moving OAS1_0002 → fixed OAS1_0001), in 2D (the 160×192 coronal
+slices with their 24-label maps) and in 3D (the 160×192×224 volumes with their 35-label maps,
+or block-averaged by an integer factor with ``--size3d``, labels then taken at every factor-th
+voxel): mean Dice over the non-zero labels present in both label maps (one list for every
+method, scored with ``hyperreg.metrics.mean_dice``), folding (% of voxels with Jacobian
 determinant ≤ 0, ``hyperreg.metrics.folding_fraction``) and wall time, one registration per
 method, plus the unregistered pair.
 
+hyperreg registers at λ* with ``--model`` (2D) and, in 3D, with ``--model3d`` or, without one,
+a 3D model this script trains for ``--steps3d`` steps on the same two volumes (both directions,
+λ ~ U(0, 1)), so the 3D row measures a model that has seen the test pair (there are only two
+subjects). λ* is the value given (``run_all.py`` passes the one the accuracy benchmark picked on
+held-out 2D slices).
+
 ANTs images are built from numpy with spacing 1 and identity direction, so ANTs' physical
-units are pixels. Folding for ANTs is computed from its forward warp field (the deformable
-stage); the affine stage is reported by the sign of its determinant (the composite folds where
-the warp does when that sign is positive). Wall time for ANTs is the ``ants.registration`` call;
-for hyperreg it is ``register_pair`` (normalisation, forward pass at λ, warps, metrics) after one
-warm-up call, median of ``--repeats``.
+units are voxels. Folding for ANTs is computed from its forward warp field (the deformable
+stage). Wall time for ANTs is the ``ants.registration`` call; for hyperreg it is
+``register_pair`` (normalisation, forward pass at λ, warps, metrics) after one warm-up call,
+median of ``--repeats``.
 
-    python benchmarks/bench_ants.py --model /tmp/bench_model/model.pt --lambda 0.5
+    python benchmarks/bench_ants.py --model runs/model.pt --lambda 0.5 --size3d 80x96x112
 
-Benchmark-only dependency: ``pip install -e .[bench]`` (antspyx). ANTs is only called here.
+Benchmark-only dependency: ``pip install -e ".[bench]"`` (antspyx). ANTs is only called here.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
-import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-DATA = Path("/work/shared/data/neurite-oasis")
-MOVING = "OASIS_OAS1_0002_MR1"
-FIXED = "OASIS_OAS1_0001_MR1"
+from _common import DEFAULT_DATA, FIXED, MOVING, log, require_data, shape, table, verdict
+
+FULL3D = (160, 192, 224)
 
 
-def _load2d(path: Path):
+def _array(path: Path):
     import nibabel as nib
     import numpy as np
 
-    arr = np.asarray(nib.load(str(path)).dataobj)
-    if arr.ndim == 3 and arr.shape[-1] == 1:
-        arr = arr[..., 0]
-    return arr
+    return np.asarray(nib.load(str(path)).dataobj)
 
 
-def _folding_pct(disp_np) -> float:
-    """``disp_np``: ``(N, *S)`` displacement in pixels, axis order of the arrays."""
+def load_pair(data: Path, ndim: int, size3d: tuple[int, ...] = FULL3D) -> dict:
+    """Moving/fixed images (float32) and label maps (int32) as arrays, with the scored labels."""
+    import numpy as np
+
+    image, seg = ("slice_norm", "slice_seg24") if ndim == 2 else ("aligned_norm", "aligned_seg35")
+    names = [f"{s}/{f}.nii.gz" for s in (MOVING, FIXED) for f in (image, seg)]
+    require_data(data, *names)
+    arrays = {}
+    for role, subject in (("moving", MOVING), ("fixed", FIXED)):
+        img = _array(data / subject / f"{image}.nii.gz").astype(np.float32)
+        lab = np.rint(_array(data / subject / f"{seg}.nii.gz")).astype(np.int32)
+        if ndim == 2:
+            img, lab = img[..., 0], lab[..., 0]
+        elif tuple(size3d) != img.shape:
+            factors = [a // b for a, b in zip(img.shape, size3d)]
+            if len(set(factors)) != 1 or [s * factors[0] for s in size3d] != list(img.shape):
+                raise SystemExit(f"--size3d must divide {img.shape} by one integer factor")
+            f = factors[0]
+            img = img.reshape(size3d[0], f, size3d[1], f, size3d[2], f).mean(axis=(1, 3, 5))
+            lab = lab[::f, ::f, ::f]
+        arrays[role], arrays[f"{role}_seg"] = np.ascontiguousarray(img), np.ascontiguousarray(lab)
+    present = set(np.unique(arrays["moving_seg"])) & set(np.unique(arrays["fixed_seg"]))
+    arrays["labels"] = sorted(int(v) for v in present if v != 0)
+    return arrays
+
+
+def _folding_pct(disp) -> float:
+    """``disp``: ``(N, *S)`` displacement in voxels, axis order of the arrays."""
     import torch
 
     from hyperreg.metrics import folding_fraction
 
-    return 100.0 * folding_fraction(torch.from_numpy(disp_np.astype("float32"))[None])
+    return 100.0 * folding_fraction(torch.from_numpy(disp.astype("float32"))[None])
 
 
-def run_ants(kind: str, fixed, moving, fixed_seg, moving_seg, labels, seed: int) -> dict:
+def run_ants(kind: str, pair: dict, seed: int) -> dict:
     import ants
     import numpy as np
 
     from hyperreg.metrics import mean_dice
 
-    f_img = ants.from_numpy(fixed.astype("float32"))
-    m_img = ants.from_numpy(moving.astype("float32"))
-    m_seg = ants.from_numpy(moving_seg.astype("float32"))
+    fixed = ants.from_numpy(pair["fixed"])
+    moving = ants.from_numpy(pair["moving"])
+    moving_seg = ants.from_numpy(pair["moving_seg"].astype("float32"))
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         reg = ants.registration(
-            fixed=f_img,
-            moving=m_img,
+            fixed=fixed,
+            moving=moving,
             type_of_transform=kind,
             outprefix=os.path.join(tmp, "r_"),
             random_seed=seed,
         )
         seconds = time.perf_counter() - start
         moved_seg = ants.apply_transforms(
-            fixed=f_img,
-            moving=m_seg,
+            fixed=fixed,
+            moving=moving_seg,
             transformlist=reg["fwdtransforms"],
             interpolator="genericLabel",
         ).numpy()
-        dice = mean_dice(np.rint(moved_seg).astype("int32"), fixed_seg, labels)
-        folding, affine_note = "n/a", ""
+        dice = mean_dice(np.rint(moved_seg).astype("int32"), pair["fixed_seg"], pair["labels"])
+        folding = "n/a"
         warps = [t for t in reg["fwdtransforms"] if t.endswith((".nii.gz", ".nii"))]
         if warps:
-            field = ants.image_read(warps[0]).numpy()  # (*S, N), physical = pixels
+            field = ants.image_read(warps[0]).numpy()  # (*S, N), physical units = voxels
             folding = f"{_folding_pct(np.moveaxis(field, -1, 0)):.3f}"
-        mats = [t for t in reg["fwdtransforms"] if t.endswith(".mat")]
-        if mats:
-            tx = ants.read_transform(mats[0])
-            n = fixed.ndim
-            det = float(np.linalg.det(np.asarray(tx.parameters[: n * n]).reshape(n, n)))
-            affine_note = f"affine det {det:.3f}"
-    return {"dice": dice, "folding": folding, "seconds": seconds, "note": affine_note}
+    return {"dice": dice, "folding": folding, "seconds": seconds}
 
 
-def run_hyperreg(model_path: str, lam: float, repeats: int, labels) -> dict:
+def run_hyperreg(model_path: str | Path, lam: float, pair: dict, repeats: int, device) -> dict:
+    import numpy as np
+
     from hyperreg.inference import register_pair
-    from hyperreg.io import load_volume
+    from hyperreg.io import Volume
     from hyperreg.metrics import mean_dice
     from hyperreg.model import load_checkpoint
 
-    model, _ = load_checkpoint(model_path)
-    mov = load_volume(DATA / MOVING / "slice_norm.nii.gz")
-    fix = load_volume(DATA / FIXED / "slice_norm.nii.gz")
-    mseg = load_volume(DATA / MOVING / "slice_seg24.nii.gz", label=True)
-    fseg = load_volume(DATA / FIXED / "slice_seg24.nii.gz", label=True)
+    model, _ = load_checkpoint(model_path, map_location=device)
+    volumes = {
+        key: Volume(pair[key], np.eye(4), pair[key].shape)
+        for key in ("moving", "fixed", "moving_seg", "fixed_seg")
+    }
 
     def call():
-        return register_pair(model, mov, fix, lam, moving_seg=mseg, fixed_seg=fseg)
+        return register_pair(
+            model,
+            volumes["moving"],
+            volumes["fixed"],
+            lam,
+            moving_seg=volumes["moving_seg"],
+            fixed_seg=volumes["fixed_seg"],
+        )
 
     call()
     times, result = [], None
@@ -115,82 +146,138 @@ def run_hyperreg(model_path: str, lam: float, repeats: int, labels) -> dict:
         start = time.perf_counter()
         result = call()
         times.append(time.perf_counter() - start)
-    dice = mean_dice(result.moved_seg, fseg.data, labels)
     return {
-        "dice": dice,
+        "dice": mean_dice(result.moved_seg, pair["fixed_seg"], pair["labels"]),
         "folding": f"{100.0 * result.folding_fraction:.3f}",
         "seconds": statistics.median(times),
-        "note": f"λ = {lam}, median of {repeats}",
     }
 
 
-def _train_default(out: str) -> str:
-    cmd = ["hyperreg", "train", "--data", str(DATA), "--ndim", "2", "--steps", "1500"]
-    cmd += ["--out", out]
-    print("no --model given; training one:", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True)
-    return str(Path(out) / "model.pt")
+class _BothDirections:
+    """Training pairs from two volumes, each direction with probability 1/2."""
+
+    def __init__(self, first, second) -> None:
+        import torch
+
+        self.images = [torch.from_numpy(first)[None], torch.from_numpy(second)[None]]
+
+    def sample(self, batch_size: int, generator):
+        import torch
+
+        order = torch.randint(0, 2, (batch_size,), generator=generator).tolist()
+        moving = torch.stack([self.images[i] for i in order])
+        fixed = torch.stack([self.images[1 - i] for i in order])
+        return moving, fixed
+
+
+def train_3d(pair: dict, steps: int, work: Path, device: str) -> Path:
+    """A 3D HyperMorph trained on the pair itself (min–max normalised, both directions)."""
+    from hyperreg.config import ModelConfig, TrainConfig
+    from hyperreg.data import normalize_intensity
+    from hyperreg.train import train
+
+    images = [normalize_intensity(pair[key]) for key in ("moving", "fixed")]
+    config = TrainConfig(
+        out=str(work),
+        steps=steps,
+        batch_size=1,
+        checkpoint_every=steps,
+        device=device,
+        model=ModelConfig(ndim=3),
+    )
+    return train(config, _BothDirections(*images), progress=False)
+
+
+def _rows(pair: dict, model: str | Path, lam: float, args, device) -> tuple[list, dict]:
+    from hyperreg.metrics import mean_dice
+
+    rows = [
+        [
+            "no registration",
+            f"{mean_dice(pair['moving_seg'], pair['fixed_seg'], pair['labels']):.3f}",
+            "0",
+            "0",
+        ]
+    ]
+    found = {}
+    for kind in args.methods:
+        log(f"ANTs {kind} {pair['fixed'].shape} ...")
+        try:
+            found[kind] = run_ants(kind, pair, args.seed)
+        except Exception as err:  # reported in the table, the other rows still run
+            rows.append([f"ANTs {kind}", f"failed: {type(err).__name__}: {err}", "", ""])
+            continue
+        r = found[kind]
+        rows.append([f"ANTs {kind}", f"{r['dice']:.3f}", r["folding"], f"{r['seconds']:.2f}"])
+    log(f"hyperreg {pair['fixed'].shape} ...")
+    h = run_hyperreg(model, lam, pair, args.repeats, device)
+    rows.append(
+        [f"hyperreg, λ* = {lam:g}", f"{h['dice']:.3f}", h["folding"], f"{h['seconds']:.3f}"]
+    )
+    found["hyperreg"] = h
+    return rows, found
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", help="hyperreg 2D checkpoint (default: train one)")
-    parser.add_argument("--lambda", dest="lam", type=float, default=0.5)
+    parser.add_argument("--model", required=True, help="hyperreg 2D checkpoint")
+    parser.add_argument("--model3d", help="hyperreg 3D checkpoint (default: train one)")
+    parser.add_argument("--lambda", dest="lam", type=float, required=True, help="λ*")
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="neurite-oasis folder")
+    parser.add_argument("--size3d", default="160x192x224", help="3D size; 'none' skips 3D")
+    parser.add_argument("--steps3d", type=int, default=300, help="steps of the 3D model")
     parser.add_argument("--methods", nargs="+", default=["SyN", "SyNCC"])
-    parser.add_argument("--repeats", type=int, default=5, help="timed hyperreg calls")
+    parser.add_argument("--methods3d", nargs="+", default=["SyN"])
+    parser.add_argument("--repeats", type=int, default=3, help="timed hyperreg calls")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--work", type=Path, help="folder for the 3D model (default: temporary)")
     args = parser.parse_args(argv)
+    try:
+        import ants  # noqa: F401
+    except ImportError as err:
+        raise SystemExit(f"bench_ants: needs antspyx ({err}); pip install -e '.[bench]'") from err
 
-    import ants
-    import numpy as np
-    import torch
-
-    import hyperreg
-    from hyperreg.metrics import mean_dice
-
-    model_path = args.model or _train_default("/tmp/bench_model")
-    fixed = _load2d(DATA / FIXED / "slice_norm.nii.gz").astype("float32")
-    moving = _load2d(DATA / MOVING / "slice_norm.nii.gz").astype("float32")
-    fixed_seg = np.rint(_load2d(DATA / FIXED / "slice_seg24.nii.gz")).astype("int32")
-    moving_seg = np.rint(_load2d(DATA / MOVING / "slice_seg24.nii.gz")).astype("int32")
-    labels = sorted(
-        int(v) for v in set(np.unique(fixed_seg)) & set(np.unique(moving_seg)) if v != 0
-    )
+    pair2d = load_pair(args.data, 2)
+    rows, found = _rows(pair2d, args.model, args.lam, args, args.device)
+    sections = [(f"2D {pair2d['fixed'].shape}, {len(pair2d['labels'])} labels", rows, found)]
+    trained = ""
+    if args.size3d != "none":
+        size3d = shape(args.size3d)
+        pair3d = load_pair(args.data, 3, size3d)
+        model3d = args.model3d
+        with tempfile.TemporaryDirectory() as tmp:
+            if model3d is None:
+                log(f"training a 3D model for {args.steps3d} steps at {size3d} ...")
+                start = time.perf_counter()
+                model3d = train_3d(pair3d, args.steps3d, args.work or Path(tmp), args.device)
+                trained = (
+                    f" The 3D model was trained here for {args.steps3d} steps (batch 1, "
+                    f"{time.perf_counter() - start:.0f} s) on these two volumes."
+                )
+            methods, args.methods = args.methods, args.methods3d
+            rows, found = _rows(pair3d, model3d, args.lam, args, args.device)
+            args.methods = methods
+        title = f"3D {pair3d['fixed'].shape}, {len(pair3d['labels'])} labels"
+        sections.append((title, rows, found))
 
     print(
-        f"hyperreg {hyperreg.__version__}, antspyx {ants.__version__}, torch {torch.__version__} "
-        f"({torch.get_num_threads()} threads), ITK threads "
-        f"{os.environ.get('ITK_GLOBAL_DEFAULT_NUMBER_OF_THREADS', 'default')}, "
-        f"python {platform.python_version()}, {os.cpu_count()} CPUs"
+        f"Moving {MOVING} → fixed {FIXED}; mean Dice over the labels present in both label "
+        "maps; folding = % of voxels with Jacobian determinant ≤ 0 (ANTs: of its deformable "
+        f"warp); wall time of one registration (hyperreg: median of {args.repeats} "
+        f"`register_pair` calls after a warm-up, device {args.device}). hyperreg uses λ* = "
+        f"{args.lam:g}.{trained} There are only two subjects: the 2D model was trained on "
+        "other slices of these two brains, the 3D model on these very volumes.\n"
     )
-    print(f"pair: {MOVING} → {FIXED}, 2D {fixed.shape}, {len(labels)} labels scored: {labels}")
-    print(f"model: {model_path}")
-    print()
-    print("| method | mean Dice | folding (% Jdet ≤ 0) | wall time (s) | note |")
-    print("|---|---|---|---|---|")
-    print(f"| no registration | {mean_dice(moving_seg, fixed_seg, labels):.3f} | 0 | 0 | |")
-    rows = {}
-    for kind in args.methods:
-        try:
-            r = run_ants(kind, fixed, moving, fixed_seg, moving_seg, labels, args.seed)
-        except Exception as err:
-            print(f"| ANTs {kind} | failed: {type(err).__name__}: {err} | | | |")
-            continue
-        rows[kind] = r
-        print(
-            f"| ANTs {kind} | {r['dice']:.3f} | {r['folding']} | {r['seconds']:.2f} | "
-            f"{r['note']} |",
-            flush=True,
-        )
-    h = run_hyperreg(model_path, args.lam, args.repeats, labels)
-    print(f"| hyperreg | {h['dice']:.3f} | {h['folding']} | {h['seconds']:.3f} | {h['note']} |")
-    if "SyN" in rows:
-        verdict = "met" if h["dice"] > rows["SyN"]["dice"] else "MISSED"
-        print()
-        print(
-            f"Target (DESIGN §5): Dice at λ* above ANTs SyN on the same pair: "
-            f"{h['dice']:.3f} vs {rows['SyN']['dice']:.3f}, {verdict}."
-        )
+    for title, rows, found in sections:
+        print(f"**{title}**\n")
+        print(table(["method", "mean Dice", "folding (%)", "wall time (s)"], rows))
+        if "SyN" in found:
+            h, syn = found["hyperreg"]["dice"], found["SyN"]["dice"]
+            print(
+                f"\nTarget (DESIGN.md §5): Dice at λ* above ANTs SyN on the same pair: "
+                f"{h:.3f} vs {syn:.3f}, {verdict(h > syn)}.\n"
+            )
     return 0
 
 

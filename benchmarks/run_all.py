@@ -1,0 +1,302 @@
+"""Run every benchmark and write ``benchmarks/RESULTS.md`` and the PNG plots from scratch.
+
+One command, two sizes:
+
+    python benchmarks/run_all.py --size small     # CPU, about 30 minutes on 2 cores
+    python benchmarks/run_all.py --size smoke     # a minute: checks the machinery only
+    python benchmarks/run_all.py --size full      # the issue's sizes and steps (hours on CPU)
+    python benchmarks/run_all.py --device cuda    # GPU: the speed table at full 3D size only,
+                                                  # written to benchmarks/RESULTS_gpu.md
+
+Each benchmark runs as its own subprocess (``benchmarks/bench_*.py``); its stdout is a Markdown
+section body, which this script puts under a heading together with the exact command, its wall
+time and the machine's load average before and after (other work on the machine slows timings).
+Plots written by a benchmark are linked below its section. A benchmark that fails is reported
+as FAILED with the end of its stderr, the others still run, and the exit code is 1. The file is
+written once at the end (atomically), so an interrupted run leaves the previous RESULTS.md.
+
+Peers are benchmark-only dependencies: ``pip install -e ".[bench]"`` (voxelmorph 0.3.4, antspyx).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from _common import DEFAULT_DATA, DEFAULT_PLOTS, REPO, log
+
+HERE = Path(__file__).resolve().parent
+SIZES = ("smoke", "small", "full")
+
+# name: (title, script, arguments per size). "{work}" and "{lam_star}" are filled in at run time.
+SUITE: dict[str, tuple[str, str, dict[str, list[str]]]] = {
+    "peers": (
+        "Inference and training step against voxelmorph and MONAI",
+        "bench_peers.py",
+        {
+            "smoke": ["--size2d", "32x32", "--size3d", "16x16x16", "--repeats", "1"],
+            "small": ["--size3d", "160x192x224", "--repeats", "3", "--train-repeats", "10"],
+            "full": ["--size3d", "160x192x224", "--repeats", "5", "--train-repeats", "20"],
+            "both": ["--memory"],
+        },
+    ),
+    "overhead": (
+        "Hypernetwork overhead at inference",
+        "bench_overhead.py",
+        {
+            "smoke": ["--sizes", "32x32", "16x16x16", "--repeats", "1"],
+            "small": ["--sizes", "160x192", "160x192x224", "--repeats", "3"],
+            "full": ["--sizes", "160x192", "160x192x224", "--repeats", "7"],
+        },
+    ),
+    "train_step": (
+        "Training step: hypernetwork overhead in time and memory",
+        "bench_train_step.py",
+        {
+            "smoke": ["--sizes", "32x32:2", "16x16x16:1", "--repeats", "1", "--warmup", "1"],
+            "small": ["--sizes", "160x192:4", "80x96x112:1", "--repeats", "3", "--warmup", "4"],
+            "full": ["--sizes", "160x192:4", "160x192x224:1", "--repeats", "5", "--warmup", "8"],
+        },
+    ),
+    "sweep": (
+        "Batched λ sweep",
+        "bench_sweep.py",
+        {
+            "smoke": ["--sizes", "32x32", "--count", "4", "--repeats", "1"],
+            "small": ["--sizes", "160x192", "64x64x64", "--repeats", "3"],
+            "full": ["--sizes", "160x192", "96x112x128", "--repeats", "5"],
+        },
+    ),
+    "batch": (
+        "Batch inference throughput",
+        "bench_batch.py",
+        {
+            "smoke": ["--sizes", "32x32", "--pairs", "2"],
+            "small": ["--sizes", "160x192", "96x112x128", "--pairs", "8"],
+            "full": ["--sizes", "160x192", "160x192x224", "--pairs", "16"],
+        },
+    ),
+    "accuracy": (
+        "Accuracy: one HyperMorph against fixed-λ models",
+        "bench_accuracy.py",
+        {
+            "smoke": ["--steps", "2", "--work", "{work}/accuracy"],
+            "small": ["--steps", "400", "--work", "{work}/accuracy"],
+            "full": ["--steps", "1500", "--work", "{work}/accuracy"],
+        },
+    ),
+    "mip": (
+        "MIP against the default parametrisation",
+        "bench_mip.py",
+        {
+            "smoke": ["--steps", "2", "--val-every", "1", "--seeds", "0"],
+            "small": ["--steps", "300", "--val-every", "25", "--seeds", "0", "1"],
+            "full": ["--steps", "1500", "--val-every", "50", "--seeds", "0", "1", "2"],
+        },
+    ),
+    "ants": (
+        "Classical anchor: ANTs SyN",
+        "bench_ants.py",
+        {
+            "smoke": ["--model", "{model}", "--lambda", "{lam_star}", "--size3d", "none"],
+            "small": ["--model", "{model}", "--lambda", "{lam_star}", "--size3d", "80x96x112"],
+            "full": ["--model", "{model}", "--lambda", "{lam_star}", "--size3d", "160x192x224"],
+        },
+    ),
+}
+GPU_SPEED = ("peers", "overhead", "train_step", "sweep", "batch")
+
+
+def _version(module: str) -> str:
+    try:
+        imported = __import__(module)
+    except Exception as err:  # a missing peer is reported, not fatal
+        return f"not installed ({type(err).__name__})"
+    return str(getattr(imported, "__version__", "?"))
+
+
+def _machine(device: str) -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        memory = f", {pages / 2**30:.0f} GiB RAM"
+    except (OSError, ValueError):
+        memory = ""
+    text = f"{os.cpu_count()} CPU cores ({cpu}){memory}"
+    if device.startswith("cuda"):
+        import torch
+
+        text += f"; GPU: {torch.cuda.get_device_name(torch.device(device))}"
+    else:
+        text += "; no GPU used"
+    return text
+
+
+def _versions() -> str:
+    import torch
+
+    names = ["hyperreg", "torch", "monai", "voxelmorph", "ants", "SimpleITK", "nibabel", "numpy"]
+    parts = [f"{'antspyx' if n == 'ants' else n} {_version(n)}" for n in names]
+    return (
+        f"Python {platform.python_version()}; "
+        + ", ".join(parts)
+        + (f"; torch threads {torch.get_num_threads()}")
+    )
+
+
+def _load() -> str:
+    try:
+        return f"{os.getloadavg()[0]:.1f}"
+    except OSError:
+        return "?"
+
+
+def _fill(arguments: list[str], values: dict[str, str]) -> list[str]:
+    return [arg.format(**values) for arg in arguments]
+
+
+def _accuracy_outputs(work: Path) -> dict[str, str] | None:
+    path = work / "accuracy" / "accuracy.json"
+    if not path.exists():
+        return None
+    record = json.loads(path.read_text())
+    return {"model": str(record["model"]), "lam_star": f"{record['lam_star']:g}"}
+
+
+def run_one(
+    name: str, arguments: list[str], common: list[str], plot_dir: Path, results_dir: Path
+) -> tuple[str, bool]:
+    """Run one benchmark; return its Markdown section and whether it succeeded."""
+    title, script, _ = SUITE[name]
+    command = [sys.executable, str(HERE / script), *arguments, *common]
+    shown = " ".join(["python", f"benchmarks/{script}", *map(shlex.quote, arguments + common)])
+    before = {p: p.stat().st_mtime for p in plot_dir.glob("*.png")}
+    load_start, start = _load(), time.perf_counter()
+    log(f"[run_all] {shown}")
+    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+    seconds = time.perf_counter() - start
+    lines = [f"## {title}", "", f"    {shown}", ""]
+    lines.append(f"Wall time {seconds:.0f} s; load average {load_start} before, {_load()} after.")
+    lines.append("")
+    ok = done.returncode == 0
+    if ok:
+        lines.append(done.stdout.strip())
+    else:
+        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+        lines += [f"**FAILED** (exit code {done.returncode}); end of its stderr:", "", "```"]
+        lines += [tail, "```"]
+        if done.stdout.strip():
+            lines += ["", "Output before the failure:", "", done.stdout.strip()]
+    for png in sorted(plot_dir.glob("*.png")):
+        if before.get(png) != png.stat().st_mtime:
+            link = os.path.relpath(png, results_dir)
+            lines += ["", f"![{png.stem}]({link})"]
+    log(f"[run_all] {name}: {'ok' if ok else 'FAILED'} in {seconds:.0f} s")
+    return "\n".join(lines) + "\n", ok
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", choices=SIZES, default="small")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument(
+        "--only", nargs="+", choices=list(SUITE), help="run these benchmarks only (default: all)"
+    )
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="neurite-oasis folder")
+    parser.add_argument("--results", type=Path, help="Markdown file to write")
+    parser.add_argument("--plot-dir", type=Path, default=DEFAULT_PLOTS)
+    parser.add_argument("--work", type=Path, help="scratch folder (default: a temporary one)")
+    args = parser.parse_args(argv)
+
+    gpu = args.device.startswith("cuda")
+    names = args.only or (list(GPU_SPEED) if gpu else list(SUITE))
+    size = "full" if gpu else args.size
+    results = args.results or HERE / ("RESULTS_gpu.md" if gpu else "RESULTS.md")
+    args.plot_dir.mkdir(parents=True, exist_ok=True)
+    scratch = None if args.work else tempfile.TemporaryDirectory(prefix="hyperreg-bench-")
+    work = args.work or Path(scratch.name)
+    work.mkdir(parents=True, exist_ok=True)
+
+    started = datetime.datetime.now(datetime.timezone.utc)
+    invocation = " ".join(["python", "benchmarks/run_all.py", *map(shlex.quote, sys.argv[1:])])
+    sections, failed = [], []
+    for name in names:
+        per_size = SUITE[name][2]
+        values = {"work": str(work), "lam_star": "", "model": ""}
+        if name == "ants":
+            found = _accuracy_outputs(work)
+            if found is None:
+                sections.append(
+                    f"## {SUITE[name][0]}\n\nNot run: it registers with the HyperMorph model and "
+                    "λ\\* that the accuracy benchmark trains and picks; run it in the same "
+                    "invocation (or pass the same --work).\n"
+                )
+                failed.append(name)
+                continue
+            values.update(found)
+        common = ["--device", args.device]
+        if name in ("accuracy", "mip", "ants"):
+            common += ["--data", str(args.data)]
+        if name in ("accuracy", "mip"):
+            common += ["--plot-dir", str(args.plot_dir)]
+        if name == "mip":
+            common += ["--work", str(work / "mip")]
+        arguments = _fill(per_size[size] + per_size.get("both", []), values)
+        section, ok = run_one(name, arguments, common, args.plot_dir, results.parent)
+        sections.append(section)
+        if not ok:
+            failed.append(name)
+
+    finished = datetime.datetime.now(datetime.timezone.utc)
+    header = [
+        "# Benchmark results" + (" on a GPU" if gpu else ""),
+        "",
+        "Generated by one command; rerun it to regenerate this file and the plots from scratch:",
+        "",
+        f"    {invocation}",
+        "",
+        f"- Run: {started:%Y-%m-%d %H:%M} to {finished:%H:%M} UTC, size `{size}`, "
+        f"device `{args.device}`.",
+        f"- Machine: {_machine(args.device)}.",
+        f"- Versions: {_versions()}.",
+        "- Targets are DESIGN.md §5's; every table says *met* or *MISSED* against them. Timings "
+        "are wall clock on a machine other jobs may share: the load average before and after "
+        "each benchmark is given, and ratios (measured side by side in one run) are what to read.",
+    ]
+    if not gpu:
+        gpu_file = HERE / "RESULTS_gpu.md"
+        header.append(
+            "- GPU: see [RESULTS_gpu.md](RESULTS_gpu.md) (`python benchmarks/run_all.py --device "
+            "cuda`)."
+            if gpu_file.exists()
+            else "- GPU: not measured yet; `bash benchmarks/run_gpu.sh` on a CUDA machine writes "
+            "RESULTS_gpu.md."
+        )
+    if failed:
+        header.append(f"- Failed or not run: {', '.join(failed)} (see their sections).")
+    text = "\n".join(header) + "\n\n" + "\n".join(sections)
+    temporary = results.with_suffix(".md.tmp")
+    temporary.write_text(text)
+    temporary.replace(results)
+    log(f"[run_all] wrote {results}")
+    if scratch is not None:
+        scratch.cleanup()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
