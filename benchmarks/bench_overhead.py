@@ -88,7 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"\nTarget (DESIGN.md §5): ≤ {TARGET} × at 3D 160×192×224. Generating the weights is a "
         "fixed cost (the hypernetwork's last layer maps 64 hidden units to every U-Net weight: "
-        "6.7 M multiply-adds in 2D, 20 M in 3D), so the ratio is largest where the U-Net is cheapest (2D)."
+        "6.7 M multiply-adds in 2D, 20 M in 3D), so the ratio is largest where the U-Net is "
+        "cheapest (2D)."
     )
     return 0
 
