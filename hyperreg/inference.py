@@ -39,6 +39,7 @@ from hyperreg.io import (
     same_grid,
     save_volume,
 )
+from hyperreg.losses import gradient_loss
 from hyperreg.metrics import dice_per_label, field_summary, mean_dice
 from hyperreg.model import HyperMorph, RegistrationOutput
 from hyperreg.resample import describe_grid, resample_to
@@ -70,6 +71,10 @@ class RegistrationResult:
         dice: ``{label: Dice}`` between moved and fixed label maps, or None.
         folding_fraction: Share of voxels with Jacobian determinant ≤ 0.
         log_jacobian_std: Standard deviation of log J.
+        extra: More scalars: ``"smoothness"`` (:func:`~hyperreg.losses.gradient_loss` of the
+            field training regularises: the velocity when the model integrates one, else the
+            displacement; voxels²) from :func:`register_pair`, ``"dice_before"`` (mean Dice of
+            the unregistered label maps) when both label maps are given, ``"ncc"`` from sweeps.
         resampled: One message per input that was resampled onto the fixed grid, e.g.
             ``"resampled moving 'm.nii.gz' (shape (150, 181), ...) onto the fixed grid (...)"``.
     """
@@ -265,6 +270,8 @@ def register_pair(
     result = _result_from_output(
         out, 0, float(lam_t.item()), moving_seg, fixed_seg, notes, moving=moving
     )
+    regularised = out.velocity if out.velocity is not None else out.disp
+    result.extra["smoothness"] = float(gradient_loss(regularised.float()))
     if result.dice is not None and moving_seg is not None and fixed_seg is not None:
         result.extra["dice_before"] = mean_dice(moving_seg.data, fixed_seg.data, list(result.dice))
     return result

@@ -1,7 +1,10 @@
-"""Validation during training: Dice, folding and similarity on held-out pairs at a few λ.
+"""Validation during training: Dice, folding, similarity and loss on held-out pairs at a few λ.
 
 Each pair is registered with :func:`hyperreg.inference.register_pair` (the inference code path,
-on already-normalised arrays), Dice and folding come from :mod:`hyperreg.metrics`. The score that
+on already-normalised arrays), Dice and folding come from :mod:`hyperreg.metrics`. The
+validation loss at each λ is the HyperMorph training objective ``(1 − λ)·similarity +
+λ·smoothness``, with smoothness the :func:`~hyperreg.losses.gradient_loss` of the field training
+regularises (the velocity when the model integrates one, else the displacement). The score that
 picks the best checkpoint is the mean Dice over pairs and λ values, or, for pairs without label
 maps, minus the mean similarity loss. Must not import train or cli.
 """
@@ -26,10 +29,17 @@ __all__ = ["evaluate", "validation_columns"]
 
 
 def validation_columns(lambdas: Sequence[float]) -> list[str]:
-    """Columns of ``val_log.csv``: step, score, mean Dice, then Dice/folding %/similarity per λ."""
+    """Columns of ``val_log.csv``.
+
+    ``step, score, mean_dice``, then ``dice_λ, folding_pct_λ, similarity_λ`` per λ, then
+    ``val_loss`` (mean validation loss over the λ values) and ``smoothness_λ, loss_λ`` per λ.
+    """
     columns = ["step", "score", "mean_dice"]
     for lam in lambdas:
         columns += [f"dice_{lam:g}", f"folding_pct_{lam:g}", f"similarity_{lam:g}"]
+    columns.append("val_loss")
+    for lam in lambdas:
+        columns += [f"smoothness_{lam:g}", f"loss_{lam:g}"]
     return columns
 
 
@@ -46,7 +56,7 @@ def evaluate(
     ncc_window: int = 9,
     mse_sigma: float = 0.05,
 ) -> dict[str, Any]:
-    """Register every pair at every λ and average the metrics.
+    """Register every pair at every λ and average the metrics over the pairs.
 
     Args:
         model: The model (any mode; it is put in eval mode and restored).
@@ -58,16 +68,23 @@ def evaluate(
 
     Returns:
         A dict with the keys of :func:`validation_columns` (except ``step``): Dice is NaN where
-        no pair has label maps; ``folding_pct`` is percent of voxels with J ≤ 0.
+        no pair has label maps; ``folding_pct`` is percent of voxels with J ≤ 0;
+        ``similarity_λ`` is the pair mean of the similarity loss of the moved image;
+        ``smoothness_λ`` the pair mean of :func:`~hyperreg.losses.gradient_loss` of the velocity
+        (of the displacement for a model without integration), in voxels²; ``loss_λ`` the
+        HyperMorph validation loss ``(1 − λ)·similarity_λ + λ·smoothness_λ`` (the training
+        objective of :func:`hyperreg.train.hypermorph_loss`, averaged over pairs); ``val_loss``
+        the mean of ``loss_λ`` over ``lambdas``.
     """
     was_training = model.training
     model.eval()
     row: dict[str, Any] = {}
     dice_all: list[float] = []
     sim_all: list[float] = []
+    loss_all: list[float] = []
     try:
         for lam in lambdas:
-            dices, folds, sims = [], [], []
+            dices, folds, sims, smooths = [], [], [], []
             for pair in pairs:
                 has_seg = pair.moving_seg is not None and pair.fixed_seg is not None
                 result = register_pair(
@@ -88,15 +105,22 @@ def evaluate(
                     sims.append(float(ncc_loss(moved, fixed, window=ncc_window)))
                 else:
                     sims.append(float(mse_loss(moved, fixed, sigma=mse_sigma)))
+                smooths.append(result.extra["smoothness"])
             dice = float(np.nanmean(dices)) if dices else float("nan")
+            similarity, smoothness = float(np.mean(sims)), float(np.mean(smooths))
+            loss = (1.0 - lam) * similarity + lam * smoothness
             row[f"dice_{lam:g}"] = dice
             row[f"folding_pct_{lam:g}"] = float(np.mean(folds))
-            row[f"similarity_{lam:g}"] = float(np.mean(sims))
+            row[f"similarity_{lam:g}"] = similarity
+            row[f"smoothness_{lam:g}"] = smoothness
+            row[f"loss_{lam:g}"] = loss
             dice_all.append(dice)
-            sim_all.append(float(np.mean(sims)))
+            sim_all.append(similarity)
+            loss_all.append(loss)
     finally:
         model.train(was_training)
     finite = [d for d in dice_all if not math.isnan(d)]
     row["mean_dice"] = float(np.mean(finite)) if finite else float("nan")
     row["score"] = row["mean_dice"] if finite else -float(np.mean(sim_all))
+    row["val_loss"] = float(np.mean(loss_all))
     return row

@@ -172,6 +172,8 @@ def test_validation_log_and_best_checkpoint(tmp_path: Path) -> None:
         rows = list(csv.DictReader(handle))
     assert [int(r["step"]) for r in rows] == [4, 8, 12]
     assert {"dice_0.1", "folding_pct_0.5", "similarity_0.9", "mean_dice"} <= set(rows[0])
+    losses = [float(rows[0][f"loss_{lam}"]) for lam in ("0.1", "0.5", "0.9")]
+    assert float(rows[0]["val_loss"]) == pytest.approx(np.mean(losses), rel=1e-4)
     best_row = max(rows, key=lambda r: float(r["score"]))
     _, payload = load_checkpoint(tmp_path / "best.pt")
     assert payload["step"] == int(best_row["step"])
