@@ -108,9 +108,17 @@ SUITE: dict[str, tuple[str, str, dict[str, list[str]]]] = {
         "Classical anchor: ANTs SyN",
         "bench_ants.py",
         {
-            "smoke": ["--model", "{model}", "--lambda", "{lam_star}", "--size3d", "none"],
-            "small": ["--model", "{model}", "--lambda", "{lam_star}", "--size3d", "80x96x112"],
-            "full": ["--model", "{model}", "--lambda", "{lam_star}", "--size3d", "160x192x224"],
+            "smoke": ["--size3d", "none"],
+            "small": ["--size3d", "80x96x112", "--steps3d", "150"],
+            "full": ["--size3d", "160x192x224", "--steps3d", "1500"],
+            "both": [
+                "--model",
+                "{model}",
+                "--lambda",
+                "{lam_star}",
+                "--holdout-slice",
+                "{holdout}",
+            ],
         },
     ),
 }
@@ -169,12 +177,14 @@ def _fill(arguments: list[str], values: dict[str, str]) -> list[str]:
     return [arg.format(**values) for arg in arguments]
 
 
-def _accuracy_outputs(work: Path) -> dict[str, str] | None:
+def _accuracy_outputs(work: Path) -> dict[str, str | int] | None:
     path = work / "accuracy" / "accuracy.json"
     if not path.exists():
         return None
     record = json.loads(path.read_text())
-    return {"model": str(record["model"]), "lam_star": f"{record['lam_star']:g}"}
+    # the held-out slice nearest the shared slice pair's (coronal 109), for ANTs beside hyperreg
+    holdout = min(record["val_slices"], key=lambda index: abs(index - 109))
+    return {"model": record["model"], "lam_star": f"{record['lam_star']:g}", "holdout": holdout}
 
 
 def run_one(
@@ -236,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sections, failed = [], []
     for name in names:
         per_size = SUITE[name][2]
-        values = {"work": str(work), "lam_star": "", "model": ""}
+        values: dict[str, str | int] = {"work": str(work)}
         if name == "ants":
             found = _accuracy_outputs(work)
             if found is None:
