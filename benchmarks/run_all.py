@@ -287,15 +287,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "are wall clock on a machine other jobs may share: the load average before and after "
         "each benchmark is given, and ratios (measured side by side in one run) are what to read.",
     ]
-    if not gpu:
-        gpu_file = HERE / "RESULTS_gpu.md"
+    if not gpu and not (HERE / "RESULTS_gpu.md").exists():
         header.append(
-            "- GPU: see [RESULTS_gpu.md](RESULTS_gpu.md) (`python benchmarks/run_all.py --device "
-            "cuda`)."
-            if gpu_file.exists()
-            else "- GPU: not measured yet; `bash benchmarks/run_gpu.sh` on a CUDA machine writes "
+            "- GPU: not measured yet; `bash benchmarks/run_gpu.sh` on a CUDA machine writes "
             "RESULTS_gpu.md."
         )
+    others = [p for p in sorted(results.parent.glob("RESULTS*.md")) if p != results]
+    if others:
+        links = ", ".join(f"[{p.name}]({p.name})" for p in others)
+        header.append(f"- Other recorded runs beside this file: {links}.")
     if failed:
         header.append(f"- Failed or not run: {', '.join(failed)} (see their sections).")
     text = "\n".join(header) + "\n\n" + "\n".join(sections)
