@@ -1,0 +1,63 @@
+"""The benchmark entry command: runs the scripts, writes RESULTS.md and plots, reports failures.
+
+The numbers themselves are measured by ``benchmarks/run_all.py``, not tested; these tests check
+that the one command still works end to end at the ``smoke`` size (tiny images, 2 training
+steps) and that a benchmark that cannot run is reported as such with a non-zero exit code.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+RUN_ALL = REPO / "benchmarks" / "run_all.py"
+DATA = REPO.parent / "shared" / "data" / "neurite-oasis"
+
+
+def _run_all(tmp_path: Path, *only: str) -> tuple[subprocess.CompletedProcess, Path]:
+    results = tmp_path / "RESULTS.md"
+    command = [sys.executable, str(RUN_ALL), "--size", "smoke", "--only", *only]
+    command += ["--results", str(results), "--plot-dir", str(tmp_path / "plots")]
+    command += ["--work", str(tmp_path / "work"), "--data", str(DATA)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1200)
+    return done, results
+
+
+def test_run_all_reports_a_benchmark_it_cannot_run(tmp_path: Path) -> None:
+    # ANTs registers with the model the accuracy benchmark trains; alone it cannot run
+    done, results = _run_all(tmp_path, "ants")
+    assert done.returncode == 1
+    text = results.read_text()
+    assert "## Classical anchor: ANTs SyN\n\nNot run:" in text
+    assert "- Failed or not run: ants" in text
+    assert "python benchmarks/run_all.py --size smoke --only ants" in text
+
+
+@pytest.mark.slow
+def test_run_all_smoke(tmp_path: Path) -> None:
+    if not DATA.is_dir():
+        pytest.skip(f"shared OASIS data not found at {DATA}")
+    only = ("overhead", "sweep", "batch", "train_step", "accuracy", "mip")
+    done, results = _run_all(tmp_path, *only)
+    assert done.returncode == 0, done.stderr[-3000:]
+    text = results.read_text()
+    assert "FAILED" not in text
+    for title in (
+        "## Hypernetwork overhead at inference",
+        "## Batched λ sweep",
+        "## Batch inference throughput",
+        "## Training step: hypernetwork overhead in time and memory",
+        "## Accuracy: one HyperMorph against fixed-λ models",
+        "## MIP against the default parametrisation",
+    ):
+        section = text.split(title, 1)[1].split("\n## ", 1)[0]
+        assert "\n|---|" in section, f"no table under {title!r}"
+    for plot in ("accuracy_vs_lambda.png", "mip_vs_default.png"):
+        path = tmp_path / "plots" / plot
+        assert path.read_bytes().startswith(b"\x89PNG")
+        assert f"](plots/{plot})" in text
+    assert (tmp_path / "work" / "accuracy" / "accuracy.json").is_file()
