@@ -11,7 +11,6 @@ Contract every ``bench_*.py`` follows, so that ``run_all.py`` can stitch RESULTS
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -54,18 +53,13 @@ def synchronize(device: object) -> None:
         torch.cuda.synchronize(device)
 
 
-def median_time(fn: Callable[[], object], repeats: int, warmup: int = 1, device="cpu") -> float:
-    """Median wall time (s) of ``repeats`` calls of ``fn`` after ``warmup`` untimed calls."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        synchronize(device)
-        start = time.perf_counter()
-        fn()
-        synchronize(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def wall_time(fn: Callable[[], object], device="cpu") -> float:
+    """Wall time (s) of one call of ``fn``, with CUDA work synchronised before and after."""
+    synchronize(device)
+    start = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - start
 
 
 def require_data(data: Path, *names: str) -> None:

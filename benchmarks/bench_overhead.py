@@ -17,19 +17,9 @@ import functools
 import statistics
 from collections.abc import Sequence
 
-from _common import log, shape, synchronize, table, verdict
+from _common import log, shape, table, verdict, wall_time
 
 TARGET = 1.05
-
-
-def _time(fn, device) -> float:
-    import time
-
-    synchronize(device)
-    start = time.perf_counter()
-    fn()
-    synchronize(device)
-    return time.perf_counter() - start
 
 
 def measure(size: str, repeats: int, device) -> tuple[float, float]:
@@ -56,7 +46,7 @@ def measure(size: str, repeats: int, device) -> tuple[float, float]:
         times: dict[str, list[float]] = {name: [] for name in runs}
         for _ in range(repeats):
             for name, fn in runs.items():
-                times[name].append(_time(fn, device))
+                times[name].append(wall_time(fn, device))
     return statistics.median(times["fixed"]), statistics.median(times["hyper"])
 
 

@@ -33,10 +33,9 @@ import resource
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Sequence
 
-from _common import log, shape, synchronize, verdict
+from _common import log, shape, verdict, wall_time
 
 LAM = 0.5
 STEPS = 7
@@ -121,11 +120,7 @@ def _median_interleaved(
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            synchronize(device)
-            start = time.perf_counter()
-            fn()
-            synchronize(device)
-            times[name].append(time.perf_counter() - start)
+            times[name].append(wall_time(fn, device))
     return {name: statistics.median(t) for name, t in times.items()}
 
 

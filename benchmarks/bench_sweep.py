@@ -18,18 +18,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from _common import log, shape, synchronize, table, verdict
-
-
-def _time(fn: Callable[[], object], device) -> float:
-    synchronize(device)
-    start = time.perf_counter()
-    fn()
-    synchronize(device)
-    return time.perf_counter() - start
+from _common import log, shape, table, verdict, wall_time
 
 
 def _bench_size(
@@ -98,8 +89,8 @@ def _bench_size(
         batched()  # warm-up
         times: dict[str, list[float]] = {"single": [], "batched": []}
         for _ in range(args.repeats):
-            times["single"].append(_time(single, device))
-            times["batched"].append(_time(batched, device))
+            times["single"].append(wall_time(single, device))
+            times["batched"].append(wall_time(batched, device))
         t_single = statistics.median(times["single"])
         t_batched = statistics.median(times["batched"])
         ratio = t_single / t_batched
