@@ -1,14 +1,14 @@
 """Accuracy against fixed-λ models: one HyperMorph model vs one VoxelMorph-style model per λ.
 
 On 2D coronal slices (axis 2) of the shared OASIS volumes, trains one HyperMorph model (λ per
-sample from :class:`hyperreg.data.LambdaSampler`) and, for each ``--lambdas`` value, one model of
+sample from :class:`hyperreg.training.data.LambdaSampler`) and, for each ``--lambdas`` value, one model of
 the identical pipeline (padding, U-Net, scaling and squaring at half resolution, resize, warp)
 whose U-Net weights are ordinary trainable parameters initialised from ``UNet.init_std`` (as
 ``FixedWeightUNet``), trained at that constant λ. Every model goes through the same loop
 (:func:`_train`): the same pair stream (its own generator, seeded by ``--seed``), steps, batch,
-Adam lr, loss (:func:`hyperreg.train.hypermorph_loss`, NCC) and default ``ModelConfig(ndim=2)``;
-only the λ source differs. Evaluation runs :func:`hyperreg.validation.evaluate` (so
-:func:`hyperreg.inference.register_pair`) on the held-out brain slices (every 10th, as
+Adam lr, loss (:func:`hyperreg.training.train.hypermorph_loss`, NCC) and default ``ModelConfig(ndim=2)``;
+only the λ source differs. Evaluation runs :func:`hyperreg.training.validation.evaluate` (so
+:func:`hyperreg.apps.inference.register_pair`) on the held-out brain slices (every 10th, as
 ``PairSampler(holdout_every=10)`` sets aside) in both directions: HyperMorph on the λ grid 0,
 0.05, …, 1 and at each fixed λ, each fixed model at its own λ. Reports mean Dice and folding %
 (J ≤ 0) per λ, the target HyperMorph Dice ≥ fixed Dice − 0.01, and λ* (best HyperMorph grid
@@ -54,7 +54,7 @@ def _fixed_model_class():
     import torch
     from torch import Tensor, nn
 
-    from hyperreg.model import HyperMorph
+    from hyperreg.method.model import HyperMorph
 
     class FixedLambdaMorph(HyperMorph):
         """HyperMorph's pipeline with ordinary U-Net weights in place of the hypernetwork.
@@ -101,7 +101,7 @@ def _train(
     """
     import torch
 
-    from hyperreg.train import hypermorph_loss
+    from hyperreg.training.train import hypermorph_loss
 
     pair_generator = torch.Generator().manual_seed(config.seed)
     lam_generator = torch.Generator().manual_seed(config.seed + 1)
@@ -212,10 +212,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
 
     from hyperreg.config import ModelConfig, TrainConfig, to_dict
-    from hyperreg.data import LambdaSampler, PairSampler, find_scans, validation_pairs
-    from hyperreg.metrics import mean_dice
-    from hyperreg.model import HyperMorph, save_checkpoint
-    from hyperreg.validation import evaluate
+    from hyperreg.training.data import LambdaSampler, PairSampler, find_scans, validation_pairs
+    from hyperreg.method.metrics import mean_dice
+    from hyperreg.method.model import HyperMorph, save_checkpoint
+    from hyperreg.training.validation import evaluate
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)

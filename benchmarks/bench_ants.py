@@ -4,8 +4,8 @@ On the shared OASIS pair (moving OAS1_0002 → fixed OAS1_0001), in 2D (the 160�
 slices with their 24-label maps) and in 3D (the 160×192×224 volumes with their 35-label maps,
 or block-averaged by an integer factor with ``--size3d``, labels then taken at every factor-th
 voxel): mean Dice over the non-zero labels present in both label maps (one list for every
-method, scored with ``hyperreg.metrics.mean_dice``), folding (% of voxels with Jacobian
-determinant ≤ 0, ``hyperreg.metrics.folding_fraction``) and wall time, one registration per
+method, scored with ``hyperreg.method.metrics.mean_dice``), folding (% of voxels with Jacobian
+determinant ≤ 0, ``hyperreg.method.metrics.folding_fraction``) and wall time, one registration per
 method, plus the unregistered pair.
 
 hyperreg registers at λ* with ``--model`` (2D) and, in 3D, with ``--model3d`` or, without one,
@@ -86,7 +86,7 @@ def _folding_pct(disp) -> float:
     """``disp``: ``(N, *S)`` displacement in voxels, axis order of the arrays."""
     import torch
 
-    from hyperreg.metrics import folding_fraction
+    from hyperreg.method.metrics import folding_fraction
 
     return 100.0 * folding_fraction(torch.from_numpy(disp.astype("float32"))[None])
 
@@ -95,7 +95,7 @@ def run_ants(kind: str, pair: dict, seed: int) -> dict:
     import ants
     import numpy as np
 
-    from hyperreg.metrics import mean_dice
+    from hyperreg.method.metrics import mean_dice
 
     fixed = ants.from_numpy(pair["fixed"])
     moving = ants.from_numpy(pair["moving"])
@@ -128,10 +128,10 @@ def run_ants(kind: str, pair: dict, seed: int) -> dict:
 def run_hyperreg(model_path: str | Path, lam: float, pair: dict, repeats: int, device) -> dict:
     import numpy as np
 
-    from hyperreg.inference import register_pair
-    from hyperreg.io import Volume
-    from hyperreg.metrics import mean_dice
-    from hyperreg.model import load_checkpoint
+    from hyperreg.apps.inference import register_pair
+    from hyperreg.geometry.io import Volume
+    from hyperreg.method.metrics import mean_dice
+    from hyperreg.method.model import load_checkpoint
 
     model, _ = load_checkpoint(model_path, map_location=device)
     volumes = {
@@ -182,8 +182,8 @@ class _BothDirections:
 def train_3d(pair: dict, steps: int, work: Path, device: str) -> Path:
     """A 3D HyperMorph trained on the pair itself (min–max normalised, both directions)."""
     from hyperreg.config import ModelConfig, TrainConfig
-    from hyperreg.data import normalize_intensity
-    from hyperreg.train import train
+    from hyperreg.training.data import normalize_intensity
+    from hyperreg.training.train import train
 
     images = [normalize_intensity(pair[key]) for key in ("moving", "fixed")]
     config = TrainConfig(
@@ -198,7 +198,7 @@ def train_3d(pair: dict, steps: int, work: Path, device: str) -> Path:
 
 
 def _rows(pair: dict, model: str | Path, lam: float, args, device) -> tuple[list, dict]:
-    from hyperreg.metrics import mean_dice
+    from hyperreg.method.metrics import mean_dice
 
     rows = [
         [

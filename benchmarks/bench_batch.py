@@ -54,9 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import torch
 
-    from hyperreg.batch import run_batch
+    from hyperreg.apps.batch import run_batch
     from hyperreg.config import ModelConfig
-    from hyperreg.model import HyperMorph, save_checkpoint
+    from hyperreg.method.model import HyperMorph, save_checkpoint
 
     rows = []
     for size in args.sizes:

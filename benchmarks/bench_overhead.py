@@ -27,7 +27,7 @@ def measure(size: str, repeats: int, device) -> tuple[float, float]:
     import torch
 
     from hyperreg.config import ModelConfig
-    from hyperreg.model import HyperMorph
+    from hyperreg.method.model import HyperMorph
 
     dims = shape(size)
     torch.manual_seed(0)

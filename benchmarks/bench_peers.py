@@ -13,7 +13,7 @@ batch 1, untrained weights, random images in [0, 1]:
   used: it fails in 2D and scales the field the wrong way round in 3D).
 
 Inference in 2D 160×192 and in 3D ``--size3d``; one training step (forward, backward, Adam) in
-2D with the same loss for all three, written with ``hyperreg.losses``: (1 − λ)·NCC(window 9) +
+2D with the same loss for all three, written with ``hyperreg.method.losses``: (1 − λ)·NCC(window 9) +
 λ·Grad(field), λ = 0.5. Peak memory (``--memory``): one subprocess per model and size runs one
 inference; its peak RSS minus that of an import-only subprocess (on CUDA:
 ``torch.cuda.max_memory_allocated``). Prints a Markdown section (stdout).
@@ -50,7 +50,7 @@ DESCRIPTION = (
     "it fails in 2D and scales the field the wrong way round in 3D). Side by side in one process, "
     "interleaved, median of {repeats} runs after warm-up, batch 1, untrained, random images, "
     "device {device}. Training step: forward, backward and Adam (lr 1e-4), the same loss for all, "
-    "0.5·NCC(window 9) + 0.5·Grad(field), written with `hyperreg.losses`. Peak memory: one "
+    "0.5·NCC(window 9) + 0.5·Grad(field), written with `hyperreg.method.losses`. Peak memory: one "
     "subprocess per model runs one inference; its peak minus that of a subprocess that imports "
     "the same libraries and makes the same inputs."
 )
@@ -63,7 +63,7 @@ def build(name: str, ndim: int):
     torch.manual_seed(0)
     if name in ("hyperreg", "hyperreg-fullres"):
         from hyperreg.config import ModelConfig
-        from hyperreg.model import HyperMorph
+        from hyperreg.method.model import HyperMorph
 
         downsize = 1 if name == "hyperreg-fullres" else 2
         model = HyperMorph(ModelConfig(ndim=ndim, int_steps=STEPS, int_downsize=downsize))
@@ -166,7 +166,7 @@ def bench_inference(dims, repeats, warmup, device):
 def bench_train_step(dims, repeats, warmup, device):
     import torch
 
-    from hyperreg.losses import gradient_loss, ncc_loss
+    from hyperreg.method.losses import gradient_loss, ncc_loss
 
     moving, fixed = _images(dims, device)
     models, errors = _try_build(NAMES, len(dims), device)
@@ -198,7 +198,7 @@ def child(name: str, size: str, device_name: str) -> int:
     device = torch.device(device_name)
     dims = shape(size)
     moving, fixed = _images(dims, device)
-    import hyperreg.model  # noqa: F401  (every child imports the same libraries)
+    import hyperreg.method.model  # noqa: F401  (every child imports the same libraries)
     import monai.networks.nets  # noqa: F401
 
     try:

@@ -5,8 +5,8 @@ one warm-up, the two sides interleaved):
 
 * model: ``model(moving×K, fixed×K, lam=(K,))`` (per-sample generated weights, grouped
   convolutions) against K calls ``model(moving, fixed, λ)``;
-* API: :func:`hyperreg.sweep.sweep_lambdas` against K calls of
-  :func:`hyperreg.inference.register_pair` (both also compute Dice, folding and log-J per λ).
+* API: :func:`hyperreg.apps.sweep.sweep_lambdas` against K calls of
+  :func:`hyperreg.apps.inference.register_pair` (both also compute Dice, folding and log-J per λ).
 
 Untrained default-width model (encoder 16/32/32/32), random images and label maps. Prints a
 Markdown table; ratio = single calls / batched (> 1: the batched sweep is faster).
@@ -30,10 +30,10 @@ def _bench_size(
     import torch
 
     from hyperreg.config import ModelConfig
-    from hyperreg.inference import register_pair
-    from hyperreg.io import Volume
-    from hyperreg.model import HyperMorph
-    from hyperreg.sweep import sweep_lambdas
+    from hyperreg.apps.inference import register_pair
+    from hyperreg.geometry.io import Volume
+    from hyperreg.method.model import HyperMorph
+    from hyperreg.apps.sweep import sweep_lambdas
 
     count = len(lambdas)
     dims = shape(size)

@@ -37,8 +37,8 @@ def _worker(
     import torch
 
     from hyperreg.config import ModelConfig, TrainConfig
-    from hyperreg.model import HyperMorph
-    from hyperreg.train import hypermorph_loss
+    from hyperreg.method.model import HyperMorph
+    from hyperreg.training.train import hypermorph_loss
 
     device = torch.device(device_name)
     shape = tuple(int(s) for s in size.split("x"))

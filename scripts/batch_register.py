@@ -32,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--progress", action="store_true", help="tqdm progress bar (rank 0)")
     args = parser.parse_args(argv)
 
-    from hyperreg.batch import run_batch
+    from hyperreg.apps.batch import run_batch
 
     try:
         run = run_batch(

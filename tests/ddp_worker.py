@@ -11,7 +11,7 @@ import sys
 import torch
 
 from hyperreg.config import ModelConfig, TrainConfig
-from hyperreg.train import train
+from hyperreg.training.train import train
 from test_train import SMALL, BlobPairs
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from hyperreg.config import ModelConfig
-from hyperreg.model import HyperMorph, save_checkpoint
+from hyperreg.method.model import HyperMorph, save_checkpoint
 
 AFFINE = np.array(
     [[-1.0, 0, 0, 80], [0, 0, 1, -112], [0, -1, 0, 96], [0, 0, 0, 1]], dtype=np.float64

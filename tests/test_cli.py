@@ -11,7 +11,7 @@ import torch
 
 from hyperreg.cli import main
 from hyperreg.config import ModelConfig
-from hyperreg.model import HyperMorph, save_checkpoint
+from hyperreg.method.model import HyperMorph, save_checkpoint
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 CASES = SHARED / "cases" / "files"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from hyperreg.data import (
+from hyperreg.training.data import (
     LambdaSampler,
     PairSampler,
     find_scans,

@@ -10,7 +10,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-from hyperreg.demo import DEMO_LAMBDAS, _slice_affine, run_demo
+from hyperreg.apps.demo import DEMO_LAMBDAS, _slice_affine, run_demo
 
 OASIS = Path(__file__).resolve().parents[2] / "shared" / "data" / "neurite-oasis"
 

@@ -13,9 +13,9 @@ import torch
 import torch.distributed as dist
 
 from hyperreg.config import ModelConfig, TrainConfig
-from hyperreg.distributed import DistributedContext, local_slice
-from hyperreg.model import load_checkpoint
-from hyperreg.train import train
+from hyperreg.training.distributed import DistributedContext, local_slice
+from hyperreg.method.model import load_checkpoint
+from hyperreg.training.train import train
 from test_train import SMALL, BlobPairs
 
 HERE = Path(__file__).resolve().parent

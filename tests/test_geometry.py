@@ -18,15 +18,15 @@ import pytest
 import SimpleITK as sitk
 import torch
 
-import hyperreg.unet
+import hyperreg.method.unet
 from hyperreg.cli import main
 from hyperreg.config import ModelConfig
-from hyperreg.inference import register_files, warp_file
-from hyperreg.fields import load_displacement, save_displacement
-from hyperreg.io import Volume, load_volume, same_grid
-from hyperreg.model import HyperMorph, save_checkpoint
-from hyperreg.resample import describe_grid, resample_to, to_sitk
-from hyperreg.spatial import warp
+from hyperreg.apps.inference import register_files, warp_file
+from hyperreg.geometry.fields import load_displacement, save_displacement
+from hyperreg.geometry.io import Volume, load_volume, same_grid
+from hyperreg.method.model import HyperMorph, save_checkpoint
+from hyperreg.geometry.resample import describe_grid, resample_to, to_sitk
+from hyperreg.method.spatial import warp
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 CASES = SHARED / "cases" / "files"
@@ -118,7 +118,7 @@ def _write(path: Path, data: np.ndarray, affine: np.ndarray) -> Path:
 @pytest.fixture()
 def model_2d(monkeypatch: pytest.MonkeyPatch) -> HyperMorph:
     """A tiny untrained 2D model whose flow layer is scaled up to give ~1-2 voxel fields."""
-    monkeypatch.setattr(hyperreg.unet, "FLOW_INIT_STD", 0.1)
+    monkeypatch.setattr(hyperreg.method.unet, "FLOW_INIT_STD", 0.1)
     torch.manual_seed(0)
     return HyperMorph(ModelConfig(ndim=2, **TINY))
 

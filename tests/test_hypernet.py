@@ -1,4 +1,4 @@
-"""Tests for hyperreg.hypernet: MIP encoding and the hypernetwork."""
+"""Tests for hyperreg.method.hypernet: MIP encoding and the hypernetwork."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from hyperreg.hypernet import HyperNetwork, encode_lambda
+from hyperreg.method.hypernet import HyperNetwork, encode_lambda
 
 SHAPES = {"conv.weight": (4, 2, 3, 3), "conv.bias": (4,), "flow.weight": (2, 4, 3, 3)}
 STDS = {"conv.weight": math.sqrt(2 / 18), "conv.bias": 0.0, "flow.weight": 1e-5}

@@ -1,4 +1,4 @@
-"""Tests for hyperreg.io: NIfTI/MGZ/npz reading, atomic writing, grid checks."""
+"""Tests for hyperreg.geometry.io: NIfTI/MGZ/npz reading, atomic writing, grid checks."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-from hyperreg.fields import save_displacement
-from hyperreg.io import (
+from hyperreg.geometry.fields import save_displacement
+from hyperreg.geometry.io import (
     Volume,
     check_same_grid,
     load_volume,
@@ -259,7 +259,7 @@ def test_nonfinite_voxels_are_counted_and_optionally_replaced(
     path = _write_nifti(tmp_path / "nan.nii.gz", data)
     with pytest.raises(ValueError, match=r"has 3 non-finite voxels.*allow_nonfinite=True"):
         load_volume(path)
-    with caplog.at_level(logging.WARNING, logger="hyperreg.io"):
+    with caplog.at_level(logging.WARNING, logger="hyperreg.geometry.io"):
         vol = load_volume(path, allow_nonfinite=True)
     assert np.isfinite(vol.data).all()
     assert vol.data[0, 0, 0] == 0 and vol.data[1, 2, 3] == 0 and vol.data[4, 5, 6] == 0

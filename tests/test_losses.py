@@ -1,4 +1,4 @@
-"""Tests for hyperreg.losses: local NCC, scaled MSE, diffusion regulariser, soft Dice."""
+"""Tests for hyperreg.method.losses: local NCC, scaled MSE, diffusion regulariser, soft Dice."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.testing import assert_close
 
-from hyperreg.losses import NCC, dice_loss, gradient_loss, mse_loss, ncc_loss
-from hyperreg.spatial import identity_grid
+from hyperreg.method.losses import NCC, dice_loss, gradient_loss, mse_loss, ncc_loss
+from hyperreg.method.spatial import identity_grid
 
 # Window used by property tests: fits every axis of the tiny 3D test volume (8 x 10 x 12).
 WINDOW = 5

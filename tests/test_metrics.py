@@ -1,4 +1,4 @@
-"""Tests for hyperreg.metrics: Dice per label, folding fraction, log-Jacobian spread."""
+"""Tests for hyperreg.method.metrics: Dice per label, folding fraction, log-Jacobian spread."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from hyperreg.metrics import (
+from hyperreg.method.metrics import (
     dice_per_label,
     field_summary,
     folding_fraction,

@@ -1,4 +1,4 @@
-"""Tests for hyperreg.model: HyperMorph forward pass, λ semantics and checkpoints."""
+"""Tests for hyperreg.method.model: HyperMorph forward pass, λ semantics and checkpoints."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import torch
 from torch.testing import assert_close
 
 from hyperreg.config import ModelConfig
-from hyperreg.losses import gradient_loss, ncc_loss
-from hyperreg.model import (
+from hyperreg.method.losses import gradient_loss, ncc_loss
+from hyperreg.method.model import (
     FORMAT_VERSION,
     HyperMorph,
     RegistrationOutput,

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from hyperreg.checkpointing import TRAINING_STATE_KEY, latest_checkpoint
+from hyperreg.training.checkpointing import TRAINING_STATE_KEY, latest_checkpoint
 from hyperreg.config import ModelConfig, TrainConfig
-from hyperreg.model import load_checkpoint
-from hyperreg.train import train
+from hyperreg.method.model import load_checkpoint
+from hyperreg.training.train import train
 
 from test_train import SMALL, BlobPairs
 

@@ -1,4 +1,4 @@
-"""Tests for hyperreg.spatial: warping, integration, resizing, Jacobians."""
+"""Tests for hyperreg.method.spatial: warping, integration, resizing, Jacobians."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from hyperreg.spatial import (
+from hyperreg.method.spatial import (
     SpatialTransformer,
     VelocityIntegrator,
     _to_grid_sample_coords,

@@ -13,15 +13,15 @@ import torch
 from lambda_helpers import SHAPE, blob, labels_of, save_tiny_model, tiny_model, write_pair
 from torch import nn
 
-from hyperreg.batch import PairSpec
+from hyperreg.apps.batch import PairSpec
 from hyperreg.cli import main
 from hyperreg.config import ModelConfig
-from hyperreg.inference import register_pair
-from hyperreg.io import Volume
-from hyperreg.model import RegistrationOutput
-from hyperreg.spatial import warp
-from hyperreg.sweep import parse_lambdas, sweep_lambdas
-from hyperreg.tune import tune_lambda
+from hyperreg.apps.inference import register_pair
+from hyperreg.geometry.io import Volume
+from hyperreg.method.model import RegistrationOutput
+from hyperreg.method.spatial import warp
+from hyperreg.apps.sweep import parse_lambdas, sweep_lambdas
+from hyperreg.apps.tune import tune_lambda
 
 
 def _volume(data: np.ndarray) -> Volume:

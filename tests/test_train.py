@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from hyperreg.config import ModelConfig, TrainConfig
-from hyperreg.losses import gradient_loss, mse_loss, ncc_loss
-from hyperreg.metrics import folding_fraction
-from hyperreg.model import RegistrationOutput, load_checkpoint
-from hyperreg.train import hypermorph_loss, train
+from hyperreg.method.losses import gradient_loss, mse_loss, ncc_loss
+from hyperreg.method.metrics import folding_fraction
+from hyperreg.method.model import RegistrationOutput, load_checkpoint
+from hyperreg.training.train import hypermorph_loss, train
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "neurite-oasis"
 SMALL = ModelConfig(ndim=2, enc_channels=(8, 8, 8, 8), dec_channels=(8,) * 7, hyper_hidden=(16, 16))
@@ -116,9 +116,9 @@ def test_training_is_reproducible_from_seed(tmp_path: Path) -> None:
 def test_oasis_2d_acceptance(tmp_path: Path) -> None:
     """Issue 2's acceptance run: default 2D training, 1500 steps, then the shared slice pair."""
     torch.set_num_threads(os.cpu_count() or 1)  # a real run, not a tiny-tensor test
-    from hyperreg.inference import register_pair
-    from hyperreg.io import load_volume
-    from hyperreg.metrics import mean_dice
+    from hyperreg.apps.inference import register_pair
+    from hyperreg.geometry.io import load_volume
+    from hyperreg.method.metrics import mean_dice
 
     config = TrainConfig(
         data=str(SHARED), out=str(tmp_path), steps=1500, device="cpu", model=ModelConfig(ndim=2)
@@ -143,7 +143,7 @@ def test_oasis_2d_acceptance(tmp_path: Path) -> None:
 
 
 def _blob_val_pairs(count: int = 3) -> list:
-    from hyperreg.data import ValidationPair
+    from hyperreg.training.data import ValidationPair
 
     moving, fixed = BlobPairs().sample(count, torch.Generator().manual_seed(99))
     pairs = []

@@ -1,4 +1,4 @@
-"""Tests for hyperreg.layers (per-sample convolution) and hyperreg.unet."""
+"""Tests for hyperreg.method.layers (per-sample convolution) and hyperreg.method.unet."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from hyperreg.layers import conv
-from hyperreg.unet import FLOW_INIT_STD, FixedWeightUNet, UNet
+from hyperreg.method.layers import conv
+from hyperreg.method.unet import FLOW_INIT_STD, FixedWeightUNet, UNet
 
 SMALL = {"enc_channels": (4, 8, 8, 8), "dec_channels": (8, 8, 8, 8, 8, 4, 4)}
 UNET_SHAPES = {2: (32, 16), 3: (16, 16, 32)}

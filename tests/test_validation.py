@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from hyperreg.config import ModelConfig
-from hyperreg.data import ValidationPair
-from hyperreg.losses import gradient_loss, mse_loss, ncc_loss
-from hyperreg.model import HyperMorph
-from hyperreg.validation import evaluate, validation_columns
+from hyperreg.training.data import ValidationPair
+from hyperreg.method.losses import gradient_loss, mse_loss, ncc_loss
+from hyperreg.method.model import HyperMorph
+from hyperreg.training.validation import evaluate, validation_columns
 
 TINY = {"enc_channels": (4, 4, 4, 4), "dec_channels": (4,) * 7, "hyper_hidden": (8, 8)}
 

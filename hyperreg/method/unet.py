@@ -3,7 +3,7 @@
 :class:`UNet` holds no parameters of its own. It declares the shape and ordinary initialisation
 of each of its convolution parameters (:meth:`UNet.param_shapes`, :meth:`UNet.init_std`) and
 runs with any ``{name: tensor}`` set, shared by the batch or one per sample (see
-:func:`hyperreg.layers.conv`). :class:`FixedWeightUNet` is the same network with ordinary
+:func:`hyperreg.method.layers.conv`). :class:`FixedWeightUNet` is the same network with ordinary
 ``nn.Parameter`` weights: the baseline for benchmarks and fixed-λ VoxelMorph models. Must not
 import hyperreg modules other than ``layers``.
 
@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hyperreg.layers import conv
+from hyperreg.method.layers import conv
 
 __all__ = ["FixedWeightUNet", "UNet"]
 

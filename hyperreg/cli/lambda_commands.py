@@ -18,7 +18,7 @@ PROG = "hyperreg"
 
 
 def _lambdas(text: str) -> list[float]:
-    from hyperreg.sweep import parse_lambdas
+    from hyperreg.apps.sweep import parse_lambdas
 
     try:
         return parse_lambdas(text)
@@ -181,8 +181,8 @@ def add_parsers(sub: Any) -> None:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from hyperreg._checks import resolve_device
-    from hyperreg.model import load_checkpoint
-    from hyperreg.sweep import sweep_files
+    from hyperreg.method.model import load_checkpoint
+    from hyperreg.apps.sweep import sweep_files
 
     if bool(args.moving_seg) != bool(args.fixed_seg):
         raise ValueError("--moving-seg and --fixed-seg go together (Dice needs both)")
@@ -219,9 +219,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 def _cmd_tune(args: argparse.Namespace) -> int:
     from hyperreg._checks import resolve_device
-    from hyperreg.batch import read_pairs
-    from hyperreg.model import load_checkpoint
-    from hyperreg.tune import tune_lambda, write_tune_report
+    from hyperreg.apps.batch import read_pairs
+    from hyperreg.method.model import load_checkpoint
+    from hyperreg.apps.tune import tune_lambda, write_tune_report
 
     pairs = read_pairs(args.pairs, require_segs=True)
     device = resolve_device("tune", args.device)
@@ -250,7 +250,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
 
 def _cmd_batch(args: argparse.Namespace) -> int:
-    from hyperreg.batch import run_batch
+    from hyperreg.apps.batch import run_batch
 
     run = run_batch(
         args.model,

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from hyperreg._checks import check_field
-from hyperreg.spatial import jacobian_determinant
+from hyperreg.method.spatial import jacobian_determinant
 
 __all__ = ["dice_per_label", "field_summary", "folding_fraction", "log_jacobian_std", "mean_dice"]
 
@@ -86,7 +86,7 @@ def folding_fraction(disp: Tensor) -> float:
         A fraction in [0, 1] over all samples and voxels (multiply by 100 for percent).
 
     Raises:
-        TypeError, ValueError: As :func:`hyperreg.spatial.jacobian_determinant`.
+        TypeError, ValueError: As :func:`hyperreg.method.spatial.jacobian_determinant`.
     """
     check_field("folding_fraction", "disp", disp)
     return float((jacobian_determinant(disp.float()) <= 0).float().mean())

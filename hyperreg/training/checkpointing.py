@@ -1,7 +1,7 @@
 """Training checkpoints: model, optimiser, step and every random state in one atomic file.
 
-A training checkpoint is an ordinary :func:`hyperreg.model.save_checkpoint` file (so
-:func:`hyperreg.model.load_checkpoint` loads it for inference and ignores the rest) with one
+A training checkpoint is an ordinary :func:`hyperreg.method.model.save_checkpoint` file (so
+:func:`hyperreg.method.model.load_checkpoint` loads it for inference and ignores the rest) with one
 extra key, ``"training_state"``: the optimiser state, the data/λ generator state, the torch, CUDA,
 numpy and Python global random states, and the best validation score so far. Restoring all of them
 makes a resumed run reproduce an uninterrupted one step for step (same device, same seed).
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hyperreg.model import HyperMorph, save_checkpoint
+from hyperreg.method.model import HyperMorph, save_checkpoint
 
 __all__ = [
     "TRAINING_STATE_KEY",

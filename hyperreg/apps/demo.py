@@ -28,13 +28,13 @@ from torch import Tensor
 
 from hyperreg._checks import resolve_device
 from hyperreg.config import ModelConfig, TrainConfig
-from hyperreg.data import PairSampler, find_scans, normalize_intensity
-from hyperreg.fields import save_displacement
-from hyperreg.io import Volume, load_volume, save_volume
-from hyperreg.metrics import field_summary, mean_dice
-from hyperreg.model import HyperMorph, load_checkpoint
-from hyperreg.spatial import integrate_velocity, warp
-from hyperreg.train import train
+from hyperreg.training.data import PairSampler, find_scans, normalize_intensity
+from hyperreg.geometry.fields import save_displacement
+from hyperreg.geometry.io import Volume, load_volume, save_volume
+from hyperreg.method.metrics import field_summary, mean_dice
+from hyperreg.method.model import HyperMorph, load_checkpoint
+from hyperreg.method.spatial import integrate_velocity, warp
+from hyperreg.training.train import train
 
 __all__ = ["DEMO_LAMBDAS", "TemplatePairs", "run_demo"]
 

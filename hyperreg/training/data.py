@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from hyperreg.io import load_volume
+from hyperreg.geometry.io import load_volume
 
 __all__ = [
     "NORMALIZATIONS",

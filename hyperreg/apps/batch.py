@@ -2,7 +2,7 @@
 
 :func:`read_pairs` reads a pair CSV (columns ``moving``, ``fixed``, optional ``moving_seg``,
 ``fixed_seg``, ``lambda``; relative paths are relative to the CSV). :func:`batch_register` runs
-:func:`hyperreg.inference.register_files` on each pair of one shard and keeps a per-pair record on
+:func:`hyperreg.apps.inference.register_files` on each pair of one shard and keeps a per-pair record on
 disk, so a rerun skips finished pairs and a bad pair is recorded while the rest go on.
 :func:`merge_records` turns the records into ``summary.csv`` and ``failures.csv``.
 :func:`run_batch` is the whole job, one process of possibly several (``torchrun``: rank ``r`` of
@@ -273,14 +273,14 @@ def batch_register(
     """Register every pair of ``pairs`` (one shard) with per-pair records, resumably.
 
     For each pair: if ``pairs/<name>/record.json`` matches the pair (same files and λ) and its
-    outputs exist, skip it. Otherwise call :func:`hyperreg.inference.register_files`, which
+    outputs exist, skip it. Otherwise call :func:`hyperreg.apps.inference.register_files`, which
     writes ``moved.nii.gz``, ``warp.nii.gz`` (and ``moved_seg.nii.gz`` with a moving label map)
     atomically, then write the record (the pair's summary row) atomically. Any exception of one
     pair is stored in ``pairs/<name>/failure.json`` (type, message, traceback) and the loop goes
     on; ``KeyboardInterrupt`` stops it.
 
     Args:
-        model: A trained :class:`~hyperreg.model.HyperMorph`, on the device to use.
+        model: A trained :class:`~hyperreg.method.model.HyperMorph`, on the device to use.
         pairs: The pairs to run (see :func:`read_pairs`, :func:`shard`).
         out: Output folder.
         lam: λ for rows without their own; None requires every row to have one.
@@ -300,7 +300,7 @@ def batch_register(
     """
     from tqdm import tqdm
 
-    from hyperreg.inference import register_files
+    from hyperreg.apps.inference import register_files
 
     fn = "batch_register"
     if lam is not None and (math.isnan(lam) or not 0.0 <= lam <= 1.0):
@@ -517,7 +517,7 @@ def run_batch(
     import torch
 
     from hyperreg._checks import resolve_device
-    from hyperreg.model import load_checkpoint
+    from hyperreg.method.model import load_checkpoint
 
     rank, world, local_rank = dist_env()
     pairs = read_pairs(pairs_csv)

@@ -1,15 +1,15 @@
 """HyperMorph training: λ per sample, loss (1 − λ)·similarity + λ·smoothness, checkpoints, logs.
 
-``train(config)`` draws pairs from a :class:`~hyperreg.data.PairSampler` (or any object with the
+``train(config)`` draws pairs from a :class:`~hyperreg.training.data.PairSampler` (or any object with the
 same ``sample(batch_size, generator)`` method), draws one λ per sample, and minimises the batch
 mean of each sample's own loss ``(1 − λ_i)·L_sim,i + λ_i·L_smooth,i`` with Adam. It writes into
 ``config.out``: ``train_log.csv``, ``checkpoint_<step>.pt`` (model + optimiser + every random
-state, the newest ``keep_checkpoints`` kept; see :mod:`hyperreg.checkpointing`), ``model.pt``,
+state, the newest ``keep_checkpoints`` kept; see :mod:`hyperreg.training.checkpointing`), ``model.pt``,
 ``config.json``, and with validation ``val_log.csv``, ``best.pt`` and ``split.json``.
 ``train(config, resume=DIR)`` continues exactly where the newest checkpoint in ``DIR`` stopped.
-Under ``torchrun`` it trains with DistributedDataParallel (see :mod:`hyperreg.distributed`);
+Under ``torchrun`` it trains with DistributedDataParallel (see :mod:`hyperreg.training.distributed`);
 only rank 0 writes. Seeds are set here from the config, never at import. Validation goes
-through :mod:`hyperreg.validation` (which reuses the inference code). Must not import cli.
+through :mod:`hyperreg.training.validation` (which reuses the inference code). Must not import cli.
 
 References:
     Hoopes et al., HyperMorph, IPMI 2021 / MELBA 2022 (amortised λ training).
@@ -33,8 +33,8 @@ import torch.distributed as dist
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from hyperreg import distributed
-from hyperreg.checkpointing import (
+from hyperreg.training import distributed
+from hyperreg.training.checkpointing import (
     TRAINING_STATE_KEY,
     latest_checkpoint,
     load_training_checkpoint,
@@ -42,7 +42,7 @@ from hyperreg.checkpointing import (
     save_training_checkpoint,
 )
 from hyperreg.config import TrainConfig, to_dict
-from hyperreg.data import (
+from hyperreg.training.data import (
     LambdaSampler,
     PairSampler,
     Scan,
@@ -51,9 +51,9 @@ from hyperreg.data import (
     split_subjects,
     validation_pairs,
 )
-from hyperreg.losses import gradient_loss, mse_loss, ncc_loss
-from hyperreg.model import HyperMorph, RegistrationOutput, save_checkpoint
-from hyperreg.validation import evaluate, validation_columns
+from hyperreg.method.losses import gradient_loss, mse_loss, ncc_loss
+from hyperreg.method.model import HyperMorph, RegistrationOutput, save_checkpoint
+from hyperreg.training.validation import evaluate, validation_columns
 
 __all__ = ["SIMILARITIES", "PairSource", "hypermorph_loss", "train"]
 
@@ -285,7 +285,7 @@ def train(
         ``Path(config.out) / "model.pt"``.
 
     Raises:
-        ValueError: On invalid settings or data (see :class:`~hyperreg.data.PairSampler`), or a
+        ValueError: On invalid settings or data (see :class:`~hyperreg.training.data.PairSampler`), or a
             checkpoint to resume that does not fit this run.
         FileNotFoundError: If ``config.data`` does not exist, or ``resume`` holds no checkpoint.
         RuntimeError: If the loss becomes non-finite.

@@ -2,10 +2,10 @@
 
 :func:`sweep_lambdas` registers one pair at K values of λ in **one batched forward pass**: the pair
 is repeated K times and the model gets a λ tensor of shape ``(K,)``, so the hypernetwork generates
-K weight sets and the U-Net runs them as grouped convolutions (:func:`hyperreg.layers.conv`).
+K weight sets and the U-Net runs them as grouped convolutions (:func:`hyperreg.method.layers.conv`).
 ``chunk`` bounds memory by running at most that many λ per pass. :func:`sweep_files` adds the file
-boundary (CSV, figures, optional NIfTI outputs); :mod:`hyperreg.tune` builds λ* tuning on it.
-Grids and label maps are handled as in :func:`hyperreg.inference.register_pair` (same helpers).
+boundary (CSV, figures, optional NIfTI outputs); :mod:`hyperreg.apps.tune` builds λ* tuning on it.
+Grids and label maps are handled as in :func:`hyperreg.apps.inference.register_pair` (same helpers).
 Must not import train or cli.
 """
 
@@ -24,18 +24,18 @@ import numpy as np
 import torch
 
 from hyperreg._checks import as_lambda_tensor
-from hyperreg.batch import _write_csv
-from hyperreg.fields import save_displacement
-from hyperreg.inference import (
+from hyperreg.apps.batch import _write_csv
+from hyperreg.geometry.fields import save_displacement
+from hyperreg.apps.inference import (
     RegistrationResult,
     _as_input,
     _check_outputs,
     _prepare_pair,
     _result_from_output,
 )
-from hyperreg.io import Volume, load_volume, save_volume
-from hyperreg.losses import ncc_loss
-from hyperreg.model import HyperMorph
+from hyperreg.geometry.io import Volume, load_volume, save_volume
+from hyperreg.method.losses import ncc_loss
+from hyperreg.method.model import HyperMorph
 
 __all__ = [
     "SweepReport",
@@ -119,14 +119,14 @@ def sweep_lambdas(
 
     The pair is repeated K times and run with a λ tensor of shape ``(K,)`` (per-sample generated
     weights, grouped convolutions), in passes of at most ``chunk`` values. Each result equals
-    :func:`hyperreg.inference.register_pair` at that λ up to float rounding (grouped and plain
+    :func:`hyperreg.apps.inference.register_pair` at that λ up to float rounding (grouped and plain
     convolutions sum in a different order). Dice is scored on the non-zero labels present in
     **both input** label maps, the same set for every λ (a label that vanishes scores 0 instead
     of dropping out of the mean). ``extra["ncc"]`` holds the local NCC similarity (window 9, in
     [0, 1], float32) between the moved and the fixed image.
 
     Args:
-        model: A trained :class:`~hyperreg.model.HyperMorph`.
+        model: A trained :class:`~hyperreg.method.model.HyperMorph`.
         moving: Moving image, on the fixed grid unless ``resample`` is True.
         fixed: Fixed image.
         lambdas: K values in [0, 1] (a sequence or a ``(K,)`` tensor), K >= 1, in any order.
@@ -136,11 +136,11 @@ def sweep_lambdas(
             with it); None runs all K at once.
         amp: Run the forward pass under bfloat16 autocast (CUDA only). Sampling, integration
             warps, metrics and outputs stay float32 or wider.
-        normalization: Intensity normalisation, see :func:`hyperreg.data.normalize_intensity`.
+        normalization: Intensity normalisation, see :func:`hyperreg.training.data.normalize_intensity`.
         resample: Resample inputs not on the fixed grid onto it (see ``register_pair``).
 
     Returns:
-        One :class:`~hyperreg.inference.RegistrationResult` per λ, in the order given.
+        One :class:`~hyperreg.apps.inference.RegistrationResult` per λ, in the order given.
 
     Raises:
         TypeError: If ``lambdas`` is neither a sequence of numbers nor a tensor.
@@ -328,7 +328,7 @@ class SweepReport:
     """Output of :func:`sweep_files`.
 
     Attributes:
-        results: One :class:`~hyperreg.inference.RegistrationResult` per λ.
+        results: One :class:`~hyperreg.apps.inference.RegistrationResult` per λ.
         baseline_dice: Mean Dice before registration (same labels), or None without label maps.
         files: Every file written (CSV, figures, optional NIfTI outputs).
     """
@@ -359,11 +359,11 @@ def sweep_files(
     against λ, twin axes) and ``sweep_montage.png`` (moved image and displacement magnitude per
     λ; for 3D the middle slice along the last axis). With ``save_fields``, per λ also
     ``moved_lam<λ>.nii.gz``, ``warp_lam<λ>.nii.gz`` (voxel format, see
-    :func:`hyperreg.fields.save_displacement`) and ``moved_seg_lam<λ>.nii.gz``, each with the
+    :func:`hyperreg.geometry.fields.save_displacement`) and ``moved_seg_lam<λ>.nii.gz``, each with the
     fixed image's affine. Every input is read and checked before anything is written.
 
     Args:
-        model: A trained :class:`~hyperreg.model.HyperMorph`.
+        model: A trained :class:`~hyperreg.method.model.HyperMorph`.
         moving: Moving image file.
         fixed: Fixed image file; every output is on its grid.
         lambdas: λ values (see :func:`parse_lambdas`).
@@ -375,17 +375,17 @@ def sweep_files(
         amp: See :func:`sweep_lambdas`.
         normalization: Intensity normalisation.
         resample: Resample inputs on other grids onto the fixed grid (default True, as in
-            :func:`hyperreg.inference.register_files`).
+            :func:`hyperreg.apps.inference.register_files`).
 
     Returns:
         A :class:`SweepReport`.
 
     Raises:
         FileNotFoundError: If an input is missing.
-        ValueError: As :func:`sweep_lambdas` and :func:`hyperreg.io.load_volume`.
+        ValueError: As :func:`sweep_lambdas` and :func:`hyperreg.geometry.io.load_volume`.
     """
-    from hyperreg.data import normalize_intensity
-    from hyperreg.metrics import mean_dice
+    from hyperreg.training.data import normalize_intensity
+    from hyperreg.method.metrics import mean_dice
 
     moving_v = load_volume(moving)
     fixed_v = load_volume(fixed)

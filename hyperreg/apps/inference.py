@@ -1,10 +1,10 @@
 """Register scan pairs with a trained model at a chosen λ, and apply or inspect saved fields.
 
-:func:`register_pair` works on loaded :class:`~hyperreg.io.Volume` objects (numpy in, numpy out),
+:func:`register_pair` works on loaded :class:`~hyperreg.geometry.io.Volume` objects (numpy in, numpy out),
 :func:`register_files` adds the file boundary: it loads and validates every input first, registers,
 and only then writes the outputs (each atomically), so bad input never leaves half-written files.
 Registration is voxel-to-voxel on the fixed grid: a moving image (or label map) on another grid is
-first resampled onto it through both affines (:func:`hyperreg.resample.resample_to`), unless
+first resampled onto it through both affines (:func:`hyperreg.geometry.resample.resample_to`), unless
 resampling is turned off, in which case differing grids are an error. :func:`warp_file` applies a
 saved displacement field (either on-disk format) to another image or label map;
 :func:`jacobian_file` writes its Jacobian determinant map. Must not import train or cli.
@@ -24,14 +24,14 @@ import numpy as np
 import torch
 
 from hyperreg._checks import as_lambda_tensor, check_option
-from hyperreg.data import normalize_intensity
-from hyperreg.fields import (
+from hyperreg.training.data import normalize_intensity
+from hyperreg.geometry.fields import (
     DISPLACEMENT_FORMATS,
     check_itk_grid,
     load_displacement,
     save_displacement,
 )
-from hyperreg.io import (
+from hyperreg.geometry.io import (
     _SAVE_SUFFIXES,
     Volume,
     check_same_grid,
@@ -39,11 +39,11 @@ from hyperreg.io import (
     same_grid,
     save_volume,
 )
-from hyperreg.losses import gradient_loss
-from hyperreg.metrics import dice_per_label, field_summary, mean_dice
-from hyperreg.model import HyperMorph, RegistrationOutput
-from hyperreg.resample import describe_grid, resample_to
-from hyperreg.spatial import jacobian_determinant, warp
+from hyperreg.method.losses import gradient_loss
+from hyperreg.method.metrics import dice_per_label, field_summary, mean_dice
+from hyperreg.method.model import HyperMorph, RegistrationOutput
+from hyperreg.geometry.resample import describe_grid, resample_to
+from hyperreg.method.spatial import jacobian_determinant, warp
 
 __all__ = [
     "JacobianResult",
@@ -71,7 +71,7 @@ class RegistrationResult:
         dice: ``{label: Dice}`` between moved and fixed label maps, or None.
         folding_fraction: Share of voxels with Jacobian determinant ≤ 0.
         log_jacobian_std: Standard deviation of log J.
-        extra: More scalars: ``"smoothness"`` (:func:`~hyperreg.losses.gradient_loss` of the
+        extra: More scalars: ``"smoothness"`` (:func:`~hyperreg.method.losses.gradient_loss` of the
             field training regularises: the velocity when the model integrates one, else the
             displacement; voxels²) from :func:`register_pair`, ``"dice_before"`` (mean Dice of
             the unregistered label maps) when both label maps are given, ``"ncc"`` from sweeps.
@@ -235,20 +235,20 @@ def register_pair(
     Registration is voxel-to-voxel on the fixed grid. With ``resample=True``, ``moving`` (linear
     interpolation) and ``moving_seg`` / ``fixed_seg`` (nearest neighbour, label ids preserved)
     are first resampled onto the fixed grid through their own affines when they are not on it
-    (:func:`hyperreg.io.same_grid` false: shape, spacing, orientation or position differ), and
+    (:func:`hyperreg.geometry.io.same_grid` false: shape, spacing, orientation or position differ), and
     ``RegistrationResult.resampled`` says which. Intensities are normalised after resampling.
 
     Args:
-        model: A trained :class:`~hyperreg.model.HyperMorph` (its ``ndim`` must match).
+        model: A trained :class:`~hyperreg.method.model.HyperMorph` (its ``ndim`` must match).
         moving: Moving image, on the fixed grid unless ``resample`` is True.
         fixed: Fixed image.
         lam: λ in [0, 1].
         moving_seg: Optional moving label map (int32), on the grid of ``moving`` (or anywhere
             in world space with ``resample``), warped with nearest neighbour.
         fixed_seg: Optional fixed label map; with ``moving_seg`` it enables Dice.
-        normalization: Intensity normalisation, see :func:`hyperreg.data.normalize_intensity`.
+        normalization: Intensity normalisation, see :func:`hyperreg.training.data.normalize_intensity`.
         resample: Resample inputs that are not on the fixed grid (default False: they are an
-            error, as in :func:`hyperreg.io.check_same_grid`).
+            error, as in :func:`hyperreg.geometry.io.check_same_grid`).
 
     Returns:
         A :class:`RegistrationResult`; every array is on the fixed grid.
@@ -336,10 +336,10 @@ def register_files(
     resampled onto it first (see :func:`register_pair`; ``resample=False`` makes that an error).
     ``warp_out`` receives the displacement field on the fixed grid in ``warp_format``: ``"voxel"``
     (channel last, voxels, i/j/k order) or ``"itk"`` (LPS world mm, vector intent, 5D; see
-    :func:`hyperreg.fields.save_displacement`).
+    :func:`hyperreg.geometry.fields.save_displacement`).
 
     Args:
-        model: A trained :class:`~hyperreg.model.HyperMorph`.
+        model: A trained :class:`~hyperreg.method.model.HyperMorph`.
         moving: Moving image file (NIfTI, MGZ or npz).
         fixed: Fixed image file; every output takes its grid, affine and disk layout.
         lam: λ in [0, 1].
@@ -348,7 +348,7 @@ def register_files(
         moving_seg: Moving label map file (rounded to integers), or None.
         fixed_seg: Fixed label map file (for Dice), or None.
         moved_seg: Output for the moved label map (unscaled integer type), or None.
-        normalization: Intensity normalisation, see :func:`hyperreg.data.normalize_intensity`.
+        normalization: Intensity normalisation, see :func:`hyperreg.training.data.normalize_intensity`.
         resample: Resample inputs on other grids onto the fixed grid (default True).
         warp_format: ``"voxel"`` (default) or ``"itk"``.
 
@@ -360,7 +360,7 @@ def register_files(
         ValueError: If an input is unreadable or invalid (4D series, non-finite voxels, grids
             that differ with ``resample=False``), ``moved_seg`` is asked for without
             ``moving_seg``, an output suffix or ``warp_format`` is wrong, the ITK format cannot
-            represent a 2D fixed grid (:func:`hyperreg.fields.check_itk_grid`), or ``lam`` is out
+            represent a 2D fixed grid (:func:`hyperreg.geometry.fields.check_itk_grid`), or ``lam`` is out
             of range.
     """
     fn = "register_files"
@@ -424,7 +424,7 @@ def warp_file(
 ) -> WarpResult:
     """Apply a saved displacement field to an image or label map and write the result.
 
-    The field (either on-disk format, see :func:`hyperreg.fields.load_displacement`) lives on the
+    The field (either on-disk format, see :func:`hyperreg.geometry.fields.load_displacement`) lives on the
     fixed grid and points into the moving image on that same grid (hyperreg registers on the
     fixed grid), so ``moved[x] = moving(x + u(x))`` with ``u`` in voxels. A ``moving`` file on
     another grid is first resampled onto the field's grid through both affines, as
@@ -484,9 +484,9 @@ def jacobian_file(warp_field: PathLike, out: PathLike) -> JacobianResult:
 
     Args:
         warp_field: Displacement field (voxel or ITK format, see
-            :func:`hyperreg.fields.load_displacement`).
+            :func:`hyperreg.geometry.fields.load_displacement`).
         out: Output NIfTI: float32 determinants (dimensionless, per voxel of the fixed grid,
-            :func:`hyperreg.spatial.jacobian_determinant`), fixed affine and layout, atomic.
+            :func:`hyperreg.method.spatial.jacobian_determinant`), fixed affine and layout, atomic.
 
     Returns:
         A :class:`JacobianResult` with the map and its folding summary.

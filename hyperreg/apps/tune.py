@@ -1,7 +1,7 @@
 """λ* tuning: the λ that maximises mean validation Dice, optionally under a folding limit.
 
 :func:`tune_lambda` evaluates a coarse λ grid on every validation pair with one batched sweep per
-pair (:func:`hyperreg.sweep.sweep_lambdas`), then refines inside the bracket around the best
+pair (:func:`hyperreg.apps.sweep.sweep_lambdas`), then refines inside the bracket around the best
 value, and reports the best λ per label too. :func:`write_tune_report` writes ``tune.json`` and
 ``tune.png``. Must not import train or cli.
 """
@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from hyperreg.batch import PairSpec, _atomic_text
-from hyperreg.inference import RegistrationResult
-from hyperreg.io import load_volume
-from hyperreg.model import HyperMorph
-from hyperreg.sweep import _plot_curves, _pyplot, parse_lambdas, sweep_lambdas
+from hyperreg.apps.batch import PairSpec, _atomic_text
+from hyperreg.apps.inference import RegistrationResult
+from hyperreg.geometry.io import load_volume
+from hyperreg.method.model import HyperMorph
+from hyperreg.apps.sweep import _plot_curves, _pyplot, parse_lambdas, sweep_lambdas
 
 __all__ = ["TuneResult", "tune_lambda", "write_tune_report"]
 
@@ -159,7 +159,7 @@ def tune_lambda(
     Each pair is reloaded per round, so memory stays that of one pair.
 
     Args:
-        model: A trained :class:`~hyperreg.model.HyperMorph`.
+        model: A trained :class:`~hyperreg.method.model.HyperMorph`.
         pairs: Validation pairs; each needs ``moving_seg`` and ``fixed_seg``.
         lambdas: Coarse grid (values in [0, 1], at least 2); default ``0:1:11``.
         max_folding: Largest mean folding, in percent of voxels with J <= 0, or None.

@@ -10,7 +10,7 @@ Two formats, both NIfTI with the fixed image's affine:
   ``DisplacementFieldTransform`` and ANTs' ``antsApplyTransforms`` apply directly.
 
 :func:`load_displacement` reads either and returns voxels. Uses numpy and nibabel only (through
-:mod:`hyperreg.io`); must not import torch or model code.
+:mod:`hyperreg.geometry.io`); must not import torch or model code.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import NamedTuple
 import nibabel as nib
 import numpy as np
 
-from hyperreg.io import (
+from hyperreg.geometry.io import (
     _SAVE_SUFFIXES,
     Volume,
     _atomic_write,

@@ -297,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     _add_common(demo)
 
-    from hyperreg.cli_lambda import add_parsers
+    from hyperreg.cli.lambda_commands import add_parsers
 
     add_parsers(sub)  # sweep, tune, batch
     return parser
@@ -305,7 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from hyperreg.config import ModelConfig, TrainConfig
-    from hyperreg.train import train
+    from hyperreg.training.train import train
 
     if not args.out and not args.resume:
         raise ValueError("--out is required (or --resume DIR, which then is the output folder)")
@@ -340,8 +340,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def _cmd_register(args: argparse.Namespace) -> int:
     from hyperreg._checks import resolve_device
-    from hyperreg.inference import register_files
-    from hyperreg.model import load_checkpoint
+    from hyperreg.apps.inference import register_files
+    from hyperreg.method.model import load_checkpoint
 
     if not (args.moved or args.warp or args.moved_seg):
         raise ValueError("nothing to write: give --moved, --warp and/or --moved-seg")
@@ -388,7 +388,7 @@ def _print_field_summary(folding_fraction: float, log_jacobian_std: float) -> No
 
 
 def _cmd_warp(args: argparse.Namespace) -> int:
-    from hyperreg.inference import warp_file
+    from hyperreg.apps.inference import warp_file
 
     result = warp_file(
         args.moving, args.warp, args.moved, nearest=args.nearest, resample=args.resample
@@ -401,7 +401,7 @@ def _cmd_warp(args: argparse.Namespace) -> int:
 
 
 def _cmd_jacobian(args: argparse.Namespace) -> int:
-    from hyperreg.inference import jacobian_file
+    from hyperreg.apps.inference import jacobian_file
 
     result = jacobian_file(args.warp, args.out)
     print(f"wrote {args.out}: Jacobian determinant, shape {result.jacobian.shape}")
@@ -410,7 +410,7 @@ def _cmd_jacobian(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from hyperreg.demo import run_demo
+    from hyperreg.apps.demo import run_demo
 
     report = run_demo(
         args.out, data=args.data, steps=args.steps, seed=args.seed, device=args.device
@@ -420,7 +420,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_lambda(args: argparse.Namespace) -> int:
-    from hyperreg.cli_lambda import COMMANDS as LAMBDA_COMMANDS
+    from hyperreg.cli.lambda_commands import COMMANDS as LAMBDA_COMMANDS
 
     return LAMBDA_COMMANDS[args.command](args)
 

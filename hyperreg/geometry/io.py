@@ -4,7 +4,7 @@ This module owns the file boundary of ``hyperreg``: it turns a file into a :clas
 (a spatial numpy array plus the voxel-to-world affine nibabel reports for it), validates what
 it reads (shape, finiteness, readability) with one-line errors that name the file, and writes
 images and label maps back atomically in the layout of a reference volume. Displacement fields
-on disk live in :mod:`hyperreg.fields`, which builds on the helpers here.
+on disk live in :mod:`hyperreg.geometry.fields`, which builds on the helpers here.
 Arrays here are spatial only, ``(I, J)`` or ``(I, J, K)``; adding batch/channel axes is the
 caller's job. Affines are ``(4, 4)`` float64, voxel ``(i, j, k)`` -> world RAS mm.
 

@@ -32,9 +32,9 @@ from torch import Tensor, nn
 from hyperreg import __version__
 from hyperreg._checks import as_lambda_tensor, check_image, check_same_shape
 from hyperreg.config import ModelConfig, from_dict, to_dict
-from hyperreg.hypernet import HyperNetwork
-from hyperreg.spatial import _resize_field, _warp, integrate_velocity
-from hyperreg.unet import UNet
+from hyperreg.method.hypernet import HyperNetwork
+from hyperreg.method.spatial import _resize_field, _warp, integrate_velocity
+from hyperreg.method.unet import UNet
 
 __all__ = [
     "FORMAT_VERSION",
