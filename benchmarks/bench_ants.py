@@ -128,7 +128,7 @@ def run_ants(kind: str, pair: dict, seed: int) -> dict:
 def run_hyperreg(model_path: str | Path, lam: float, pair: dict, repeats: int, device) -> dict:
     import numpy as np
 
-    from hyperreg.apps.inference import register_pair
+    from hyperreg.registration.pairs import register_pair
     from hyperreg.geometry.io import Volume
     from hyperreg.method.metrics import mean_dice
     from hyperreg.method.model import load_checkpoint
@@ -182,7 +182,7 @@ class _BothDirections:
 def train_3d(pair: dict, steps: int, work: Path, device: str) -> Path:
     """A 3D HyperMorph trained on the pair itself (min–max normalised, both directions)."""
     from hyperreg.config import ModelConfig, TrainConfig
-    from hyperreg.training.data import normalize_intensity
+    from hyperreg.geometry.intensity import normalize_intensity
     from hyperreg.training.train import train
 
     images = [normalize_intensity(pair[key]) for key in ("moving", "fixed")]

@@ -2,10 +2,11 @@
 
 For each seed (``--seeds``) and each hypernetwork parametrisation (``"mip"`` and ``"default"``,
 :class:`hyperreg.config.ModelConfig`), trains a 2D HyperMorph model with
-:func:`hyperreg.training.train.train` on the shared OASIS data, with the same steps, batch size, Adam lr,
-loss (NCC), pair stream and λ draws (both seeded by the seed); only the parametrisation differs.
-Every ``--val-every`` steps training validates (:func:`hyperreg.training.validation.evaluate`) at the
-``--val-lambdas`` values: the HyperMorph validation loss ``(1 − λ)·NCC + λ·gradient_loss`` per λ
+:func:`hyperreg.training.train.train` on the shared OASIS data, with the same steps, batch size,
+Adam lr, loss (NCC), pair stream and λ draws (both seeded by the seed); only the parametrisation
+differs.
+Every ``--val-every`` steps training validates (:func:`hyperreg.training.validation.evaluate`) at
+the ``--val-lambdas`` values: the HyperMorph validation loss ``(1 − λ)·NCC + λ·gradient_loss`` per λ
 and its mean over λ (``val_loss``), and mean Dice. With the 2 subjects of the shared data nothing
 can be held out by subject, so validation runs on held-out brain slices (every 10th coronal
 slice, never trained on) of the same 2 subjects. A run whose loss becomes non-finite is recorded
@@ -320,7 +321,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     all_runs = list(runs.values())
     print(
         f"2D HyperMorph (default `ModelConfig(ndim=2)`: U-Net 16/32/32/32, hypernetwork 4 × 64, "
-        f"velocity integrated in 7 steps at half resolution), trained with `hyperreg.training.train.train` "
+        f"velocity integrated in 7 steps at half resolution), trained with "
+        f"`hyperreg.training.train.train` "
         f"for {args.steps} steps per run, batch {args.batch_size}, Adam lr {args.lr:g}, NCC "
         f"similarity, λ per sample (uniform plus 20 % endpoints), on coronal slices of the shared "
         f"OASIS volumes (`{args.data.name}`, 2 subjects), once with the MIP and "

@@ -13,8 +13,8 @@ batch 1, untrained weights, random images in [0, 1]:
   used: it fails in 2D and scales the field the wrong way round in 3D).
 
 Inference in 2D 160×192 and in 3D ``--size3d``; one training step (forward, backward, Adam) in
-2D with the same loss for all three, written with ``hyperreg.method.losses``: (1 − λ)·NCC(window 9) +
-λ·Grad(field), λ = 0.5. Peak memory (``--memory``): one subprocess per model and size runs one
+2D with the same loss for all three, written with ``hyperreg.method.losses``: (1 − λ)·NCC(window 9)
++ λ·Grad(field), λ = 0.5. Peak memory (``--memory``): one subprocess per model and size runs one
 inference; its peak RSS minus that of an import-only subprocess (on CUDA:
 ``torch.cuda.max_memory_allocated``). Prints a Markdown section (stdout).
 

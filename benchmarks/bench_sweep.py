@@ -6,7 +6,8 @@ one warm-up, the two sides interleaved):
 * model: ``model(moving×K, fixed×K, lam=(K,))`` (per-sample generated weights, grouped
   convolutions) against K calls ``model(moving, fixed, λ)``;
 * API: :func:`hyperreg.apps.sweep.sweep_lambdas` against K calls of
-  :func:`hyperreg.apps.inference.register_pair` (both also compute Dice, folding and log-J per λ).
+  :func:`hyperreg.registration.pairs.register_pair` (both also compute Dice, folding and log-J per
+  λ).
 
 Untrained default-width model (encoder 16/32/32/32), random images and label maps. Prints a
 Markdown table; ratio = single calls / batched (> 1: the batched sweep is faster).
@@ -30,7 +31,7 @@ def _bench_size(
     import torch
 
     from hyperreg.config import ModelConfig
-    from hyperreg.apps.inference import register_pair
+    from hyperreg.registration.pairs import register_pair
     from hyperreg.geometry.io import Volume
     from hyperreg.method.model import HyperMorph
     from hyperreg.apps.sweep import sweep_lambdas

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
+from hyperreg.geometry.intensity import normalize_intensity
 from hyperreg.training.data import (
     LambdaSampler,
     PairSampler,
     find_scans,
-    normalize_intensity,
     split_subjects,
     validation_pairs,
 )

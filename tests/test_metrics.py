@@ -129,3 +129,23 @@ def test_field_metrics_reject_bad_input(shape) -> None:
         folding_fraction(torch.zeros(1, len(shape) + 1, *shape))
     with pytest.raises(TypeError, match=r"'disp' must be a floating-point"):
         log_jacobian_std(torch.zeros(1, len(shape), *shape, dtype=torch.int64))
+
+
+def test_hd95_per_label_on_hand_computed_squares() -> None:
+    """A 5x5 square shifted by 2 voxels along axis 1: every boundary distance is 0 or 2,
+    so the 95th percentile is 2 voxels, 4 mm at 2 mm spacing along that axis; a label in one
+    map only is NaN; identical maps give 0."""
+    from hyperreg.method.metrics import hd95_per_label
+
+    a = np.zeros((20, 20), np.int32)
+    b = a.copy()
+    a[5:10, 5:10] = 1
+    b[5:10, 7:12] = 1
+    a[12:15, 12:15] = 2
+    assert hd95_per_label(a, b) == {1: 2.0}
+    assert hd95_per_label(a, b, spacing=(1.0, 2.0)) == {1: 4.0}
+    scores = hd95_per_label(a, b, labels=[1, 2])
+    assert scores[1] == 2.0 and math.isnan(scores[2])
+    assert hd95_per_label(a, a) == {1: 0.0, 2: 0.0}
+    with pytest.raises(ValueError, match="share a shape"):
+        hd95_per_label(a, b[:10])

@@ -16,7 +16,7 @@ from torch import nn
 from hyperreg.apps.batch import PairSpec
 from hyperreg.cli import main
 from hyperreg.config import ModelConfig
-from hyperreg.apps.inference import register_pair
+from hyperreg.registration.pairs import register_pair
 from hyperreg.geometry.io import Volume
 from hyperreg.method.model import RegistrationOutput
 from hyperreg.method.spatial import warp

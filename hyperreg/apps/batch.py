@@ -2,8 +2,8 @@
 
 :func:`read_pairs` reads a pair CSV (columns ``moving``, ``fixed``, optional ``moving_seg``,
 ``fixed_seg``, ``lambda``; relative paths are relative to the CSV). :func:`batch_register` runs
-:func:`hyperreg.apps.inference.register_files` on each pair of one shard and keeps a per-pair record on
-disk, so a rerun skips finished pairs and a bad pair is recorded while the rest go on.
+:func:`hyperreg.apps.inference.register_files` on each pair of one shard and keeps a per-pair
+record on disk, so a rerun skips finished pairs and a bad pair is recorded while the rest go on.
 :func:`merge_records` turns the records into ``summary.csv`` and ``failures.csv``.
 :func:`run_batch` is the whole job, one process of possibly several (``torchrun``: rank ``r`` of
 ``N`` takes rows ``r::N``). Must not import train or cli.
@@ -30,11 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hyperreg._files import write_csv, write_json
+
 __all__ = [
     "BatchReport",
     "PairSpec",
     "batch_register",
-    "dist_env",
     "merge_records",
     "read_pairs",
     "run_batch",
@@ -156,27 +157,6 @@ def shard(pairs: Sequence[PairSpec], rank: int, world_size: int) -> list[PairSpe
     return list(pairs[rank::world_size])
 
 
-def dist_env() -> tuple[int, int, int]:
-    """``(rank, world_size, local_rank)`` from ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` (as
-    ``torchrun`` sets them); ``(0, 1, 0)`` when unset.
-
-    Raises:
-        ValueError: If a variable is not an integer or the rank lies outside ``[0, world_size)``.
-    """
-    values = {}
-    for key, default in (("RANK", 0), ("WORLD_SIZE", 1), ("LOCAL_RANK", None)):
-        text = os.environ.get(key)
-        try:
-            values[key] = int(text) if text not in (None, "") else default
-        except ValueError:
-            raise ValueError(f"dist_env(): ${key} must be an integer, got {text!r}") from None
-    rank, world = values["RANK"], values["WORLD_SIZE"]
-    local = values["LOCAL_RANK"] if values["LOCAL_RANK"] is not None else rank
-    if world < 1 or not 0 <= rank < world:
-        raise ValueError(f"dist_env(): $RANK must lie in [0, $WORLD_SIZE), got {rank} and {world}")
-    return rank, world, local
-
-
 @dataclass
 class BatchReport:
     """What one :func:`batch_register` call did with its shard.
@@ -192,46 +172,6 @@ class BatchReport:
     skipped: int = 0
     failed: int = 0
     seconds: float = 0.0
-
-
-def _write_json(path: Path, payload: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(payload, indent=1, allow_nan=True) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def _atomic_text(path: Path, write: Any) -> Path:
-    """Write a text file through a temporary name and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with tmp.open("w", newline="") as handle:
-            write(handle)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
-
-
-def _write_csv(path: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> Path:
-    def write(handle: Any) -> None:
-        writer = csv.DictWriter(handle, fieldnames=list(columns))
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: _fmt(row.get(k, "")) for k in columns})
-
-    return _atomic_text(path, write)
-
-
-def _fmt(value: Any) -> Any:
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return value
 
 
 def _identity(pair: PairSpec, lam: float) -> dict[str, Any]:
@@ -349,7 +289,7 @@ def batch_register(
         except Exception as err:  # one bad pair must not stop the batch
             report.failed += 1
             logger.warning("%s(): %s failed: %s", fn, pair.name, err)
-            _write_json(
+            write_json(
                 folder / FAILURE,
                 {
                     **identity,
@@ -369,7 +309,7 @@ def batch_register(
             "resampled": "; ".join(result.resampled),
             "dice": {str(k): v for k, v in (result.dice or {}).items()},
         }
-        _write_json(folder / RECORD, record)
+        write_json(folder / RECORD, record)
         (folder / FAILURE).unlink(missing_ok=True)
         report.done += 1
     report.seconds = time.perf_counter() - start
@@ -441,12 +381,12 @@ def merge_records(out: PathLike) -> tuple[Path, Path, int, int]:
     labels = sorted(
         {k for r in records for k in r if k.startswith("dice_")}, key=lambda k: int(k[5:])
     )
-    summary = _write_csv(
+    summary = write_csv(
         root / "summary.csv",
         [{k: _cell(v) for k, v in r.items()} for r in records],
         [*SUMMARY_COLUMNS, *labels],
     )
-    failed = _write_csv(
+    failed = write_csv(
         root / "failures.csv",
         [{k: _cell(v) for k, v in r.items()} for r in failures],
         FAILURE_COLUMNS,
@@ -488,7 +428,8 @@ def run_batch(
 ) -> BatchRun:
     """One process of a batch job: read the pairs, run this rank's shard, merge.
 
-    Rank and world size come from ``RANK`` / ``WORLD_SIZE`` / ``LOCAL_RANK`` (:func:`dist_env`);
+    Rank and world size come from ``RANK`` / ``WORLD_SIZE`` / ``LOCAL_RANK``
+    (:func:`hyperreg.training.distributed.read_env`);
     without them this is the only process. Rank ``r`` of ``N`` runs rows ``r::N``. Under
     ``torchrun`` (``MASTER_ADDR`` set, ``N > 1``) the ranks meet at a gloo barrier (a barrier
     only, so gloo serves GPU ranks too), then rank 0 merges the records, then a second barrier
@@ -518,8 +459,9 @@ def run_batch(
 
     from hyperreg._checks import resolve_device
     from hyperreg.method.model import load_checkpoint
+    from hyperreg.training.distributed import read_env
 
-    rank, world, local_rank = dist_env()
+    rank, world, local_rank = read_env()
     pairs = read_pairs(pairs_csv)
     if lam is not None and (math.isnan(lam) or not 0.0 <= lam <= 1.0):
         raise ValueError(f"run_batch(): 'lam' must lie in [0, 1], got {lam}")

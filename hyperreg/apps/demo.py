@@ -27,13 +27,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from hyperreg._checks import resolve_device
+from hyperreg.apps.plotting import pyplot, save_figure, show_slice
 from hyperreg.config import ModelConfig, TrainConfig
-from hyperreg.training.data import PairSampler, find_scans, normalize_intensity
 from hyperreg.geometry.fields import save_displacement
+from hyperreg.geometry.intensity import normalize_intensity
 from hyperreg.geometry.io import Volume, load_volume, save_volume
 from hyperreg.method.metrics import field_summary, mean_dice
 from hyperreg.method.model import HyperMorph, load_checkpoint
 from hyperreg.method.spatial import integrate_velocity, warp
+from hyperreg.training.data import PairSampler, find_scans
 from hyperreg.training.train import train
 
 __all__ = ["DEMO_LAMBDAS", "TemplatePairs", "run_demo"]
@@ -273,27 +275,17 @@ def _table(rows: list[dict[str, object]]) -> list[dict[str, float]]:
 def _figure(
     pair: dict[str, object], table: list[dict[str, float]], path: Path, pairs: int, labels: str
 ) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     count = len(DEMO_LAMBDAS)
     fig, axes = plt.subplots(2, count + 2, figsize=(2.5 * (count + 2), 5.8), layout="constrained")
 
-    def show(ax, img, title, **kw):
-        shown = ax.imshow(np.rot90(img), **kw)
-        ax.set_title(title, fontsize=9)
-        ax.axis("off")
-        return shown
-
-    show(axes[0, 0], pair["moving"].numpy()[0, 0], "moving", cmap="gray")  # type: ignore[union-attr]
-    show(axes[0, 1], pair["fixed"].numpy()[0, 0], "fixed", cmap="gray")  # type: ignore[union-attr]
+    show_slice(axes[0, 0], pair["moving"].numpy()[0, 0], "moving", cmap="gray")  # type: ignore[union-attr]
+    show_slice(axes[0, 1], pair["fixed"].numpy()[0, 0], "fixed", cmap="gray")  # type: ignore[union-attr]
     vmax = max(float(m.max()) for m in pair["magnitude"])  # type: ignore[union-attr]
     for column, lam in enumerate(DEMO_LAMBDAS, start=2):
         moved, magnitude = pair["moved"][column - 2], pair["magnitude"][column - 2]  # type: ignore[index]
-        show(axes[0, column], moved, f"moved, λ = {lam}", cmap="gray")
-        shown = show(
+        show_slice(axes[0, column], moved, f"moved, λ = {lam}", cmap="gray")
+        shown = show_slice(
             axes[1, column],
             magnitude,
             f"|u|, λ = {lam} (max {magnitude.max():.1f})",
@@ -323,8 +315,7 @@ def _figure(
         f"{pair['name']}: moved images and displacement magnitudes across λ (top rows: this pair)",
         fontsize=10,
     )
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def run_demo(

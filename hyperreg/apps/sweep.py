@@ -5,8 +5,8 @@ is repeated K times and the model gets a λ tensor of shape ``(K,)``, so the hyp
 K weight sets and the U-Net runs them as grouped convolutions (:func:`hyperreg.method.layers.conv`).
 ``chunk`` bounds memory by running at most that many λ per pass. :func:`sweep_files` adds the file
 boundary (CSV, figures, optional NIfTI outputs); :mod:`hyperreg.apps.tune` builds λ* tuning on it.
-Grids and label maps are handled as in :func:`hyperreg.apps.inference.register_pair` (same helpers).
-Must not import train or cli.
+Grids and label maps are handled as in :func:`hyperreg.registration.pairs.register_pair` (same
+helpers). Must not import train or cli.
 """
 
 from __future__ import annotations
@@ -24,18 +24,26 @@ import numpy as np
 import torch
 
 from hyperreg._checks import as_lambda_tensor
-from hyperreg.apps.batch import _write_csv
-from hyperreg.geometry.fields import save_displacement
-from hyperreg.apps.inference import (
-    RegistrationResult,
-    _as_input,
-    _check_outputs,
-    _prepare_pair,
-    _result_from_output,
+from hyperreg._files import write_csv
+from hyperreg.apps.plotting import (
+    middle_slice,
+    plot_lambda_curves,
+    pyplot,
+    save_figure,
+    show_slice,
 )
+from hyperreg.geometry.fields import save_displacement
 from hyperreg.geometry.io import Volume, load_volume, save_volume
 from hyperreg.method.losses import ncc_loss
+from hyperreg.method.metrics import labels_in_both
 from hyperreg.method.model import HyperMorph
+from hyperreg.registration.pairs import (
+    RegistrationResult,
+    check_outputs,
+    model_input,
+    prepare_pair,
+    result_from_output,
+)
 
 __all__ = [
     "SweepReport",
@@ -96,9 +104,7 @@ def _labels(moving_seg: Volume | None, fixed_seg: Volume | None) -> list[int] | 
     """Label ids scored in a sweep: non-zero ids present in both input label maps."""
     if moving_seg is None or fixed_seg is None:
         return None
-    return sorted(
-        set(np.unique(moving_seg.data).tolist()) & set(np.unique(fixed_seg.data).tolist()) - {0}
-    )
+    return labels_in_both(moving_seg.data, fixed_seg.data)
 
 
 @torch.no_grad()
@@ -119,8 +125,8 @@ def sweep_lambdas(
 
     The pair is repeated K times and run with a λ tensor of shape ``(K,)`` (per-sample generated
     weights, grouped convolutions), in passes of at most ``chunk`` values. Each result equals
-    :func:`hyperreg.apps.inference.register_pair` at that λ up to float rounding (grouped and plain
-    convolutions sum in a different order). Dice is scored on the non-zero labels present in
+    :func:`hyperreg.registration.pairs.register_pair` at that λ up to float rounding (grouped and
+    plain convolutions sum in a different order). Dice is scored on the non-zero labels present in
     **both input** label maps, the same set for every λ (a label that vanishes scores 0 instead
     of dropping out of the mean). ``extra["ncc"]`` holds the local NCC similarity (window 9, in
     [0, 1], float32) between the moved and the fixed image.
@@ -136,11 +142,12 @@ def sweep_lambdas(
             with it); None runs all K at once.
         amp: Run the forward pass under bfloat16 autocast (CUDA only). Sampling, integration
             warps, metrics and outputs stay float32 or wider.
-        normalization: Intensity normalisation, see :func:`hyperreg.training.data.normalize_intensity`.
+        normalization: Intensity normalisation, see
+        :func:`hyperreg.geometry.intensity.normalize_intensity`.
         resample: Resample inputs not on the fixed grid onto it (see ``register_pair``).
 
     Returns:
-        One :class:`~hyperreg.apps.inference.RegistrationResult` per λ, in the order given.
+        One :class:`~hyperreg.registration.pairs.RegistrationResult` per λ, in the order given.
 
     Raises:
         TypeError: If ``lambdas`` is neither a sequence of numbers nor a tensor.
@@ -171,12 +178,12 @@ def sweep_lambdas(
         raise ValueError(
             f"{fn}(): 'amp' (bfloat16 autocast) needs a model on CUDA, got device '{device}'"
         )
-    moving, moving_seg, fixed_seg, notes = _prepare_pair(
+    moving, moving_seg, fixed_seg, notes = prepare_pair(
         fn, model, moving, fixed, moving_seg, fixed_seg, resample=resample
     )
     labels = _labels(moving_seg, fixed_seg)
-    moving_t = _as_input(moving, normalization, device)
-    fixed_t = _as_input(fixed, normalization, device)
+    moving_t = model_input(moving, normalization, device)
+    fixed_t = model_input(fixed, normalization, device)
     step = count if chunk is None else chunk
     results: list[RegistrationResult] = []
     for start in range(0, count, step):
@@ -188,7 +195,7 @@ def sweep_lambdas(
             out = model(moving_t.expand(shape), fixed_t.expand(shape), lam)
         similarity = -ncc_loss(out.moved.float(), fixed_t.expand(shape), reduction="none")
         for index in range(size):
-            result = _result_from_output(
+            result = result_from_output(
                 out, index, float(lam[index]), moving_seg, fixed_seg, notes, labels, moving=moving
             )
             result.extra["ncc"] = float(similarity[index])
@@ -223,51 +230,7 @@ def write_sweep_csv(path: PathLike, results: Sequence[RegistrationResult]) -> Pa
     """Write one row per λ: lambda, mean_dice, dice_<label>..., folding_percent,
     log_jacobian_std, ncc (Dice columns empty without label maps). Atomic."""
     rows = _sweep_rows(results)
-    return _write_csv(Path(path), rows, list(rows[0]) if rows else ["lambda"])
-
-
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _middle(image: np.ndarray) -> np.ndarray:
-    """2D view of an image: itself, or the middle slice along the last axis for 3D."""
-    return image if image.ndim == 2 else image[..., image.shape[-1] // 2]
-
-
-def _plot_curves(
-    ax: Any,
-    lams: Sequence[float],
-    dice: Sequence[float] | None,
-    folding: Sequence[float],
-    *,
-    baseline: float | None = None,
-    star: float | None = None,
-    max_folding: float | None = None,
-) -> None:
-    order = np.argsort(lams)
-    lam_sorted = np.asarray(lams)[order]
-    if dice is not None:
-        ax.plot(lam_sorted, np.asarray(dice)[order], "o-", ms=3, label="mean Dice")
-        if baseline is not None:
-            ax.axhline(baseline, color="gray", ls="--", label="no registration")
-        ax.set_ylabel("mean Dice")
-    if star is not None:
-        ax.axvline(star, color="tab:green", ls=":", label=f"λ* = {star:.3g}")
-    ax.set_xlabel("λ")
-    twin = ax.twinx()
-    twin.plot(lam_sorted, np.asarray(folding)[order], "s-", ms=3, color="tab:red", label="folding")
-    if max_folding is not None:
-        twin.axhline(max_folding, color="tab:red", ls=":", lw=0.8)
-    twin.set_ylabel("% voxels with J ≤ 0", color="tab:red")
-    handles = ax.get_legend_handles_labels()
-    extra = twin.get_legend_handles_labels()
-    ax.legend(handles[0] + extra[0], handles[1] + extra[1], fontsize=7, loc="best")
+    return write_csv(Path(path), rows, list(rows[0]) if rows else ["lambda"])
 
 
 def _sweep_figures(
@@ -277,11 +240,11 @@ def _sweep_figures(
     results: Sequence[RegistrationResult],
     baseline: float | None,
 ) -> list[Path]:
-    plt = _pyplot()
+    plt = pyplot()
     curves = out / "sweep_curves.png"
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     has_dice = results[0].dice is not None
-    _plot_curves(
+    plot_lambda_curves(
         ax,
         [r.lam for r in results],
         [r.mean_dice for r in results] if has_dice else None,  # type: ignore[misc]
@@ -290,8 +253,7 @@ def _sweep_figures(
     )
     ax.set_title("Dice and folding vs λ" if has_dice else "folding vs λ", fontsize=9)
     fig.tight_layout()
-    fig.savefig(curves, dpi=110)
-    plt.close(fig)
+    save_figure(fig, curves)
 
     chosen = list(results)
     if len(chosen) > _MONTAGE_MAX:
@@ -300,26 +262,21 @@ def _sweep_figures(
     columns = len(chosen) + 1
     fig, axes = plt.subplots(2, columns, figsize=(1.9 * columns, 4.2), squeeze=False)
 
-    def show(ax: Any, image: np.ndarray, title: str, **kw: Any) -> None:
-        ax.imshow(np.rot90(_middle(image)), **kw)
-        ax.set_title(title, fontsize=8)
-        ax.axis("off")
-
-    show(axes[0, 0], moving, "moving", cmap="gray")
-    show(axes[1, 0], fixed, "fixed", cmap="gray")
+    show_slice(axes[0, 0], moving, "moving", cmap="gray")
+    show_slice(axes[1, 0], fixed, "fixed", cmap="gray")
     magnitudes = [np.linalg.norm(r.disp, axis=0) for r in chosen]
-    low = min(float(_middle(r.moved).min()) for r in chosen)  # one grey scale for every λ
-    high = max(float(_middle(r.moved).max()) for r in chosen)
-    vmax = max(float(_middle(m).max()) for m in magnitudes) or 1.0
+    low = min(float(middle_slice(r.moved).min()) for r in chosen)  # one grey scale for every λ
+    high = max(float(middle_slice(r.moved).max()) for r in chosen)
+    vmax = max(float(middle_slice(m).max()) for m in magnitudes) or 1.0
     for column, (r, mag) in enumerate(zip(chosen, magnitudes), start=1):
-        show(axes[0, column], r.moved, f"moved λ={r.lam:.3g}", cmap="gray", vmin=low, vmax=high)
-        show(axes[1, column], mag, f"|u| ≤ {vmax:.1f} vox", cmap="magma", vmin=0, vmax=vmax)
+        show_slice(axes[0, column], r.moved, f"moved λ={r.lam:.3g}", cmap="gray", vmin=low,
+        vmax=high)
+        show_slice(axes[1, column], mag, f"|u| ≤ {vmax:.1f} vox", cmap="magma", vmin=0, vmax=vmax)
     view = "" if moving.ndim == 2 else " (middle slice along the last axis)"
     fig.suptitle(f"moved images and displacement magnitude across λ{view}", fontsize=9)
     fig.tight_layout()
     montage = out / "sweep_montage.png"
-    fig.savefig(montage, dpi=100)
-    plt.close(fig)
+    save_figure(fig, montage, dpi=100)
     return [curves, montage]
 
 
@@ -328,7 +285,7 @@ class SweepReport:
     """Output of :func:`sweep_files`.
 
     Attributes:
-        results: One :class:`~hyperreg.apps.inference.RegistrationResult` per λ.
+        results: One :class:`~hyperreg.registration.pairs.RegistrationResult` per λ.
         baseline_dice: Mean Dice before registration (same labels), or None without label maps.
         files: Every file written (CSV, figures, optional NIfTI outputs).
     """
@@ -359,8 +316,8 @@ def sweep_files(
     against λ, twin axes) and ``sweep_montage.png`` (moved image and displacement magnitude per
     λ; for 3D the middle slice along the last axis). With ``save_fields``, per λ also
     ``moved_lam<λ>.nii.gz``, ``warp_lam<λ>.nii.gz`` (voxel format, see
-    :func:`hyperreg.geometry.fields.save_displacement`) and ``moved_seg_lam<λ>.nii.gz``, each with the
-    fixed image's affine. Every input is read and checked before anything is written.
+    :func:`hyperreg.geometry.fields.save_displacement`) and ``moved_seg_lam<λ>.nii.gz``, each with
+    the fixed image's affine. Every input is read and checked before anything is written.
 
     Args:
         model: A trained :class:`~hyperreg.method.model.HyperMorph`.
@@ -384,14 +341,14 @@ def sweep_files(
         FileNotFoundError: If an input is missing.
         ValueError: As :func:`sweep_lambdas` and :func:`hyperreg.geometry.io.load_volume`.
     """
-    from hyperreg.training.data import normalize_intensity
+    from hyperreg.geometry.intensity import normalize_intensity
     from hyperreg.method.metrics import mean_dice
 
     moving_v = load_volume(moving)
     fixed_v = load_volume(fixed)
     moving_seg_v = load_volume(moving_seg, label=True) if moving_seg is not None else None
     fixed_seg_v = load_volume(fixed_seg, label=True) if fixed_seg is not None else None
-    moving_on, moving_seg_on, fixed_seg_on, notes = _prepare_pair(
+    moving_on, moving_seg_on, fixed_seg_on, notes = prepare_pair(
         "sweep_files", model, moving_v, fixed_v, moving_seg_v, fixed_seg_v, resample=resample
     )
     results = sweep_lambdas(
@@ -429,7 +386,7 @@ def sweep_files(
                 "moved": out_dir / f"moved_{tag}.nii.gz",
                 "warp": out_dir / f"warp_{tag}.nii.gz",
             }
-            _check_outputs("sweep_files", **paths)
+            check_outputs("sweep_files", **paths)
             files.append(save_volume(paths["moved"], r.moved, fixed_v))
             files.append(save_displacement(paths["warp"], r.disp, fixed_v))
             if r.moved_seg is not None:

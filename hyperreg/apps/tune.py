@@ -8,7 +8,6 @@ value, and reports the best λ per label too. :func:`write_tune_report` writes `
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -21,11 +20,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from hyperreg.apps.batch import PairSpec, _atomic_text
-from hyperreg.apps.inference import RegistrationResult
+from hyperreg._files import write_json
+from hyperreg.apps.batch import PairSpec
+from hyperreg.apps.plotting import plot_lambda_curves, pyplot, save_figure
+from hyperreg.apps.sweep import parse_lambdas, sweep_lambdas
 from hyperreg.geometry.io import load_volume
 from hyperreg.method.model import HyperMorph
-from hyperreg.apps.sweep import _plot_curves, _pyplot, parse_lambdas, sweep_lambdas
+from hyperreg.registration.pairs import RegistrationResult
 
 __all__ = ["TuneResult", "tune_lambda", "write_tune_report"]
 
@@ -258,12 +259,11 @@ def write_tune_report(result: TuneResult, out: PathLike) -> list[Path]:
     against every evaluated λ, λ* marked) into ``out``, atomically."""
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    payload = json.dumps(result.to_dict(), indent=2, allow_nan=True)
-    paths = [_atomic_text(out_dir / "tune.json", lambda handle: handle.write(payload + "\n"))]
-    plt = _pyplot()
+    paths = [write_json(out_dir / "tune.json", result.to_dict(), indent=2)]
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     rows = result.grid
-    _plot_curves(
+    plot_lambda_curves(
         ax,
         [r["lambda"] for r in rows],
         [r["mean_dice"] for r in rows],
@@ -278,9 +278,6 @@ def write_tune_report(result: TuneResult, out: PathLike) -> list[Path]:
     )
     fig.tight_layout()
     png = out_dir / "tune.png"
-    tmp = out_dir / f".tune.{os.getpid()}.png"
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, png)
+    save_figure(fig, png)
     paths.append(png)
     return paths

@@ -1,6 +1,6 @@
 """Command line for choosing λ and registering many pairs: ``hyperreg {sweep, tune, batch}``.
 
-:func:`add_parsers` adds the three subcommands to ``hyperreg``'s parser (:mod:`hyperreg.cli`);
+:func:`add_parsers` adds the three subcommands to ``hyperreg``'s parser (:mod:`hyperreg.cli.run`);
 :data:`COMMANDS` maps them to their functions. As in ``cli``, torch and the library are imported
 inside the command functions, and library errors become one line on stderr with exit code 2.
 """
@@ -8,38 +8,17 @@ inside the command functions, and library errors become one line on stderr with 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from typing import Any
 
+from hyperreg.cli.args import PROG, add_common, lambda_list, lambda_value, percent, positive_int
+
 __all__ = ["COMMANDS", "add_parsers"]
 
-PROG = "hyperreg"
-
-
-def _lambdas(text: str) -> list[float]:
-    from hyperreg.apps.sweep import parse_lambdas
-
-    try:
-        return parse_lambdas(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err).replace("parse_lambdas(): ", "")) from None
-
-
-def _percent(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a percentage >= 0, got {text!r}") from None
-    if math.isnan(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a percentage >= 0, got {text}")
-    return value
 
 
 def add_parsers(sub: Any) -> None:
     """Add the ``sweep``, ``tune`` and ``batch`` subparsers to ``sub`` (from ``add_subparsers``)."""
-    from hyperreg.cli import _add_common, _lambda, _positive_int
-
     chunk_help = (
         "largest number of λ per batched forward pass (bounds memory; default: all at once). "
         "Use a small value for 3D on a CPU"
@@ -61,7 +40,7 @@ def add_parsers(sub: Any) -> None:
     sweep.add_argument("--fixed-seg", help="fixed label map")
     sweep.add_argument(
         "--lambdas",
-        type=_lambdas,
+        type=lambda_list,
         default="0:1:11",
         help="λ values: start:stop:count (inclusive, evenly spaced) or a comma list "
         "(default 0:1:11)",
@@ -78,7 +57,7 @@ def add_parsers(sub: Any) -> None:
         help="also write moved_lam<λ>.nii.gz, warp_lam<λ>.nii.gz (displacement field, voxels, "
         "i/j/k order, fixed affine) and moved_seg_lam<λ>.nii.gz per λ",
     )
-    sweep.add_argument("--chunk", type=_positive_int, help=chunk_help)
+    sweep.add_argument("--chunk", type=positive_int, help=chunk_help)
     sweep.add_argument("--amp", action="store_true", help=amp_help)
     sweep.add_argument(
         "--no-resample",
@@ -92,7 +71,7 @@ def add_parsers(sub: Any) -> None:
         default="minmax",
         help="intensity normalisation of both images (default minmax to [0, 1])",
     )
-    _add_common(sweep)
+    add_common(sweep)
 
     tune = sub.add_parser(
         "tune", help="find λ* maximising mean validation Dice (optionally under a folding limit)"
@@ -109,12 +88,12 @@ def add_parsers(sub: Any) -> None:
     )
     tune.add_argument(
         "--max-folding",
-        type=_percent,
+        type=percent,
         help="largest mean folding, in %% of voxels with J <= 0, for λ* (default: no limit)",
     )
     tune.add_argument(
         "--lambdas",
-        type=_lambdas,
+        type=lambda_list,
         default="0:1:11",
         help="coarse grid, start:stop:count or a comma list (default 0:1:11)",
     )
@@ -126,13 +105,13 @@ def add_parsers(sub: Any) -> None:
     )
     tune.add_argument(
         "--refine-points",
-        type=_positive_int,
+        type=positive_int,
         default=8,
         help="new λ values per refinement round (default 8)",
     )
-    tune.add_argument("--chunk", type=_positive_int, help=chunk_help)
+    tune.add_argument("--chunk", type=positive_int, help=chunk_help)
     tune.add_argument("--amp", action="store_true", help=amp_help)
-    _add_common(tune)
+    add_common(tune)
 
     batch = sub.add_parser(
         "batch", help="register many pairs from a CSV: resumable, failures recorded, shardable"
@@ -154,7 +133,7 @@ def add_parsers(sub: Any) -> None:
     batch.add_argument(
         "--lambda",
         dest="lam",
-        type=_lambda,
+        type=lambda_value,
         help="λ in [0, 1] for rows without a 'lambda' value",
     )
     batch.add_argument(
@@ -176,13 +155,13 @@ def add_parsers(sub: Any) -> None:
         help="intensity normalisation (default minmax to [0, 1])",
     )
     batch.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm bar")
-    _add_common(batch)
+    add_common(batch)
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from hyperreg._checks import resolve_device
-    from hyperreg.method.model import load_checkpoint
     from hyperreg.apps.sweep import sweep_files
+    from hyperreg.method.model import load_checkpoint
 
     if bool(args.moving_seg) != bool(args.fixed_seg):
         raise ValueError("--moving-seg and --fixed-seg go together (Dice needs both)")
@@ -220,8 +199,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def _cmd_tune(args: argparse.Namespace) -> int:
     from hyperreg._checks import resolve_device
     from hyperreg.apps.batch import read_pairs
-    from hyperreg.method.model import load_checkpoint
     from hyperreg.apps.tune import tune_lambda, write_tune_report
+    from hyperreg.method.model import load_checkpoint
 
     pairs = read_pairs(args.pairs, require_segs=True)
     device = resolve_device("tune", args.device)

@@ -23,15 +23,15 @@ from typing import NamedTuple
 import nibabel as nib
 import numpy as np
 
+from hyperreg._files import atomic_write
 from hyperreg.geometry.io import (
-    _SAVE_SUFFIXES,
+    SAVE_SUFFIXES,
     Volume,
-    _atomic_write,
-    _check_finite,
-    _format_of,
-    _nifti,
-    _read_raw,
-    _spatial_shape,
+    check_finite,
+    format_of,
+    read_raw,
+    spatial_shape_of,
+    to_nifti,
 )
 
 __all__ = [
@@ -143,7 +143,7 @@ def save_displacement(
     """
     fn = "save_displacement"
     path = Path(path)
-    suffix = _format_of(path, _SAVE_SUFFIXES, fn)
+    format_of(path, SAVE_SUFFIXES, fn)  # raises on a suffix it cannot write
     if format not in DISPLACEMENT_FORMATS:
         raise ValueError(f"{fn}(): 'format' must be one of {DISPLACEMENT_FORMATS}, got {format!r}")
     arr = np.asarray(disp)
@@ -159,19 +159,19 @@ def save_displacement(
         )
     if arr.dtype.kind not in "biuf":
         raise ValueError(f"{fn}(): 'disp' must be a real numeric array, got dtype {arr.dtype}")
-    _check_finite(fn, "disp", arr)
+    check_finite(fn, "disp", arr)
     if format == "itk":
         check_itk_grid(like)
         out = _voxel_to_itk(arr, like)
-        img = _nifti(out, like)
+        img = to_nifti(out, like)
         img.header.set_intent("vector")
         img.header["descrip"] = b"hyperreg displacement: ITK, LPS mm, fixed grid"
     else:
         out = np.moveaxis(arr.astype(np.float32), 0, -1)
         out = np.ascontiguousarray(out).reshape(like.disk_shape + (like.ndim,))
-        img = _nifti(out, like)
+        img = to_nifti(out, like)
         img.header["descrip"] = b"hyperreg displacement: voxels, i/j/k order, fixed grid"
-    _atomic_write(path, suffix, img.to_filename)
+    atomic_write(path, img.to_filename)
     logger.debug("%s(): wrote '%s' shape %s format %s", fn, path, out.shape, format)
     return path
 
@@ -213,17 +213,17 @@ def load_displacement(path: str | os.PathLike[str]) -> Displacement:
     """
     fn = "load_displacement"
     path = Path(path)
-    suffix = _format_of(path, _SAVE_SUFFIXES, fn)
+    suffix = format_of(path, SAVE_SUFFIXES, fn)
     if not path.is_file():
         raise FileNotFoundError(f"{fn}(): no such file: '{path}'")
-    raw, affine = _read_raw(path, suffix)
+    raw, affine = read_raw(path, suffix)
     intent = int(nib.load(path).header["intent_code"])
     shape = tuple(int(n) for n in raw.shape)
     itk = intent == _NIFTI_INTENT_VECTOR or raw.ndim == 5
     grid_disk = shape[:3] if itk else shape[:-1]
     channels = shape[-1] if raw.ndim >= 3 else 0
     try:
-        spatial = _spatial_shape(path, grid_disk)
+        spatial = spatial_shape_of(path, grid_disk)
     except ValueError:
         spatial = ()
     layout_ok = raw.dtype.kind in "biuf" and len(spatial) == channels
@@ -237,7 +237,7 @@ def load_displacement(path: str | os.PathLike[str]) -> Displacement:
             f"dtype {raw.dtype}"
         )
     vectors = raw.astype(np.float32).reshape(spatial + (channels,))
-    _check_finite(fn, str(path), vectors)
+    check_finite(fn, str(path), vectors)
     grid = Volume(
         data=np.zeros(spatial, np.float32), affine=affine, disk_shape=grid_disk, path=path
     )

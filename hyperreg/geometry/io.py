@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import warnings
 import zipfile
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,12 +27,20 @@ from nibabel.filebasedimages import ImageFileError
 from nibabel.freesurfer.mghformat import MGHError
 from nibabel.spatialimages import HeaderDataError
 
+from hyperreg._files import atomic_write
+
 __all__ = [
+    "SAVE_SUFFIXES",
     "Volume",
+    "check_finite",
     "check_same_grid",
+    "format_of",
     "load_volume",
+    "read_raw",
     "same_grid",
     "save_volume",
+    "spatial_shape_of",
+    "to_nifti",
 ]
 
 logger = logging.getLogger(__name__)
@@ -48,7 +54,7 @@ _LOAD_SUFFIXES: dict[str, str] = {
     ".mgh": "MGH/MGZ",
     ".npz": "npz",
 }
-_SAVE_SUFFIXES: tuple[str, ...] = (".nii.gz", ".nii")
+SAVE_SUFFIXES: tuple[str, ...] = (".nii.gz", ".nii")
 _NPZ_KEYS: tuple[str, ...] = ("vol", "vol_data")
 
 # Everything nibabel / numpy / zlib raise for a truncated, corrupt or foreign file.
@@ -143,7 +149,7 @@ class Volume:
 # --------------------------------------------------------------------------------------------
 
 
-def _format_of(path: Path, suffixes: tuple[str, ...], fn: str) -> str:
+def format_of(path: Path, suffixes: tuple[str, ...], fn: str) -> str:
     """Return the matching suffix of ``path`` (case-insensitive) or raise ValueError."""
     name = path.name.lower()
     for suffix in suffixes:
@@ -154,7 +160,7 @@ def _format_of(path: Path, suffixes: tuple[str, ...], fn: str) -> str:
     )
 
 
-def _read_raw(path: Path, suffix: str) -> tuple[np.ndarray, np.ndarray]:
+def read_raw(path: Path, suffix: str) -> tuple[np.ndarray, np.ndarray]:
     """Read the full data array and the affine; wrap every read failure in one ValueError."""
     fmt = _LOAD_SUFFIXES[suffix]
     npz_keys: list[str] | None = None
@@ -190,7 +196,7 @@ def _read_raw(path: Path, suffix: str) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(raw), affine
 
 
-def _spatial_shape(path: Path, disk_shape: tuple[int, ...]) -> tuple[int, ...]:
+def spatial_shape_of(path: Path, disk_shape: tuple[int, ...]) -> tuple[int, ...]:
     """Drop trailing singleton axes beyond the 2nd; reject series and 1D data."""
     shape = list(disk_shape)
     while len(shape) > 2 and shape[-1] == 1:
@@ -292,17 +298,17 @@ def load_volume(
         (Balakrishnan et al., IEEE TMI 2019).
     """
     path = Path(path)
-    suffix = _format_of(path, tuple(_LOAD_SUFFIXES), "load_volume")
+    suffix = format_of(path, tuple(_LOAD_SUFFIXES), "load_volume")
     if not path.is_file():
         raise FileNotFoundError(f"load_volume(): no such file: '{path}'")
 
-    raw, affine = _read_raw(path, suffix)
+    raw, affine = read_raw(path, suffix)
     if raw.dtype.kind not in "biuf":
         raise ValueError(
             f"load_volume(): '{path}' must hold real numeric voxels, got dtype {raw.dtype}"
         )
     disk_shape = tuple(int(n) for n in raw.shape)
-    spatial_shape = _spatial_shape(path, disk_shape)
+    spatial_shape = spatial_shape_of(path, disk_shape)
     raw = raw.reshape(spatial_shape)  # only trailing size-1 axes are removed
 
     if label:
@@ -338,22 +344,7 @@ def load_volume(
 # --------------------------------------------------------------------------------------------
 
 
-def _atomic_write(path: Path, suffix: str, write: Callable[[Path], None]) -> Path:
-    """Call ``write(tmp)`` on a hidden temporary file next to ``path``, then rename it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    stem = path.name[: len(path.name) - len(suffix)]
-    # keep the real suffix: nibabel chooses gzip compression from it
-    tmp = path.with_name(f".{stem}.tmp-{secrets.token_hex(4)}{path.name[len(stem) :]}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
-
-
-def _nifti(arr: np.ndarray, like: Volume) -> nib.Nifti1Image:
+def to_nifti(arr: np.ndarray, like: Volume) -> nib.Nifti1Image:
     """Build a NIfTI image with ``like.affine`` as both sform and qform (code 1), no scaling."""
     img = nib.Nifti1Image(arr, like.affine)
     img.header.set_data_dtype(arr.dtype)
@@ -364,7 +355,7 @@ def _nifti(arr: np.ndarray, like: Volume) -> nib.Nifti1Image:
     return img
 
 
-def _check_finite(fn: str, name: str, arr: np.ndarray) -> None:
+def check_finite(fn: str, name: str, arr: np.ndarray) -> None:
     count = int(arr.size - np.count_nonzero(np.isfinite(arr)))
     if count:
         raise ValueError(
@@ -414,7 +405,7 @@ def save_volume(
     """
     fn = "save_volume"
     path = Path(path)
-    suffix = _format_of(path, _SAVE_SUFFIXES, fn)
+    format_of(path, SAVE_SUFFIXES, fn)  # raises on a suffix it cannot write
     arr = np.asarray(data)
     if arr.shape != like.data.shape:
         raise ValueError(
@@ -425,7 +416,7 @@ def save_volume(
         raise ValueError(f"{fn}(): 'data' must be a real numeric array, got dtype {arr.dtype}")
     if label:
         if arr.dtype.kind == "f":
-            _check_finite(fn, "data", arr)
+            check_finite(fn, "data", arr)
             if not np.array_equal(arr, np.rint(arr)):
                 raise ValueError(
                     f"{fn}(): 'data' must be integer-valued for a label map, got non-integer "
@@ -434,9 +425,9 @@ def save_volume(
         out = arr.astype(_label_dtype(fn, arr))
     else:
         out = arr.astype(np.float32)
-        _check_finite(fn, "data", out)
-    img = _nifti(out.reshape(like.disk_shape), like)
-    _atomic_write(path, suffix, img.to_filename)
+        check_finite(fn, "data", out)
+    img = to_nifti(out.reshape(like.disk_shape), like)
+    atomic_write(path, img.to_filename)
     logger.debug("%s(): wrote '%s' shape %s dtype %s", fn, path, like.disk_shape, out.dtype)
     return path
 

@@ -2,7 +2,8 @@
 
 This module owns the move of an image or label map from its own voxel grid onto another one
 (in practice: the moving image onto the fixed grid before voxel-to-voxel registration). A
-:class:`~hyperreg.geometry.io.Volume` (numpy array in on-disk ``(I, J[, K])`` order plus a RAS ``(4, 4)``
+:class:`~hyperreg.geometry.io.Volume` (numpy array in on-disk ``(I, J[, K])`` order plus a RAS
+``(4, 4)``
 affine) is turned into a SimpleITK image (LPS origin, spacing, direction; ITK arrays are stored
 ``(K, J, I)``), resampled by ``sitk.Resample`` with the identity transform onto the target grid,
 and turned back. No interpolation is written by hand. A 2D volume is treated as a 3D image with
@@ -141,8 +142,8 @@ def resample_to(moving: Volume, fixed: Volume, *, label: bool = False) -> Volume
             interpolation, returned as float32.
 
     Returns:
-        A :class:`~hyperreg.geometry.io.Volume` with ``fixed``'s spatial shape, affine and disk shape,
-        and ``moving``'s path (so messages still name the moving file).
+        A :class:`~hyperreg.geometry.io.Volume` with ``fixed``'s spatial shape, affine and disk
+        shape, and ``moving``'s path (so messages still name the moving file).
 
     Raises:
         ValueError: If ``moving`` and ``fixed`` differ in dimensionality, if an affine is

@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -31,9 +30,10 @@ from torch import Tensor, nn
 
 from hyperreg import __version__
 from hyperreg._checks import as_lambda_tensor, check_image, check_same_shape
+from hyperreg._files import atomic_write
 from hyperreg.config import ModelConfig, from_dict, to_dict
 from hyperreg.method.hypernet import HyperNetwork
-from hyperreg.method.spatial import _resize_field, _warp, integrate_velocity
+from hyperreg.method.spatial import integrate_velocity, resize_field, warp
 from hyperreg.method.unet import UNet
 
 __all__ = [
@@ -149,7 +149,7 @@ class HyperMorph(nn.Module):
             velocity = flow
             disp = integrate_velocity(velocity, cfg.int_steps)
             if self.half_res:
-                disp = _resize_field(disp, 2.0, padded)
+                disp = resize_field(disp, 2.0, padded)
         else:
             disp = flow
         if any(pad):
@@ -158,7 +158,7 @@ class HyperMorph(nn.Module):
                 factor = 2 if self.half_res else 1
                 crop = [slice(0, math.ceil(s / factor)) for s in spatial]
                 velocity = velocity[(slice(None), slice(None), *crop)]
-        moved = _warp(moving, disp, "bilinear", "border")
+        moved = warp(moving, disp)
         return RegistrationOutput(moved, disp, velocity)
 
 
@@ -173,7 +173,6 @@ def save_checkpoint(model: HyperMorph, path: str | os.PathLike[str], **extra: An
         The checkpoint path.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "format_version": FORMAT_VERSION,
         "hyperreg_version": __version__,
@@ -181,14 +180,7 @@ def save_checkpoint(model: HyperMorph, path: str | os.PathLike[str], **extra: An
         "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
         **extra,
     }
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(handle)
-    try:
-        torch.save(payload, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda tmp: torch.save(payload, tmp))
     return path
 
 

@@ -20,23 +20,21 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from hyperreg.geometry.intensity import normalize_intensity
 from hyperreg.geometry.io import load_volume
 
 __all__ = [
-    "NORMALIZATIONS",
     "LambdaSampler",
     "PairSampler",
     "Scan",
     "ValidationPair",
     "find_scans",
-    "normalize_intensity",
     "split_subjects",
     "validation_pairs",
 ]
 
 logger = logging.getLogger(__name__)
 
-NORMALIZATIONS = ("minmax", "none")
 SCAN_SUFFIXES = (".nii.gz", ".nii", ".mgz", ".mgh", ".npz")
 _OASIS_FILES = {
     3: ("aligned_norm.nii.gz", "aligned_seg35.nii.gz"),
@@ -61,36 +59,6 @@ class Scan:
             if name.endswith(suffix):
                 return name[: -len(suffix)]
         return name
-
-
-def normalize_intensity(data: np.ndarray, method: str = "minmax") -> np.ndarray:
-    """Scale intensities to [0, 1] (the documented default of every hyperreg entry point).
-
-    ``"minmax"`` maps the image minimum to 0 and its maximum to 1 (a constant image becomes all
-    zeros); ``"none"`` returns the data unchanged as float32. uint8/int16 inputs therefore give
-    the same result as their float originals, up to quantisation.
-
-    Args:
-        data: Image array of any shape.
-        method: One of ``NORMALIZATIONS``.
-
-    Returns:
-        float32 array of the same shape.
-
-    Raises:
-        ValueError: On an unknown ``method``.
-    """
-    if method not in NORMALIZATIONS:
-        raise ValueError(
-            f"normalize_intensity(): 'method' must be one of {NORMALIZATIONS}, got {method!r}"
-        )
-    data = np.asarray(data, dtype=np.float32)
-    if method == "none":
-        return data
-    low, high = float(data.min()), float(data.max())
-    if high <= low:
-        return np.zeros_like(data)
-    return (data - low) / (high - low)
 
 
 def _oasis_scans(root: Path, ndim: int) -> list[Scan]:

@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from hyperreg._checks import resolve_device
 
-__all__ = ["DistributedContext", "cleanup", "local_slice", "setup"]
+__all__ = ["DistributedContext", "cleanup", "local_slice", "read_env", "setup"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +45,29 @@ class DistributedContext:
         return self.world_size > 1
 
 
+def read_env() -> tuple[int, int, int]:
+    """``(rank, world_size, local_rank)`` from ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK``.
+
+    These are the variables ``torchrun`` sets; ``(0, 1, 0)`` when unset, and ``local_rank``
+    defaults to ``rank``. The one reader of the distributed environment (training and batch).
+
+    Raises:
+        ValueError: If a variable is not an integer or the rank lies outside ``[0, world_size)``.
+    """
+    values: dict[str, int | None] = {}
+    for key, default in (("RANK", 0), ("WORLD_SIZE", 1), ("LOCAL_RANK", None)):
+        text = os.environ.get(key)
+        try:
+            values[key] = int(text) if text not in (None, "") else default
+        except ValueError:
+            raise ValueError(f"${key} must be an integer, got {text!r}") from None
+    rank, world = int(values["RANK"] or 0), int(values["WORLD_SIZE"] or 1)
+    local = values["LOCAL_RANK"] if values["LOCAL_RANK"] is not None else rank
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError(f"$RANK must lie in [0, $WORLD_SIZE), got {rank} and {world}")
+    return rank, world, int(local)
+
+
 def setup(device: str) -> tuple[DistributedContext, torch.device]:
     """Join the torchrun process group if ``WORLD_SIZE`` > 1 and choose this rank's device.
 
@@ -56,14 +79,13 @@ def setup(device: str) -> tuple[DistributedContext, torch.device]:
         ``(context, device)``.
 
     Raises:
-        ValueError: On an unknown device, or CUDA asked for where none is available.
+        ValueError: On an unknown device, CUDA asked for where none is available, or a
+            malformed torchrun environment (:func:`read_env`).
     """
     resolved = resolve_device("train", device)
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, world_size, local_rank = read_env()
     if world_size <= 1:
         return DistributedContext(), resolved
-    rank = int(os.environ["RANK"])
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if resolved.type == "cuda":
         resolved = torch.device("cuda", local_rank)
         torch.cuda.set_device(resolved)

@@ -1,9 +1,10 @@
 """Validation during training: Dice, folding, similarity and loss on held-out pairs at a few λ.
 
-Each pair is registered with :func:`hyperreg.apps.inference.register_pair` (the inference code path,
-on already-normalised arrays), Dice and folding come from :mod:`hyperreg.method.metrics`. The
+Each pair is registered with :func:`hyperreg.registration.pairs.register_pair` (the inference code
+path, on already-normalised arrays), Dice and folding come from :mod:`hyperreg.method.metrics`. The
 validation loss at each λ is the HyperMorph training objective ``(1 − λ)·similarity +
-λ·smoothness``, with smoothness the :func:`~hyperreg.method.losses.gradient_loss` of the field training
+λ·smoothness``, with smoothness the :func:`~hyperreg.method.losses.gradient_loss` of the field
+training
 regularises (the velocity when the model integrates one, else the displacement). The score that
 picks the best checkpoint is the mean Dice over pairs and λ values, or, for pairs without label
 maps, minus the mean similarity loss. Must not import train or cli.
@@ -19,7 +20,7 @@ import numpy as np
 import torch
 
 from hyperreg.training.data import ValidationPair
-from hyperreg.apps.inference import register_pair
+from hyperreg.registration.pairs import register_pair
 from hyperreg.geometry.io import Volume
 from hyperreg.method.losses import mse_loss, ncc_loss
 from hyperreg.method.metrics import mean_dice
@@ -70,11 +71,11 @@ def evaluate(
         A dict with the keys of :func:`validation_columns` (except ``step``): Dice is NaN where
         no pair has label maps; ``folding_pct`` is percent of voxels with J ≤ 0;
         ``similarity_λ`` is the pair mean of the similarity loss of the moved image;
-        ``smoothness_λ`` the pair mean of :func:`~hyperreg.method.losses.gradient_loss` of the velocity
-        (of the displacement for a model without integration), in voxels²; ``loss_λ`` the
+        ``smoothness_λ`` the pair mean of :func:`~hyperreg.method.losses.gradient_loss` of the
+        velocity (of the displacement for a model without integration), in voxels²; ``loss_λ`` the
         HyperMorph validation loss ``(1 − λ)·similarity_λ + λ·smoothness_λ`` (the training
-        objective of :func:`hyperreg.training.train.hypermorph_loss`, averaged over pairs); ``val_loss``
-        the mean of ``loss_λ`` over ``lambdas``.
+        objective of :func:`hyperreg.training.train.hypermorph_loss`, averaged over pairs);
+        ``val_loss`` the mean of ``loss_λ`` over ``lambdas``.
     """
     was_training = model.training
     model.eval()

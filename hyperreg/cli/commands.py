@@ -1,0 +1,375 @@
+"""Command line for single jobs: ``hyperreg {train, register, warp, jacobian, demo}``.
+
+:func:`add_parsers` adds the subcommands to ``hyperreg``'s parser (:mod:`hyperreg.cli.run`);
+:data:`COMMANDS` maps them to their functions. torch and the library are imported inside the
+command functions, so ``hyperreg --help`` is fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from hyperreg.cli.args import PROG, add_common, lambda_value, positive_int
+
+__all__ = ["COMMANDS", "add_parsers"]
+
+
+def add_parsers(sub: Any) -> None:
+    """Add the train, register, warp, jacobian and demo subparsers to ``sub``."""
+    train = sub.add_parser("train", help="train a HyperMorph model")
+    train.add_argument(
+        "--data",
+        required=True,
+        help="neurite-oasis folder, folder of NIfTI/MGZ/npz scans, or CSV list "
+        "(column 'image', optional 'seg')",
+    )
+    train.add_argument(
+        "--ndim",
+        type=int,
+        choices=(2, 3),
+        default=2,
+        help="2: train on slices (coronal slices cut from 3D volumes); 3: volumes",
+    )
+    train.add_argument(
+        "--steps", type=positive_int, default=1500, help="optimiser steps (default 1500)"
+    )
+    train.add_argument(
+        "--out",
+        help="output folder: model.pt, checkpoint_*.pt, train_log.csv, config.json (and "
+        "val_log.csv, best.pt, split.json with validation); default: the --resume folder",
+    )
+    train.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue exactly from the newest checkpoint_*.pt in DIR (model, optimiser, step, "
+        "random states); --steps is the total, not the number of further steps",
+    )
+    train.add_argument(
+        "--sim",
+        choices=("ncc", "mse"),
+        default="ncc",
+        help="similarity: local NCC (window 9) or MSE scaled by 1/σ² (default ncc)",
+    )
+    train.add_argument(
+        "--parametrization",
+        choices=("mip", "default"),
+        default="mip",
+        help="hypernetwork parametrisation (default mip)",
+    )
+    train.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
+    train.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=4,
+        help="pairs per step per process (default 4); under torchrun the global batch is "
+        "nproc × batch size",
+    )
+    train.add_argument("--atlas", default="", help="atlas image: fixed image of every pair")
+    train.add_argument("--atlas-seg", default="", help="atlas label map, for validation Dice")
+    train.add_argument(
+        "--checkpoint-every",
+        type=positive_int,
+        default=500,
+        help="steps between checkpoints (default 500)",
+    )
+    train.add_argument(
+        "--keep-checkpoints",
+        type=int,
+        default=3,
+        help="newest checkpoint_*.pt files kept (default 3; 0 keeps all)",
+    )
+    train.add_argument(
+        "--val-every",
+        type=int,
+        default=0,
+        help="steps between validations (Dice, folding at --val-lambdas; val_log.csv, best.pt); "
+        "default 0: at each checkpoint when subjects are held out (3 or more subjects), else "
+        "off; with 2 subjects a positive value holds out every 10th brain slice instead",
+    )
+    train.add_argument(
+        "--val-lambdas",
+        type=lambda_value,
+        nargs="+",
+        default=[0.1, 0.5, 0.9],
+        help="λ values evaluated in validation (default 0.1 0.5 0.9)",
+    )
+    train.add_argument(
+        "--val-fraction",
+        type=float,
+        default=0.1,
+        help="share of subjects held out for validation, split from --seed (default 0.1)",
+    )
+    train.add_argument(
+        "--test-fraction",
+        type=float,
+        default=0.1,
+        help="share of subjects held out for testing, never trained on (default 0.1)",
+    )
+    train.add_argument(
+        "--amp", action="store_true", help="bf16 autocast on CUDA (losses stay in float32)"
+    )
+    train.add_argument("--compile", action="store_true", help="torch.compile the model")
+    train.add_argument(
+        "--crop",
+        type=positive_int,
+        nargs="+",
+        default=[],
+        metavar="N",
+        help="random crop of each training pair, one size per axis (e.g. 128 160 192)",
+    )
+    train.add_argument(
+        "--int-steps",
+        type=int,
+        default=7,
+        help="scaling-and-squaring steps; 0 predicts displacements (default 7)",
+    )
+    train.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    add_common(train)
+
+    reg = sub.add_parser("register", help="register a moving image to a fixed image at one λ")
+    reg.add_argument("--model", required=True, help="checkpoint (.pt) written by 'hyperreg train'")
+    reg.add_argument("--moving", required=True, help="moving image (NIfTI, MGZ or npz)")
+    reg.add_argument(
+        "--fixed",
+        required=True,
+        help="fixed image; every output is on its grid with its affine (a moving image on "
+        "another grid is resampled onto it first, see --no-resample)",
+    )
+    reg.add_argument(
+        "--lambda",
+        dest="lam",
+        type=lambda_value,
+        required=True,
+        help="regularisation weight λ in [0, 1]: 0 = similarity only (sharpest match, least "
+        "smooth field), 1 = smoothness only (identity)",
+    )
+    reg.add_argument(
+        "--moved",
+        help="moved image, NIfTI, on the fixed grid with the fixed-image affine, in the moving "
+        "image's own intensity units (float32)",
+    )
+    reg.add_argument(
+        "--warp",
+        help="displacement field (voxels), NIfTI (I,J,K,3) channel last, i/j/k "
+        "order, fixed-image affine; moved[x] = moving(x + u(x)); see --warp-format",
+    )
+    reg.add_argument(
+        "--warp-format",
+        choices=("voxel", "itk"),
+        default="voxel",
+        help="format of --warp: voxel (default, as above) or itk: world mm in LPS, vector "
+        "intent, shape (I,J,K,1,3) (2D: (I,J,1,1,2)), fixed-image affine, applied directly by "
+        "ANTs antsApplyTransforms and SimpleITK DisplacementFieldTransform",
+    )
+    reg.add_argument(
+        "--no-resample",
+        dest="resample",
+        action="store_false",
+        help="do not resample a moving image (or label map) on another grid onto the fixed "
+        "grid; differing grids are then an error",
+    )
+    reg.add_argument(
+        "--moving-seg",
+        help="moving label map, warped with nearest neighbour (for --moved-seg and Dice)",
+    )
+    reg.add_argument("--moved-seg", help="moved label map, NIfTI, integer type, fixed affine")
+    reg.add_argument(
+        "--fixed-seg",
+        help="fixed label map: with --moving-seg, mean Dice (before and after) is printed over "
+        "the labels present in both maps",
+    )
+    reg.add_argument(
+        "--normalization",
+        choices=("minmax", "none"),
+        default="minmax",
+        help="intensity normalisation of both images (default minmax to [0, 1])",
+    )
+    add_common(reg)
+
+    warp = sub.add_parser(
+        "warp", help="apply a saved displacement field to another image or label map"
+    )
+    warp.add_argument(
+        "--moving",
+        required=True,
+        help="image or label map to warp (NIfTI, MGZ or npz); on another grid than the field "
+        "it is resampled onto the field's grid first",
+    )
+    warp.add_argument(
+        "--warp",
+        required=True,
+        help="displacement field written by 'hyperreg register --warp' (voxel or itk format, "
+        "detected from the file)",
+    )
+    warp.add_argument(
+        "--moved",
+        required=True,
+        help="warped output, NIfTI, on the field's (fixed) grid with its affine; float32, or "
+        "an unscaled integer type with --nearest",
+    )
+    warp.add_argument(
+        "--nearest",
+        action="store_true",
+        help="label map: round to integer ids, nearest-neighbour interpolation, integer output",
+    )
+    warp.add_argument(
+        "--no-resample",
+        dest="resample",
+        action="store_false",
+        help="do not resample a moving file on another grid; differing grids are an error",
+    )
+    warp.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+
+    jac = sub.add_parser(
+        "jacobian", help="Jacobian determinant map and folding of a saved displacement field"
+    )
+    jac.add_argument(
+        "--warp", required=True, help="displacement field (voxel or itk format, detected)"
+    )
+    jac.add_argument(
+        "--out",
+        required=True,
+        help="Jacobian determinant of x + u(x), NIfTI float32, dimensionless, on the field's "
+        "(fixed) grid with its affine",
+    )
+    jac.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+
+    demo = sub.add_parser("demo", help="train and register on built-in data, write a report")
+    demo.add_argument(
+        "--out", default="hyperreg-demo", help="output folder (default hyperreg-demo)"
+    )
+    demo.add_argument("--data", help="neurite-oasis folder: use real subject pairs instead")
+    demo.add_argument(
+        "--steps",
+        type=positive_int,
+        default=600,
+        help="training steps (default 600, a few minutes on a CPU)",
+    )
+    demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    add_common(demo)
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from hyperreg.config import ModelConfig, TrainConfig
+    from hyperreg.training.train import train
+
+    if not args.out and not args.resume:
+        raise ValueError("--out is required (or --resume DIR, which then is the output folder)")
+    config = TrainConfig(
+        data=args.data,
+        out=args.out or args.resume,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        sim=args.sim,
+        atlas=args.atlas,
+        atlas_seg=args.atlas_seg,
+        checkpoint_every=args.checkpoint_every,
+        keep_checkpoints=args.keep_checkpoints,
+        val_every=args.val_every,
+        val_lambdas=tuple(args.val_lambdas),
+        val_fraction=args.val_fraction,
+        test_fraction=args.test_fraction,
+        amp=args.amp,
+        compile=args.compile,
+        crop=tuple(args.crop),
+        seed=args.seed,
+        device=args.device,
+        model=ModelConfig(
+            ndim=args.ndim, parametrization=args.parametrization, int_steps=args.int_steps
+        ),
+    )
+    path = train(config, resume=args.resume)
+    print(f"model written to {path}")
+    return 0
+
+
+def _cmd_register(args: argparse.Namespace) -> int:
+    from hyperreg._checks import resolve_device
+    from hyperreg.apps.inference import register_files
+    from hyperreg.method.model import load_checkpoint
+
+    if not (args.moved or args.warp or args.moved_seg):
+        raise ValueError("nothing to write: give --moved, --warp and/or --moved-seg")
+    if args.moved_seg and not args.moving_seg:
+        raise ValueError("--moved-seg needs --moving-seg (the label map to warp)")
+    if args.moving_seg and not (args.moved_seg or args.fixed_seg):
+        raise ValueError("--moving-seg is used only with --moved-seg or --fixed-seg; add one")
+    if args.fixed_seg and not args.moving_seg:
+        raise ValueError("--fixed-seg needs --moving-seg (Dice compares the two label maps)")
+    device = resolve_device("register", args.device)
+    model, _ = load_checkpoint(args.model, map_location=device)
+    result = register_files(
+        model,
+        args.moving,
+        args.fixed,
+        args.lam,
+        moved=args.moved,
+        warp_out=args.warp,
+        moving_seg=args.moving_seg,
+        fixed_seg=args.fixed_seg,
+        moved_seg=args.moved_seg,
+        normalization=args.normalization,
+        resample=args.resample,
+        warp_format=args.warp_format,
+    )
+    for message in result.resampled:
+        print(f"{PROG} register: {message}")
+    written = [p for p in (args.moved, args.warp, args.moved_seg) if p]
+    print(f"λ = {result.lam:g}: wrote {', '.join(written)}")
+    if result.dice is not None:
+        print(
+            f"mean Dice {result.mean_dice:.4f} over {len(result.dice)} labels present in both "
+            f"label maps (before registration: {result.extra['dice_before']:.4f})"
+        )
+    _print_field_summary(result.folding_fraction, result.log_jacobian_std)
+    return 0
+
+
+def _print_field_summary(folding_fraction: float, log_jacobian_std: float) -> None:
+    print(
+        f"folding fraction {100 * folding_fraction:.3f} % of voxels (J <= 0), "
+        f"std log J {log_jacobian_std:.4f}"
+    )
+
+
+def _cmd_warp(args: argparse.Namespace) -> int:
+    from hyperreg.apps.inference import warp_file
+
+    result = warp_file(
+        args.moving, args.warp, args.moved, nearest=args.nearest, resample=args.resample
+    )
+    if result.resampled:
+        print(f"{PROG} warp: {result.resampled}")
+    kind = "label map (nearest neighbour)" if args.nearest else "image (linear)"
+    print(f"wrote {args.moved}: {kind}, shape {result.grid.spatial_shape}")
+    return 0
+
+
+def _cmd_jacobian(args: argparse.Namespace) -> int:
+    from hyperreg.apps.inference import jacobian_file
+
+    result = jacobian_file(args.warp, args.out)
+    print(f"wrote {args.out}: Jacobian determinant, shape {result.jacobian.shape}")
+    _print_field_summary(result.folding_fraction, result.log_jacobian_std)
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from hyperreg.apps.demo import run_demo
+
+    report = run_demo(
+        args.out, data=args.data, steps=args.steps, seed=args.seed, device=args.device
+    )
+    print(report)
+    return 0
+
+
+COMMANDS = {
+    "train": _cmd_train,
+    "register": _cmd_register,
+    "warp": _cmd_warp,
+    "jacobian": _cmd_jacobian,
+    "demo": _cmd_demo,
+}

@@ -1,0 +1,75 @@
+"""The ``hyperreg`` entry point: the parser with every subcommand, and :func:`main`.
+
+Library errors become one line on stderr (``hyperreg <cmd>: error: …``) and exit code 2 (bad
+input) or 1 (runtime failure); ``--debug`` re-raises them with the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import warnings
+from collections.abc import Sequence
+
+from hyperreg.cli import commands, lambda_commands
+from hyperreg.cli.args import PROG, Parser
+
+__all__ = ["build_parser", "main"]
+
+COMMANDS = {**commands.COMMANDS, **lambda_commands.COMMANDS}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``hyperreg`` argument parser with its subcommands."""
+    parser = Parser(
+        prog=PROG,
+        description="HyperMorph deformable registration of brain MRI at any λ (regularisation "
+        "weight) chosen at test time.",
+    )
+    from hyperreg import __version__
+
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    commands.add_parsers(sub)  # train, register, warp, jacobian, demo
+    lambda_commands.add_parsers(sub)  # sweep, tune, batch
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``hyperreg`` command line; returns the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    prog = f"{PROG} {args.command}"
+    logging.basicConfig(level=logging.INFO, format=f"{prog}: %(message)s")
+
+    def show_warning(message, category, filename, lineno, file=None, line=None):
+        print(f"{prog}: warning: {message}", file=sys.stderr)
+
+    # warnings print as one line while the command runs; catch_warnings restores the process's
+    # own warnings.showwarning afterwards (main() is also called in-process, from tests).
+    with warnings.catch_warnings():
+        warnings.showwarning = show_warning
+        return _run(args, prog)
+
+
+def _run(args: argparse.Namespace, prog: str) -> int:
+    try:
+        return COMMANDS[args.command](args)
+    except (ValueError, TypeError, FileNotFoundError) as err:
+        if args.debug:
+            raise
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 2
+    except (RuntimeError, OSError) as err:
+        if args.debug:
+            raise
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 1
+
+if __name__ == "__main__":
+    raise SystemExit(main())
