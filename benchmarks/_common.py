@@ -12,12 +12,14 @@ Contract every ``bench_*.py`` follows, so that ``run_all.py`` can stitch RESULTS
 from __future__ import annotations
 
 import sys
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "neurite-oasis"
+DATA_ROOT = Path(os.environ.get("HYPERREG_DATA") or REPO.parent / "shared" / "data")
+DEFAULT_DATA = DATA_ROOT / "neurite-oasis"
 DEFAULT_PLOTS = REPO / "benchmarks" / "plots"
 MOVING = "OASIS_OAS1_0002_MR1"
 FIXED = "OASIS_OAS1_0001_MR1"

@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from shared_paths import OASIS as DATA
 
 REPO = Path(__file__).resolve().parents[1]
 RUN_ALL = REPO / "benchmarks" / "run_all.py"
-DATA = REPO.parent / "shared" / "data" / "neurite-oasis"
 
 
 def _run_all(tmp_path: Path, *only: str) -> tuple[subprocess.CompletedProcess, Path]:

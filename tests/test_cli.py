@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 import torch
 
+from shared_paths import CASES as CASES_DIR
+from shared_paths import DATA
 from hyperreg.cli import main
 from hyperreg.config import ModelConfig
 from hyperreg.method.model import HyperMorph, save_checkpoint
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-CASES = SHARED / "cases" / "files"
+CASES = CASES_DIR / "files"
 needs_cases = pytest.mark.skipif(not CASES.is_dir(), reason=f"shared cases not found at {CASES}")
 
 AFFINE = np.array(
@@ -193,7 +194,7 @@ def _case_args(files: dict[str, Path], **over: Path) -> list[str]:
 def test_bad_case_files_fail_cleanly(
     files: dict[str, Path], case: str, role: str, expected: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    slice_fixed = SHARED / "data/neurite-oasis/OASIS_OAS1_0001_MR1/slice_norm.nii.gz"
+    slice_fixed = DATA / "neurite-oasis/OASIS_OAS1_0001_MR1/slice_norm.nii.gz"
     over = {role: CASES / case, "fixed": slice_fixed}
     assert main(_case_args(files, **over)) == 2
     err = capsys.readouterr().err.strip()
@@ -206,7 +207,7 @@ def test_bad_case_files_fail_cleanly(
 def test_nan_count_is_named(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     data = np.asanyarray(nib.load(CASES / "c06_moving_with_nan.nii.gz").dataobj)
     count = int((~np.isfinite(data)).sum())
-    slice_fixed = SHARED / "data/neurite-oasis/OASIS_OAS1_0001_MR1/slice_norm.nii.gz"
+    slice_fixed = DATA / "neurite-oasis/OASIS_OAS1_0001_MR1/slice_norm.nii.gz"
     main(_case_args(files, moving=CASES / "c06_moving_with_nan.nii.gz", fixed=slice_fixed))
     assert f"{count} non-finite" in capsys.readouterr().err
 
@@ -215,7 +216,7 @@ def test_nan_count_is_named(files: dict[str, Path], capsys: pytest.CaptureFixtur
 def test_all_zero_fixed_warns_and_stays_finite(
     files: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    moving = SHARED / "data/neurite-oasis/OASIS_OAS1_0002_MR1/slice_norm.nii.gz"
+    moving = DATA / "neurite-oasis/OASIS_OAS1_0002_MR1/slice_norm.nii.gz"
     args = _case_args(files, moving=moving, fixed=CASES / "c07_fixed_all_zero.nii.gz")
     assert main(args) == 0
     assert "constant" in capsys.readouterr().err

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from shared_paths import OASIS
 from hyperreg.geometry.intensity import normalize_intensity
 from hyperreg.training.data import (
     LambdaSampler,
@@ -18,7 +19,6 @@ from hyperreg.training.data import (
     validation_pairs,
 )
 
-OASIS = Path(__file__).resolve().parents[2] / "shared" / "data" / "neurite-oasis"
 needs_oasis = pytest.mark.skipif(
     not OASIS.is_dir(), reason=f"shared OASIS data not found at {OASIS}"
 )

@@ -10,9 +10,9 @@ import nibabel as nib
 import numpy as np
 import pytest
 
+from shared_paths import OASIS
 from hyperreg.apps.demo import DEMO_LAMBDAS, _slice_affine, run_demo
 
-OASIS = Path(__file__).resolve().parents[2] / "shared" / "data" / "neurite-oasis"
 
 
 def test_slice_affine_maps_slice_voxels_to_volume_world() -> None:

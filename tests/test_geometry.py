@@ -19,6 +19,8 @@ import SimpleITK as sitk
 import torch
 
 import hyperreg.method.unet
+from shared_paths import CASES as CASES_DIR
+from shared_paths import DATA
 from hyperreg.cli import main
 from hyperreg.config import ModelConfig
 from hyperreg.apps.inference import register_files, warp_file
@@ -28,15 +30,13 @@ from hyperreg.method.model import HyperMorph, save_checkpoint
 from hyperreg.geometry.resample import describe_grid, resample_to, to_sitk
 from hyperreg.method.spatial import warp
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-CASES = SHARED / "cases" / "files"
-DATA = SHARED / "data"
+CASES = CASES_DIR / "files"
 OASIS = DATA / "neurite-oasis"
 needs_cases = pytest.mark.skipif(
-    not CASES.is_dir(), reason=f"shared case files not found at {CASES} (../shared beside repo)"
+    not CASES.is_dir(), reason=f"case files not found at {CASES} (HYPERREG_CASES)"
 )
 needs_data = pytest.mark.skipif(
-    not OASIS.is_dir(), reason=f"shared MRI data not found at {OASIS} (../shared beside repo)"
+    not OASIS.is_dir(), reason=f"MRI data not found at {OASIS} (HYPERREG_DATA)"
 )
 
 TINY = {"enc_channels": (4, 4, 4, 4), "dec_channels": (4,) * 7, "hyper_hidden": (8, 8)}

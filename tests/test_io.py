@@ -11,6 +11,8 @@ import nibabel as nib
 import numpy as np
 import pytest
 
+from shared_paths import CASES as CASES_DIR
+from shared_paths import DATA
 from hyperreg.geometry.fields import save_displacement
 from hyperreg.geometry.io import (
     Volume,
@@ -20,9 +22,7 @@ from hyperreg.geometry.io import (
     save_volume,
 )
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-CASES = SHARED / "cases" / "files"
-DATA = SHARED / "data"
+CASES = CASES_DIR / "files"
 
 
 # ------------------------------------------------------------------------------------------
@@ -476,10 +476,10 @@ def test_volume_validates_its_fields() -> None:
 # ------------------------------------------------------------------------------------------
 
 needs_cases = pytest.mark.skipif(
-    not CASES.is_dir(), reason=f"shared case files not found at {CASES} (../shared beside repo)"
+    not CASES.is_dir(), reason=f"case files not found at {CASES} (HYPERREG_CASES)"
 )
 needs_data = pytest.mark.skipif(
-    not DATA.is_dir(), reason=f"shared MRI data not found at {DATA} (../shared beside repo)"
+    not DATA.is_dir(), reason=f"MRI data not found at {DATA} (HYPERREG_DATA)"
 )
 
 

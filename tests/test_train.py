@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import torch
 
+from shared_paths import OASIS as SHARED
 from hyperreg.config import ModelConfig, TrainConfig
 from hyperreg.method.losses import gradient_loss, mse_loss, ncc_loss
 from hyperreg.method.metrics import folding_fraction
 from hyperreg.method.model import RegistrationOutput, load_checkpoint
 from hyperreg.training.train import hypermorph_loss, train
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "neurite-oasis"
 SMALL = ModelConfig(ndim=2, enc_channels=(8, 8, 8, 8), dec_channels=(8,) * 7, hyper_hidden=(16, 16))
 
 
