@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from hyperreg._checks import resolve_device
-from hyperreg.apps.plotting import pyplot, save_figure, show_slice
+from hyperreg.apps.plotting import oriented_slice, pyplot, save_figure, show_slice
 from hyperreg.config import ModelConfig, TrainConfig
 from hyperreg.geometry.fields import save_displacement
 from hyperreg.geometry.intensity import normalize_intensity
@@ -279,16 +279,20 @@ def _figure(
     count = len(DEMO_LAMBDAS)
     fig, axes = plt.subplots(2, count + 2, figsize=(2.5 * (count + 2), 5.8), layout="constrained")
 
-    show_slice(axes[0, 0], pair["moving"].numpy()[0, 0], "moving", cmap="gray")  # type: ignore[union-attr]
-    show_slice(axes[0, 1], pair["fixed"].numpy()[0, 0], "fixed", cmap="gray")  # type: ignore[union-attr]
+    affine = np.asarray(pair["affine"])
+    fixed = oriented_slice(pair["fixed"].numpy()[0, 0], affine)  # type: ignore[union-attr]
+    moving = pair["moving"].numpy()[0, 0]  # type: ignore[union-attr]
+    show_slice(axes[0, 0], moving, "moving", affine, cmap="gray", letters=True)
+    show_slice(axes[0, 1], fixed, "fixed", cmap="gray", letters=True)
     vmax = max(float(m.max()) for m in pair["magnitude"])  # type: ignore[union-attr]
     for column, lam in enumerate(DEMO_LAMBDAS, start=2):
         moved, magnitude = pair["moved"][column - 2], pair["magnitude"][column - 2]  # type: ignore[index]
-        show_slice(axes[0, column], moved, f"moved, λ = {lam}", cmap="gray")
+        show_slice(axes[0, column], moved, f"moved, λ = {lam}", affine, cmap="gray")
         shown = show_slice(
             axes[1, column],
             magnitude,
             f"|u|, λ = {lam} (max {magnitude.max():.1f})",
+            affine,
             cmap="magma",
             vmin=0,
             vmax=vmax,
@@ -300,7 +304,7 @@ def _figure(
     ax.plot(lams, [t["dice"] for t in table], "o-", label="Dice after")
     ax.axhline(table[0]["dice_before"], color="gray", ls="--", label="no registration")
     low = min(table[0]["dice_before"], *[t["dice"] for t in table])
-    high = max(t["dice"] for t in table)
+    high = max(table[0]["dice_before"], *[t["dice"] for t in table])
     ax.set_ylim(low - 0.05 * (high - low) - 0.01, high + 0.25 * (high - low) + 0.01)
     ax.set_xlabel("λ")
     ax.set_ylabel(f"mean Dice ({labels})", fontsize=8)
@@ -312,7 +316,8 @@ def _figure(
     ax.legend(fontsize=7, loc="upper right")
     ax.set_title(f"mean over {pairs} held-back pairs", fontsize=9)
     fig.suptitle(
-        f"{pair['name']}: moved images and displacement magnitudes across λ (top rows: this pair)",
+        f"{pair['name']}: moved images and displacement magnitudes across λ (top rows: this "
+        f"pair; {fixed.label})",
         fontsize=10,
     )
     save_figure(fig, path)

@@ -26,7 +26,10 @@ import torch
 from hyperreg._checks import as_lambda_tensor
 from hyperreg._files import write_csv
 from hyperreg.apps.plotting import (
-    middle_slice,
+    checkerboard,
+    edge_mask,
+    oriented_slice,
+    overlay_edges,
     plot_lambda_curves,
     pyplot,
     save_figure,
@@ -35,7 +38,7 @@ from hyperreg.apps.plotting import (
 from hyperreg.geometry.fields import save_displacement
 from hyperreg.geometry.io import Volume, load_volume, save_volume
 from hyperreg.method.losses import ncc_loss
-from hyperreg.method.metrics import labels_in_both
+from hyperreg.method.metrics import labels_in_both, mean_dice
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.pairs import (
     RegistrationResult,
@@ -129,7 +132,9 @@ def sweep_lambdas(
     plain convolutions sum in a different order). Dice is scored on the non-zero labels present in
     **both input** label maps, the same set for every λ (a label that vanishes scores 0 instead
     of dropping out of the mean). ``extra["ncc"]`` holds the local NCC similarity (window 9, in
-    [0, 1], float32) between the moved and the fixed image.
+    [0, 1], float32) between the moved and the fixed image; with label maps,
+    ``extra["dice_before"]`` holds the mean Dice without registration (same labels), as
+    :func:`~hyperreg.registration.pairs.register_pair` reports it.
 
     Args:
         model: A trained :class:`~hyperreg.method.model.HyperMorph`.
@@ -182,6 +187,9 @@ def sweep_lambdas(
         fn, model, moving, fixed, moving_seg, fixed_seg, resample=resample
     )
     labels = _labels(moving_seg, fixed_seg)
+    before = None
+    if labels is not None and moving_seg is not None and fixed_seg is not None:
+        before = mean_dice(moving_seg.data, fixed_seg.data, labels)
     moving_t = model_input(moving, normalization, device)
     fixed_t = model_input(fixed, normalization, device)
     step = count if chunk is None else chunk
@@ -199,6 +207,8 @@ def sweep_lambdas(
                 out, index, float(lam[index]), moving_seg, fixed_seg, notes, labels, moving=moving
             )
             result.extra["ncc"] = float(similarity[index])
+            if before is not None:
+                result.extra["dice_before"] = before
             results.append(result)
         logger.debug("%s(): λ %d-%d of %d done", fn, start + 1, start + size, count)
     return results
@@ -239,10 +249,13 @@ def _sweep_figures(
     fixed: np.ndarray,
     results: Sequence[RegistrationResult],
     baseline: float | None,
+    affine: np.ndarray,
 ) -> list[Path]:
+    """Write sweep_curves.png, sweep_montage.png and sweep_qc.png; slices are shown in
+    :data:`~hyperreg.apps.plotting.DISPLAY_CONVENTION` from the fixed image's ``affine``."""
     plt = pyplot()
     curves = out / "sweep_curves.png"
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    fig, ax = plt.subplots(figsize=(5.5, 4.2), layout="constrained")
     has_dice = results[0].dice is not None
     plot_lambda_curves(
         ax,
@@ -252,32 +265,116 @@ def _sweep_figures(
         baseline=baseline,
     )
     ax.set_title("Dice and folding vs λ" if has_dice else "folding vs λ", fontsize=9)
-    fig.tight_layout()
     save_figure(fig, curves)
 
-    chosen = list(results)
+    chosen = sorted(results, key=lambda r: r.lam)
     if len(chosen) > _MONTAGE_MAX:
         picks = np.unique(np.linspace(0, len(chosen) - 1, _MONTAGE_MAX).round().astype(int))
         chosen = [chosen[i] for i in picks]
     columns = len(chosen) + 1
-    fig, axes = plt.subplots(2, columns, figsize=(1.9 * columns, 4.2), squeeze=False)
-
-    show_slice(axes[0, 0], moving, "moving", cmap="gray")
-    show_slice(axes[1, 0], fixed, "fixed", cmap="gray")
-    magnitudes = [np.linalg.norm(r.disp, axis=0) for r in chosen]
-    low = min(float(middle_slice(r.moved).min()) for r in chosen)  # one grey scale for every λ
-    high = max(float(middle_slice(r.moved).max()) for r in chosen)
-    vmax = max(float(middle_slice(m).max()) for m in magnitudes) or 1.0
-    for column, (r, mag) in enumerate(zip(chosen, magnitudes), start=1):
-        show_slice(axes[0, column], r.moved, f"moved λ={r.lam:.3g}", cmap="gray", vmin=low,
-        vmax=high)
-        show_slice(axes[1, column], mag, f"|u| ≤ {vmax:.1f} vox", cmap="magma", vmin=0, vmax=vmax)
-    view = "" if moving.ndim == 2 else " (middle slice along the last axis)"
-    fig.suptitle(f"moved images and displacement magnitude across λ{view}", fontsize=9)
-    fig.tight_layout()
+    fig, axes = plt.subplots(
+        2, columns, figsize=(1.9 * columns + 0.8, 4.4), squeeze=False, layout="constrained"
+    )
+    moving_view = oriented_slice(moving, affine)
+    show_slice(axes[0, 0], moving_view, "moving", cmap="gray", letters=True)
+    show_slice(axes[1, 0], oriented_slice(fixed, affine), "fixed", cmap="gray", letters=True)
+    moved = [oriented_slice(r.moved, affine) for r in chosen]
+    magnitudes = [oriented_slice(np.linalg.norm(r.disp, axis=0), affine) for r in chosen]
+    low = min(float(v.data.min()) for v in moved)  # one grey scale for every λ
+    high = max(float(v.data.max()) for v in moved)
+    vmax = max(float(m.data.max()) for m in magnitudes) or 1.0
+    for column, (r, view, mag) in enumerate(zip(chosen, moved, magnitudes), start=1):
+        dice = f", Dice {r.mean_dice:.3f}" if r.dice is not None else ""
+        show_slice(
+            axes[0, column], view, f"λ = {r.lam:.3g}{dice}", cmap="gray", vmin=low, vmax=high
+        )
+        shown = show_slice(
+            axes[1, column],
+            mag,
+            f"λ = {r.lam:.3g}, max {mag.data.max():.1f}",
+            cmap="magma",
+            vmin=0,
+            vmax=vmax,
+        )
+    fig.colorbar(shown, ax=axes[1, 1:].tolist(), fraction=0.03, pad=0.01, label="|u| (voxels)")
+    view = moving_view.label + ("" if moving.ndim == 2 else ", middle slice")
+    fig.suptitle(
+        f"top: moved image per λ; bottom: displacement magnitude |u| (voxels). {view}",
+        fontsize=9,
+    )
     montage = out / "sweep_montage.png"
     save_figure(fig, montage, dpi=100)
-    return [curves, montage]
+    return [curves, montage, _qc_figure(out, moving, fixed, results, affine)]
+
+
+def _qc_pick(results: Sequence[RegistrationResult]) -> RegistrationResult:
+    """λ with the best mean Dice (ties: larger λ), or the middle λ without label maps."""
+    ordered = sorted(results, key=lambda r: r.lam)
+    if ordered[0].dice is None:
+        return ordered[(len(ordered) - 1) // 2]
+    return max(ordered, key=lambda r: (r.mean_dice, r.lam))
+
+
+def _qc_figure(
+    out: Path,
+    moving: np.ndarray,
+    fixed: np.ndarray,
+    results: Sequence[RegistrationResult],
+    affine: np.ndarray,
+) -> Path:
+    """sweep_qc.png: checkerboard, fixed edges and |difference| of moving (before) and of the
+    moved image at the chosen λ (after) against the fixed image."""
+    plt = pyplot()
+    pick = _qc_pick(results)
+    fixed_view = oriented_slice(fixed, affine)
+    edges = edge_mask(fixed_view.data)
+    why = "best mean Dice" if pick.dice is not None else "middle λ"
+    rows = [
+        ("before", "moving", oriented_slice(moving, affine).data),
+        (f"after, λ = {pick.lam:.3g}", "moved", oriented_slice(pick.moved, affine).data),
+    ]
+    fig, axes = plt.subplots(2, 3, figsize=(8.4, 6.6), squeeze=False, layout="constrained")
+    scale = dict(cmap="gray", vmin=min(float(fixed_view.data.min()), 0.0), vmax=1.0)
+    for row, (stage, name, image) in enumerate(rows):
+        board = checkerboard(image, fixed_view.data)
+        show_slice(
+            axes[row, 0],
+            fixed_view._replace(data=board),
+            f"{stage}: checkerboard {name} / fixed",
+            letters=row == 0,
+            **scale,
+        )
+        show_slice(
+            axes[row, 1],
+            fixed_view._replace(data=image),
+            f"{stage}: fixed edges (red) on {name}",
+            **scale,
+        )
+        overlay_edges(axes[row, 1], edges)
+        shown = show_slice(
+            axes[row, 2],
+            fixed_view._replace(data=np.abs(image - fixed_view.data)),
+            f"{stage}: |{name} − fixed|",
+            cmap="viridis",
+            vmin=0,
+            vmax=0.5,
+        )
+    fig.colorbar(
+        shown,
+        ax=axes[:, 2].tolist(),
+        fraction=0.04,
+        pad=0.01,
+        label="|difference| (normalised intensity)",
+    )
+    dice = f", mean Dice {pick.mean_dice:.3f}" if pick.dice is not None else ""
+    fig.suptitle(
+        f"alignment check before and after registration at λ = {pick.lam:.3g} ({why}{dice}). "
+        f"{fixed_view.label}",
+        fontsize=9,
+    )
+    path = out / "sweep_qc.png"
+    save_figure(fig, path, dpi=100)
+    return path
 
 
 @dataclass
@@ -313,8 +410,12 @@ def sweep_files(
     """Load a pair, sweep λ (:func:`sweep_lambdas`) and write the report to ``out``.
 
     Writes ``sweep.csv`` (:func:`write_sweep_csv`), ``sweep_curves.png`` (Dice and folding
-    against λ, twin axes) and ``sweep_montage.png`` (moved image and displacement magnitude per
-    λ; for 3D the middle slice along the last axis). With ``save_fields``, per λ also
+    against λ, twin axes), ``sweep_montage.png`` (moved image and displacement magnitude per λ,
+    with a colour bar in voxels; for 3D the middle slice of the plane normal to the last array
+    axis) and ``sweep_qc.png`` (checkerboard, fixed-image edges and difference before and after
+    registration at the λ with the best mean Dice, or the middle λ without label maps). Slices
+    are shown in :data:`~hyperreg.apps.plotting.DISPLAY_CONVENTION`, oriented from the fixed
+    image's affine, and the figures say so. With ``save_fields``, per λ also
     ``moved_lam<λ>.nii.gz``, ``warp_lam<λ>.nii.gz`` (voxel format, see
     :func:`hyperreg.geometry.fields.save_displacement`) and ``moved_seg_lam<λ>.nii.gz``, each with
     the fixed image's affine. Every input is read and checked before anything is written.
@@ -342,7 +443,6 @@ def sweep_files(
         ValueError: As :func:`sweep_lambdas` and :func:`hyperreg.geometry.io.load_volume`.
     """
     from hyperreg.geometry.intensity import normalize_intensity
-    from hyperreg.method.metrics import mean_dice
 
     moving_v = load_volume(moving)
     fixed_v = load_volume(fixed)
@@ -378,6 +478,7 @@ def sweep_files(
         normalize_intensity(fixed_v.data, normalization),
         results,
         baseline,
+        fixed_v.affine,
     )
     if save_fields:
         for r in results:
