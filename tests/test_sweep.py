@@ -174,7 +174,7 @@ def test_sweep_cli_writes_csv_and_figures(files: dict[str, Path], capsys) -> Non
             (float(row["dice_3"]) + float(row["dice_4"])) / 2, abs=1e-5
         )
         assert 0.0 <= float(row["folding_percent"]) <= 100.0
-    for name in ("sweep_curves.png", "sweep_montage.png"):
+    for name in ("sweep_curves.png", "sweep_montage.png", "sweep_qc.png"):
         assert (out / name).stat().st_size > 5000
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
     for tag in ("lam0", "lam0.25", "lam1"):
@@ -190,6 +190,7 @@ def test_sweep_cli_without_labels(files: dict[str, Path], capsys) -> None:
         rows = list(csv.DictReader(handle))
     assert len(rows) == 2 and rows[0]["mean_dice"] == ""
     assert (files["out"] / "sweep_montage.png").is_file()
+    assert (files["out"] / "sweep_qc.png").is_file()
 
 
 @pytest.mark.parametrize(
@@ -292,6 +293,93 @@ def test_tune_finds_the_known_lambda(known_pairs: list[PairSpec]) -> None:
         assert abs(entry["lambda"] - TRUE_LAMBDA) <= 0.5 / SLOPE
 
 
+def test_tune_reports_the_range_within_noise_and_no_registration(
+    known_pairs: list[PairSpec],
+) -> None:
+    from hyperreg.apps.tune import DICE_NOISE_FLOOR
+    from hyperreg.method.metrics import mean_dice
+
+    result = tune_lambda(_KnownModel(), known_pairs)
+    lo, hi = result.lambda_star_range
+    assert lo <= result.lambda_star <= hi
+    # both pairs score Dice 1 at λ*, so the standard error is 0 and the floor applies
+    assert result.dice_tolerance == DICE_NOISE_FLOOR
+    inside = [r for r in result.grid if lo <= r["lambda"] <= hi]
+    assert all(r["mean_dice"] >= result.dice_at_star - DICE_NOISE_FLOOR for r in inside)
+    assert abs(lo - TRUE_LAMBDA) <= 0.5 / SLOPE and abs(hi - TRUE_LAMBDA) <= 0.5 / SLOPE
+    before = []
+    for pair in known_pairs:
+        moving = _label_data(pair.moving_seg)
+        before.append(mean_dice(moving, _label_data(pair.fixed_seg), [3, 4]))
+    assert result.dice_before == pytest.approx(np.mean(before))
+    assert result.dice_before < result.dice_at_star
+    star_row = next(r for r in result.grid if r["lambda"] == result.lambda_star)
+    assert star_row["sem_dice"] == 0.0
+
+
+def _label_data(path: Path) -> np.ndarray:
+    from hyperreg.geometry.io import load_volume
+
+    return load_volume(path, label=True).data
+
+
+def test_sweep_reports_dice_before() -> None:
+    pair = _pair(SHAPE)
+    results = sweep_lambdas(tiny_model(), pair["moving"], pair["fixed"], [0.2, 0.8], **_segs(pair))
+    single = register_pair(tiny_model(), pair["moving"], pair["fixed"], 0.2, **_segs(pair))
+    for result in results:
+        assert result.extra["dice_before"] == pytest.approx(single.extra["dice_before"])
+    bare = sweep_lambdas(tiny_model(), pair["moving"], pair["fixed"], [0.2])
+    assert "dice_before" not in bare[0].extra
+
+
+def _rows(*entries: tuple[float, float, bool]) -> list[dict]:
+    return [{"lambda": lam, "mean_dice": dice, "feasible": ok} for lam, dice, ok in entries]
+
+
+def test_lambda_star_range_on_hand_built_rows() -> None:
+    from hyperreg.apps.tune import lambda_star_range
+
+    rows = _rows(
+        (0.0, 0.805, False),  # better, but over the folding limit: never in the range
+        (0.1, 0.795, True),
+        (0.2, 0.800, True),
+        (0.3, 0.785, True),  # a dip below the tolerance inside the range does not split it
+        (0.4, 0.792, True),
+        (0.5, 0.700, True),
+    )
+    for row in rows:
+        row["sem_dice"] = 0.01
+    assert lambda_star_range(rows, 0.2) == (0.1, 0.4, 0.01)
+    # a standard error below the floor, or none (one pair): the tolerance is 0.002
+    for sem in (0.0005, None, float("nan")):
+        for row in rows:
+            row["sem_dice"] = sem
+        assert lambda_star_range(rows, 0.2) == (0.2, 0.2, 0.002)
+    rows[1]["mean_dice"] = 0.7985
+    assert lambda_star_range(rows, 0.2) == (0.1, 0.2, 0.002)
+    # λ* infeasible (no λ met the limit): the range is λ* alone
+    assert lambda_star_range(rows, 0.0) == (0.0, 0.0, 0.002)
+    with pytest.raises(ValueError, match="'star'"):
+        lambda_star_range(rows, 0.25)
+
+
+def test_lambda_star_is_rounded_to_its_range() -> None:
+    from hyperreg.apps.tune import TuneResult
+
+    grid = _rows((0.3, 0.8, True), (0.3333, 0.8, True), (0.34, 0.8, True), (0.4, 0.8, True))
+    result = TuneResult(0.3333, 0.8, 0.0, True, {}, grid, 2, None, (0.2, 0.4), 0.004, 0.6)
+    assert result.lambda_star_rounded == "0.33"
+    assert result.lambda_star_text == "0.33 (0.2 to 0.4 within noise)"
+    result.lambda_star_range = (0.3333, 0.3333)  # nearest evaluated neighbour 0.0067 away
+    assert result.lambda_star_text == "0.3333 (no other λ within noise)"
+    result.lambda_star_range = (0.33, 0.34)
+    assert result.lambda_star_text == "0.333 (0.33 to 0.34 within noise)"
+    result.lambda_star_range = None
+    assert result.lambda_star_text == "0.3333"
+    assert result.to_dict()["lambda_star_range"] is None
+
+
 def test_tune_respects_the_folding_limit(known_pairs: list[PairSpec]) -> None:
     free = tune_lambda(_KnownModel(fold=True), known_pairs)
     limited = tune_lambda(_KnownModel(fold=True), known_pairs, max_folding=0.0)
@@ -356,6 +444,9 @@ def test_tune_cli_writes_json_and_figure(tmp_path: Path, capsys) -> None:
     assert report["dice_at_star"] == max(r["mean_dice"] for r in report["grid"] if r["feasible"])
     assert set(report["per_label_lambda_star"]) == {"3", "4"}
     assert report["max_folding_percent"] == 0.5 and report["pairs"] == 2
+    lo, hi = report["lambda_star_range"]
+    assert lo <= report["lambda_star"] <= hi and report["dice_noise_tolerance"] >= 0.002
+    assert 0.0 <= report["dice_before"] <= 1.0
     assert (out / "tune.png").read_bytes()[:4] == b"\x89PNG"
     assert "λ* =" in capsys.readouterr().out
     # a validation CSV without label maps is bad input

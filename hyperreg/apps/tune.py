@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -28,7 +28,14 @@ from hyperreg.geometry.io import load_volume
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.pairs import RegistrationResult
 
-__all__ = ["TuneResult", "tune_lambda", "write_tune_report"]
+__all__ = [
+    "DICE_NOISE_FLOOR",
+    "StarRange",
+    "TuneResult",
+    "lambda_star_range",
+    "tune_lambda",
+    "write_tune_report",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +60,12 @@ class TuneResult:
             ``feasible``, ``dice_<label>``.
         pairs: Number of pairs.
         max_folding: The folding limit in percent, or None.
+        lambda_star_range: ``(lo, hi)``: the smallest and largest evaluated feasible λ whose
+            mean Dice is within ``dice_tolerance`` of the best (see :func:`lambda_star_range`);
+            ``(λ*, λ*)`` when the folding limit is not met. λ in this range are
+            indistinguishable from λ* on these pairs.
+        dice_tolerance: The Dice difference treated as noise for that range.
+        dice_before: Mean over pairs of the mean Dice without registration, or None.
     """
 
     lambda_star: float
@@ -63,6 +76,35 @@ class TuneResult:
     grid: list[dict[str, Any]]
     pairs: int
     max_folding: float | None
+    lambda_star_range: tuple[float, float] | None = None
+    dice_tolerance: float | None = None
+    dice_before: float | None = None
+
+    @property
+    def lambda_star_rounded(self) -> str:
+        """λ* with as many decimals as the range within noise supports (see
+        :attr:`lambda_star_text`); all significant digits when no range is known."""
+        if self.lambda_star_range is None:
+            return f"{self.lambda_star:.4g}"
+        lo, hi = self.lambda_star_range
+        return _round(self.lambda_star, _decimals(hi - lo, self.grid, self.lambda_star))
+
+    @property
+    def lambda_star_text(self) -> str:
+        """λ* rounded, with the range within noise, e.g. ``"0.33 (0.2 to 0.4 within noise)"``.
+
+        The decimals are one more than the first significant digit of the range's width (or,
+        when no other λ is within noise, of the spacing to the nearest evaluated λ), 1 to 4,
+        without trailing zeros.
+        """
+        if self.lambda_star_range is None:
+            return self.lambda_star_rounded
+        lo, hi = self.lambda_star_range
+        if hi <= lo:
+            return f"{self.lambda_star_rounded} (no other λ within noise)"
+        digits = _decimals(hi - lo, self.grid, self.lambda_star)
+        span = f"{_round(lo, digits)} to {_round(hi, digits)}"
+        return f"{self.lambda_star_rounded} ({span} within noise)"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (label ids as strings)."""
@@ -71,11 +113,84 @@ class TuneResult:
             "dice_at_star": self.dice_at_star,
             "folding_percent_at_star": self.folding_percent_at_star,
             "constraint_met": self.constraint_met,
+            "lambda_star_range": list(self.lambda_star_range or ()) or None,
+            "dice_noise_tolerance": self.dice_tolerance,
+            "dice_before": self.dice_before,
             "max_folding_percent": self.max_folding,
             "pairs": self.pairs,
             "per_label_lambda_star": {str(k): v for k, v in self.per_label.items()},
             "grid": self.grid,
         }
+
+
+DICE_NOISE_FLOOR = 0.002
+"""Smallest Dice difference treated as noise by :func:`lambda_star_range` (also the tolerance
+with one validation pair, where no standard error exists)."""
+
+
+class StarRange(NamedTuple):
+    """Output of :func:`lambda_star_range`: ``lo`` and ``hi`` bound the λ range, ``tolerance``
+    is the Dice difference treated as noise."""
+
+    lo: float
+    hi: float
+    tolerance: float
+
+
+def lambda_star_range(rows: Sequence[dict[str, Any]], star: float) -> StarRange:
+    """The λ whose mean Dice is within noise of the best, from evaluated rows.
+
+    Noise is the standard error over pairs of the mean Dice at λ* (``sem_dice`` of its row:
+    sample standard deviation / sqrt(pairs)), but at least :data:`DICE_NOISE_FLOOR` (0.002); with
+    one pair, or no ``sem_dice``, it is 0.002. The range spans every **feasible** row whose
+    ``mean_dice`` is at least the best minus that tolerance (from the smallest such λ to the
+    largest, so a dip inside does not split it). If the λ* row is not feasible (no λ met the
+    folding limit), the range is ``(star, star)``.
+
+    Args:
+        rows: Rows as in :attr:`TuneResult.grid`: ``lambda``, ``mean_dice``, ``feasible`` and
+            optionally ``sem_dice`` (None or NaN counts as absent).
+        star: λ*, the ``lambda`` of one row.
+
+    Returns:
+        A :class:`StarRange` ``(lo, hi, tolerance)`` with ``lo <= star <= hi``.
+
+    Raises:
+        ValueError: If no row has ``lambda == star``.
+    """
+    best = next((r for r in rows if r["lambda"] == star), None)
+    if best is None:
+        raise ValueError(
+            f"lambda_star_range(): 'star' must be the λ of one row, got {star} not in "
+            f"{sorted(r['lambda'] for r in rows)[:8]}"
+        )
+    sem = best.get("sem_dice")
+    sem = 0.0 if sem is None or math.isnan(sem) else float(sem)
+    tolerance = max(sem, DICE_NOISE_FLOOR)
+    if not best["feasible"]:
+        return StarRange(star, star, tolerance)
+    close = [
+        r["lambda"]
+        for r in rows
+        if r["feasible"]
+        and not math.isnan(r["mean_dice"])
+        and r["mean_dice"] >= best["mean_dice"] - tolerance
+    ]
+    return StarRange(min(close + [star]), max(close + [star]), tolerance)
+
+
+def _decimals(width: float, rows: Sequence[dict[str, Any]], star: float) -> int:
+    """Decimals for λ*: one more than the first significant digit of ``width`` (the range
+    within noise, else the spacing from λ* to the nearest evaluated λ), between 1 and 4."""
+    if width <= 0:
+        gaps = [abs(r["lambda"] - star) for r in rows if r["lambda"] != star]
+        width = min(gaps) if gaps else 1.0
+    return int(min(4, max(1, math.ceil(-math.log10(width)) + 1)))
+
+
+def _round(value: float, decimals: int) -> str:
+    """``value`` to ``decimals`` places, trailing zeros dropped (0.30 -> "0.3", 1.0 -> "1")."""
+    return f"{value:.{decimals}f}".rstrip("0").rstrip(".")
 
 
 def _evaluate(
@@ -88,9 +203,11 @@ def _evaluate(
     amp: bool,
     normalization: str,
     resample: bool,
-) -> list[dict[str, Any]]:
-    """Mean-over-pairs Dice/folding per λ: one batched sweep per pair."""
+) -> tuple[list[dict[str, Any]], list[float]]:
+    """Mean-over-pairs Dice/folding per λ (one batched sweep per pair), and the mean Dice
+    without registration of each pair."""
     per_lam: list[list[RegistrationResult]] = [[] for _ in lambdas]
+    before: list[float] = []
     for pair in pairs:
         results = sweep_lambdas(
             model,
@@ -106,12 +223,18 @@ def _evaluate(
         )
         for slot, result in zip(per_lam, results):
             slot.append(result)
+        before.append(results[0].extra["dice_before"])
     rows = []
     for lam, results in zip(lambdas, per_lam):
         row: dict[str, Any] = {
             "lambda": float(lam),
             "stage": stage,
             "mean_dice": float(np.mean([r.mean_dice for r in results])),
+            "sem_dice": (
+                float(np.std([r.mean_dice for r in results], ddof=1) / math.sqrt(len(results)))
+                if len(results) > 1
+                else None
+            ),
             "folding_percent": float(np.mean([100 * r.folding_fraction for r in results])),
             "log_jacobian_std": float(np.mean([r.log_jacobian_std for r in results])),
         }
@@ -120,7 +243,7 @@ def _evaluate(
             values = [r.dice[label] for r in results if r.dice and label in r.dice]
             row[f"dice_{label}"] = float(np.nanmean(values))
         rows.append(row)
-    return rows
+    return rows, before
 
 
 def _best(rows: Sequence[dict[str, Any]], key: str = "mean_dice") -> dict[str, Any]:
@@ -210,7 +333,8 @@ def tune_lambda(
             row["feasible"] = max_folding is None or row["folding_percent"] <= max_folding
         return rows
 
-    rows = feasible(_evaluate(model, pairs, grid, "coarse", **options))  # type: ignore[arg-type]
+    coarse, before = _evaluate(model, pairs, grid, "coarse", **options)  # type: ignore[arg-type]
+    rows = feasible(coarse)
     for round_ in range(1, refine_rounds + 1):
         rows.sort(key=lambda r: r["lambda"])
         lams = [r["lambda"] for r in rows]
@@ -225,7 +349,8 @@ def tune_lambda(
         if not new:
             break
         logger.info("%s(): round %d refines λ in [%.4g, %.4g]", fn, round_, lo, hi)
-        rows += feasible(_evaluate(model, pairs, new, f"refine{round_}", **options))  # type: ignore[arg-type]
+        refined, _ = _evaluate(model, pairs, new, f"refine{round_}", **options)  # type: ignore[arg-type]
+        rows += feasible(refined)
     rows.sort(key=lambda r: r["lambda"])
     best = _best(rows)
     met = bool(best["feasible"])
@@ -242,6 +367,7 @@ def tune_lambda(
     for key in label_keys:
         label_best = _best(rows, key)
         per_label[int(key[5:])] = {"lambda": label_best["lambda"], "dice": label_best.get(key)}
+    span = lambda_star_range(rows, best["lambda"])
     return TuneResult(
         lambda_star=best["lambda"],
         dice_at_star=best["mean_dice"],
@@ -251,32 +377,45 @@ def tune_lambda(
         grid=rows,
         pairs=len(pairs),
         max_folding=max_folding,
+        lambda_star_range=(span.lo, span.hi),
+        dice_tolerance=span.tolerance,
+        dice_before=float(np.mean(before)),
     )
 
 
 def write_tune_report(result: TuneResult, out: PathLike) -> list[Path]:
-    """Write ``tune.json`` (:meth:`TuneResult.to_dict`) and ``tune.png`` (mean Dice and folding
-    against every evaluated λ, λ* marked) into ``out``, atomically."""
+    """Write ``tune.json`` (:meth:`TuneResult.to_dict`) and ``tune.png`` into ``out``, atomically.
+
+    The figure shows mean Dice and folding against every evaluated λ, the mean Dice without
+    registration (dashed), λ* (dotted) and the range within noise of the best Dice (shaded); the
+    title gives λ* rounded to what that range supports.
+    """
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [write_json(out_dir / "tune.json", result.to_dict(), indent=2)]
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    fig, ax = plt.subplots(figsize=(5.8, 4.4), layout="constrained")
     rows = result.grid
+    span = result.lambda_star_range
+    tolerance = "" if result.dice_tolerance is None else f" (±{result.dice_tolerance:.3g})"
     plot_lambda_curves(
         ax,
         [r["lambda"] for r in rows],
         [r["mean_dice"] for r in rows],
         [r["folding_percent"] for r in rows],
+        baseline=result.dice_before,
         star=result.lambda_star,
+        star_label=f"λ* = {result.lambda_star_rounded}",
+        star_range=span if span is not None and span[1] > span[0] else None,
+        star_range_label=f"Dice within noise of best{tolerance}",
         max_folding=result.max_folding,
     )
     ax.set_title(
-        f"validation: {result.pairs} pair(s), λ* = {result.lambda_star:.3g}, "
-        f"Dice {result.dice_at_star:.3f}",
+        f"validation, {result.pairs} pair(s): λ* = {result.lambda_star_text}\n"
+        f"mean Dice {result.dice_at_star:.3f} at λ*"
+        + ("" if result.dice_before is None else f", {result.dice_before:.3f} unregistered"),
         fontsize=9,
     )
-    fig.tight_layout()
     png = out_dir / "tune.png"
     save_figure(fig, png)
     paths.append(png)
