@@ -25,7 +25,7 @@ import math
 import os
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -213,7 +213,9 @@ def batch_register(
     """Register every pair of ``pairs`` (one shard) with per-pair records, resumably.
 
     For each pair: if ``pairs/<name>/record.json`` matches the pair (same files and λ) and its
-    outputs exist, skip it. Otherwise call :func:`hyperreg.apps.inference.register_files`, which
+    outputs exist, skip it. Otherwise check its label maps
+    (:func:`hyperreg.apps.inference.check_label_map`: integer ids, not an intensity image) and
+    call :func:`hyperreg.apps.inference.register_files`, which
     writes ``moved.nii.gz``, ``warp.nii.gz`` (and ``moved_seg.nii.gz`` with a moving label map)
     atomically, then write the record (the pair's summary row) atomically. Any exception of one
     pair is stored in ``pairs/<name>/failure.json`` (type, message, traceback) and the loop goes
@@ -240,7 +242,7 @@ def batch_register(
     """
     from tqdm import tqdm
 
-    from hyperreg.apps.inference import register_files
+    from hyperreg.apps.inference import check_label_map, register_files
 
     fn = "batch_register"
     if lam is not None and (math.isnan(lam) or not 0.0 <= lam <= 1.0):
@@ -270,6 +272,9 @@ def batch_register(
         }
         tic = time.perf_counter()
         try:
+            for column in ("moving_seg", "fixed_seg"):
+                if getattr(pair, column) is not None:
+                    check_label_map(fn, column, getattr(pair, column))
             result = register_files(
                 model,
                 pair.moving,
@@ -425,6 +430,7 @@ def run_batch(
     resample: bool = True,
     warp_format: str = "voxel",
     progress: bool = False,
+    load_model: Callable[[PathLike, Any], Any] | None = None,
 ) -> BatchRun:
     """One process of a batch job: read the pairs, run this rank's shard, merge.
 
@@ -447,6 +453,9 @@ def run_batch(
         resample: Resample inputs on other grids onto the fixed grid.
         warp_format: ``"voxel"`` or ``"itk"``.
         progress: Progress bar on rank 0.
+        load_model: ``load_model(model_path, device) -> model``; default: the model of
+            :func:`hyperreg.method.model.load_checkpoint` (the CLI passes one that also takes a
+            run folder and words its errors for ``--model``).
 
     Returns:
         A :class:`BatchRun`.
@@ -475,7 +484,10 @@ def run_batch(
     resolved = resolve_device("run_batch", device)
     if resolved.type == "cuda" and resolved.index is None and world > 1:
         resolved = torch.device("cuda", local_rank % torch.cuda.device_count())
-    model, _ = load_checkpoint(model_path, map_location=resolved)
+    if load_model is None:
+        model, _ = load_checkpoint(model_path, map_location=resolved)
+    else:
+        model = load_model(model_path, resolved)
     group = world > 1 and "MASTER_ADDR" in os.environ and torch.distributed.is_available()
     if group and not torch.distributed.is_initialized():
         torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
