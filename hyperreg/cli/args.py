@@ -1,4 +1,5 @@
-"""Argument helpers shared by every ``hyperreg`` subcommand: the parser class and value types.
+"""Argument helpers shared by every ``hyperreg`` subcommand: the parser class, value types and
+the argument groups several subcommands take (defined once, so their help texts are identical).
 
 Types raise :class:`argparse.ArgumentTypeError`, which argparse turns into one line,
 ``hyperreg <cmd>: error: argument --flag: …``, and exit code 2. Must not import the library at
@@ -14,11 +15,24 @@ __all__ = [
     "DEVICE_HELP",
     "PROG",
     "Parser",
+    "add_batching_arguments",
     "add_common",
+    "add_input_arguments",
+    "add_label_arguments",
+    "add_lambda_grid_argument",
+    "add_model_argument",
+    "add_normalization_argument",
+    "add_out_argument",
+    "add_pair_arguments",
+    "add_pairs_csv_argument",
+    "add_preprocessing_arguments",
+    "add_resample_argument",
+    "add_warp_format_argument",
     "lambda_list",
     "lambda_value",
     "percent",
     "positive_int",
+    "subparser",
 ]
 
 PROG = "hyperreg"
@@ -30,6 +44,14 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The parser of subcommand ``command`` of ``parser`` (argparse has no public accessor)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices[command]
+    raise ValueError(f"subparser(): no subcommands in {parser.prog!r}")
 
 
 def lambda_value(text: str) -> float:
@@ -54,9 +76,12 @@ def positive_int(text: str) -> int:
     return value
 
 
-def add_common(parser: argparse.ArgumentParser) -> None:
-    """``--device`` and ``--debug``, which every subcommand takes."""
-    parser.add_argument("--device", default="auto", help=DEVICE_HELP)
+def add_common(parser: argparse.ArgumentParser, *, device: bool = True, seed: bool = False) -> None:
+    """``--debug``, which every subcommand takes; ``--device`` and ``--seed`` where asked."""
+    if seed:
+        parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    if device:
+        parser.add_argument("--device", default="auto", help=DEVICE_HELP)
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
 
 
@@ -79,3 +104,130 @@ def percent(text: str) -> float:
     if math.isnan(value) or value < 0:
         raise argparse.ArgumentTypeError(f"must be a percentage >= 0, got {text}")
     return value
+
+
+# --- argument groups shared by register, sweep, tune and batch --------------------------------
+
+
+def add_model_argument(parser: argparse.ArgumentParser) -> None:
+    """``--model``: a checkpoint or the run folder holding model.pt."""
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="checkpoint (.pt) written by 'hyperreg train', or its output folder (model.pt in it)",
+    )
+
+
+def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--moving`` and ``--fixed``."""
+    parser.add_argument("--moving", required=True, help="moving image (NIfTI, MGZ or npz)")
+    parser.add_argument(
+        "--fixed",
+        required=True,
+        help="fixed image; every output is on its grid with its affine (a moving image on "
+        "another grid is resampled onto it first, see --no-resample)",
+    )
+
+
+def add_label_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--moving-seg`` and ``--fixed-seg`` (label maps of integer ids, for Dice)."""
+    parser.add_argument(
+        "--moving-seg",
+        help="moving label map (integer ids, not intensities), warped with nearest neighbour",
+    )
+    parser.add_argument(
+        "--fixed-seg",
+        help="fixed label map (integer ids): with --moving-seg, mean Dice over the labels "
+        "present in both maps",
+    )
+
+
+def add_input_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--model``, ``--moving``, ``--fixed``, ``--moving-seg`` and ``--fixed-seg``."""
+    add_model_argument(parser)
+    add_pair_arguments(parser)
+    add_label_arguments(parser)
+
+
+def add_out_argument(parser: argparse.ArgumentParser, contents: str) -> None:
+    """``--out``: the output folder (created if missing) and what it receives."""
+    parser.add_argument(
+        "--out", required=True, help=f"output folder (created if missing): {contents}"
+    )
+
+
+def add_pairs_csv_argument(parser: argparse.ArgumentParser, columns: str) -> None:
+    """``--pairs``: a pair CSV with ``columns``, paths relative to the CSV."""
+    parser.add_argument(
+        "--pairs",
+        required=True,
+        help=f"CSV with columns {columns} (paths relative to the CSV; label maps of integer ids)",
+    )
+
+
+def add_preprocessing_arguments(
+    parser: argparse.ArgumentParser, then: str = "then an error"
+) -> None:
+    """``--no-resample`` (see :func:`add_resample_argument`) and ``--normalization``."""
+    add_resample_argument(parser, then)
+    add_normalization_argument(parser)
+
+
+def add_resample_argument(parser: argparse.ArgumentParser, then: str = "then an error") -> None:
+    """``--no-resample`` (``dest="resample"``); ``then`` says what differing grids become."""
+    parser.add_argument(
+        "--no-resample",
+        dest="resample",
+        action="store_false",
+        help=f"do not resample inputs on another grid onto the fixed (or field's) grid; "
+        f"differing grids are {then}",
+    )
+
+
+def add_normalization_argument(parser: argparse.ArgumentParser) -> None:
+    """``--normalization {minmax,none}``."""
+    parser.add_argument(
+        "--normalization",
+        choices=("minmax", "none"),
+        default="minmax",
+        help="intensity normalisation of both images (default minmax to [0, 1])",
+    )
+
+
+def add_warp_format_argument(parser: argparse.ArgumentParser, output: str) -> None:
+    """``--warp-format {voxel,itk}`` for the displacement field written as ``output``."""
+    parser.add_argument(
+        "--warp-format",
+        choices=("voxel", "itk"),
+        default="voxel",
+        help=f"format of {output}: voxel (default: voxels, channel last, i/j/k order) or itk: "
+        "world mm in LPS, vector intent, shape (I,J,K,1,3) (2D: (I,J,1,1,2)), applied directly "
+        "by ANTs antsApplyTransforms and SimpleITK DisplacementFieldTransform; both with the "
+        "fixed-image affine",
+    )
+
+
+def add_lambda_grid_argument(parser: argparse.ArgumentParser, what: str = "λ values") -> None:
+    """``--lambdas``: a λ grid (:func:`lambda_list`), default ``0:1:11``."""
+    parser.add_argument(
+        "--lambdas",
+        type=lambda_list,
+        default="0:1:11",
+        help=f"{what}: start:stop:count (inclusive, evenly spaced) or a comma list "
+        "(default 0:1:11)",
+    )
+
+
+def add_batching_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--chunk`` and ``--amp``: how many λ one forward pass takes, and bfloat16 autocast."""
+    parser.add_argument(
+        "--chunk",
+        type=positive_int,
+        help="largest number of λ per batched forward pass (bounds memory; default: all at "
+        "once). Use a small value for 3D on a CPU",
+    )
+    parser.add_argument(
+        "--amp",
+        action="store_true",
+        help="bfloat16 autocast for the forward pass (CUDA only; metrics stay float32)",
+    )

@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from hyperreg.cli.args import PROG, add_common, lambda_value, positive_int
+from hyperreg.cli import args as opts
+from hyperreg.cli.inputs import check_out_folder, model_for, pair_options
+from hyperreg.cli.messages import folding_text
 
 __all__ = ["COMMANDS", "add_parsers"]
 
@@ -32,7 +34,7 @@ def add_parsers(sub: Any) -> None:
         help="2: train on slices (coronal slices cut from 3D volumes); 3: volumes",
     )
     train.add_argument(
-        "--steps", type=positive_int, default=1500, help="optimiser steps (default 1500)"
+        "--steps", type=opts.positive_int, default=1500, help="optimiser steps (default 1500)"
     )
     train.add_argument(
         "--out",
@@ -60,7 +62,7 @@ def add_parsers(sub: Any) -> None:
     train.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
     train.add_argument(
         "--batch-size",
-        type=positive_int,
+        type=opts.positive_int,
         default=4,
         help="pairs per step per process (default 4); under torchrun the global batch is "
         "nproc × batch size",
@@ -69,7 +71,7 @@ def add_parsers(sub: Any) -> None:
     train.add_argument("--atlas-seg", default="", help="atlas label map, for validation Dice")
     train.add_argument(
         "--checkpoint-every",
-        type=positive_int,
+        type=opts.positive_int,
         default=500,
         help="steps between checkpoints (default 500)",
     )
@@ -89,7 +91,7 @@ def add_parsers(sub: Any) -> None:
     )
     train.add_argument(
         "--val-lambdas",
-        type=lambda_value,
+        type=opts.lambda_value,
         nargs="+",
         default=[0.1, 0.5, 0.9],
         help="λ values evaluated in validation (default 0.1 0.5 0.9)",
@@ -112,7 +114,7 @@ def add_parsers(sub: Any) -> None:
     train.add_argument("--compile", action="store_true", help="torch.compile the model")
     train.add_argument(
         "--crop",
-        type=positive_int,
+        type=opts.positive_int,
         nargs="+",
         default=[],
         metavar="N",
@@ -124,22 +126,14 @@ def add_parsers(sub: Any) -> None:
         default=7,
         help="scaling-and-squaring steps; 0 predicts displacements (default 7)",
     )
-    train.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    add_common(train)
+    opts.add_common(train, seed=True)
 
     reg = sub.add_parser("register", help="register a moving image to a fixed image at one λ")
-    reg.add_argument("--model", required=True, help="checkpoint (.pt) written by 'hyperreg train'")
-    reg.add_argument("--moving", required=True, help="moving image (NIfTI, MGZ or npz)")
-    reg.add_argument(
-        "--fixed",
-        required=True,
-        help="fixed image; every output is on its grid with its affine (a moving image on "
-        "another grid is resampled onto it first, see --no-resample)",
-    )
+    opts.add_input_arguments(reg)
     reg.add_argument(
         "--lambda",
         dest="lam",
-        type=lambda_value,
+        type=opts.lambda_value,
         required=True,
         help="regularisation weight λ in [0, 1]: 0 = similarity only (sharpest match, least "
         "smooth field), 1 = smoothness only (identity)",
@@ -154,38 +148,13 @@ def add_parsers(sub: Any) -> None:
         help="displacement field (voxels), NIfTI (I,J,K,3) channel last, i/j/k "
         "order, fixed-image affine; moved[x] = moving(x + u(x)); see --warp-format",
     )
+    opts.add_warp_format_argument(reg, "--warp")
     reg.add_argument(
-        "--warp-format",
-        choices=("voxel", "itk"),
-        default="voxel",
-        help="format of --warp: voxel (default, as above) or itk: world mm in LPS, vector "
-        "intent, shape (I,J,K,1,3) (2D: (I,J,1,1,2)), fixed-image affine, applied directly by "
-        "ANTs antsApplyTransforms and SimpleITK DisplacementFieldTransform",
+        "--moved-seg",
+        help="moved label map (needs --moving-seg), NIfTI, integer type, fixed affine",
     )
-    reg.add_argument(
-        "--no-resample",
-        dest="resample",
-        action="store_false",
-        help="do not resample a moving image (or label map) on another grid onto the fixed "
-        "grid; differing grids are then an error",
-    )
-    reg.add_argument(
-        "--moving-seg",
-        help="moving label map, warped with nearest neighbour (for --moved-seg and Dice)",
-    )
-    reg.add_argument("--moved-seg", help="moved label map, NIfTI, integer type, fixed affine")
-    reg.add_argument(
-        "--fixed-seg",
-        help="fixed label map: with --moving-seg, mean Dice (before and after) is printed over "
-        "the labels present in both maps",
-    )
-    reg.add_argument(
-        "--normalization",
-        choices=("minmax", "none"),
-        default="minmax",
-        help="intensity normalisation of both images (default minmax to [0, 1])",
-    )
-    add_common(reg)
+    opts.add_preprocessing_arguments(reg)
+    opts.add_common(reg)
 
     warp = sub.add_parser(
         "warp", help="apply a saved displacement field to another image or label map"
@@ -213,13 +182,8 @@ def add_parsers(sub: Any) -> None:
         action="store_true",
         help="label map: round to integer ids, nearest-neighbour interpolation, integer output",
     )
-    warp.add_argument(
-        "--no-resample",
-        dest="resample",
-        action="store_false",
-        help="do not resample a moving file on another grid; differing grids are an error",
-    )
-    warp.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    opts.add_resample_argument(warp)
+    opts.add_common(warp, device=False)
 
     jac = sub.add_parser(
         "jacobian", help="Jacobian determinant map and folding of a saved displacement field"
@@ -233,7 +197,7 @@ def add_parsers(sub: Any) -> None:
         help="Jacobian determinant of x + u(x), NIfTI float32, dimensionless, on the field's "
         "(fixed) grid with its affine",
     )
-    jac.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    opts.add_common(jac, device=False)
 
     demo = sub.add_parser("demo", help="train and register on built-in data, write a report")
     demo.add_argument(
@@ -242,12 +206,11 @@ def add_parsers(sub: Any) -> None:
     demo.add_argument("--data", help="neurite-oasis folder: use real subject pairs instead")
     demo.add_argument(
         "--steps",
-        type=positive_int,
+        type=opts.positive_int,
         default=600,
         help="training steps (default 600, a few minutes on a CPU)",
     )
-    demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    add_common(demo)
+    opts.add_common(demo, seed=True)
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -256,6 +219,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     if not args.out and not args.resume:
         raise ValueError("--out is required (or --resume DIR, which then is the output folder)")
+    if args.out:
+        check_out_folder(args.out)
     config = TrainConfig(
         data=args.data,
         out=args.out or args.resume,
@@ -280,15 +245,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
             ndim=args.ndim, parametrization=args.parametrization, int_steps=args.int_steps
         ),
     )
-    path = train(config, resume=args.resume)
-    print(f"model written to {path}")
+    train(config, resume=args.resume)  # its last log line names the model written
     return 0
 
 
 def _cmd_register(args: argparse.Namespace) -> int:
-    from hyperreg._checks import resolve_device
     from hyperreg.apps.inference import register_files
-    from hyperreg.method.model import load_checkpoint
 
     if not (args.moved or args.warp or args.moved_seg):
         raise ValueError("nothing to write: give --moved, --warp and/or --moved-seg")
@@ -298,24 +260,19 @@ def _cmd_register(args: argparse.Namespace) -> int:
         raise ValueError("--moving-seg is used only with --moved-seg or --fixed-seg; add one")
     if args.fixed_seg and not args.moving_seg:
         raise ValueError("--fixed-seg needs --moving-seg (Dice compares the two label maps)")
-    device = resolve_device("register", args.device)
-    model, _ = load_checkpoint(args.model, map_location=device)
     result = register_files(
-        model,
+        model_for(args),
         args.moving,
         args.fixed,
         args.lam,
         moved=args.moved,
         warp_out=args.warp,
-        moving_seg=args.moving_seg,
-        fixed_seg=args.fixed_seg,
         moved_seg=args.moved_seg,
-        normalization=args.normalization,
-        resample=args.resample,
         warp_format=args.warp_format,
+        **pair_options(args),
     )
     for message in result.resampled:
-        print(f"{PROG} register: {message}")
+        print(f"{opts.PROG} register: {message}")
     written = [p for p in (args.moved, args.warp, args.moved_seg) if p]
     print(f"λ = {result.lam:g}: wrote {', '.join(written)}")
     if result.dice is not None:
@@ -328,10 +285,7 @@ def _cmd_register(args: argparse.Namespace) -> int:
 
 
 def _print_field_summary(folding_fraction: float, log_jacobian_std: float) -> None:
-    print(
-        f"folding fraction {100 * folding_fraction:.3f} % of voxels (J <= 0), "
-        f"std log J {log_jacobian_std:.4f}"
-    )
+    print(f"{folding_text(100 * folding_fraction)}, std log J {log_jacobian_std:.4f}")
 
 
 def _cmd_warp(args: argparse.Namespace) -> int:
@@ -341,7 +295,7 @@ def _cmd_warp(args: argparse.Namespace) -> int:
         args.moving, args.warp, args.moved, nearest=args.nearest, resample=args.resample
     )
     if result.resampled:
-        print(f"{PROG} warp: {result.resampled}")
+        print(f"{opts.PROG} warp: {result.resampled}")
     kind = "label map (nearest neighbour)" if args.nearest else "image (linear)"
     print(f"wrote {args.moved}: {kind}, shape {result.grid.spatial_shape}")
     return 0
@@ -359,6 +313,7 @@ def _cmd_jacobian(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from hyperreg.apps.demo import run_demo
 
+    check_out_folder(args.out)
     report = run_demo(
         args.out, data=args.data, steps=args.steps, seed=args.seed, device=args.device
     )

@@ -11,44 +11,35 @@ import argparse
 import sys
 from typing import Any
 
-from hyperreg.cli.args import PROG, add_common, lambda_list, lambda_value, percent, positive_int
+from hyperreg.cli import args as opts
+from hyperreg.cli.inputs import (
+    check_out_folder,
+    load_model,
+    model_for,
+    pair_options,
+    preprocessing_options,
+)
+from hyperreg.cli.messages import folding_text
 
 __all__ = ["COMMANDS", "add_parsers"]
 
 
-
 def add_parsers(sub: Any) -> None:
     """Add the ``sweep``, ``tune`` and ``batch`` subparsers to ``sub`` (from ``add_subparsers``)."""
-    chunk_help = (
-        "largest number of λ per batched forward pass (bounds memory; default: all at once). "
-        "Use a small value for 3D on a CPU"
-    )
-    amp_help = "bfloat16 autocast for the forward pass (CUDA only; metrics stay float32)"
+    _add_sweep(sub)
+    _add_tune(sub)
+    _add_batch(sub)
 
+
+def _add_sweep(sub: Any) -> None:
     sweep = sub.add_parser(
         "sweep", help="register one pair at many λ in one batched pass; CSV and figures"
     )
-    sweep.add_argument("--model", required=True, help="checkpoint (.pt) from 'hyperreg train'")
-    sweep.add_argument("--moving", required=True, help="moving image (NIfTI, MGZ or npz)")
-    sweep.add_argument(
-        "--fixed",
-        required=True,
-        help="fixed image; outputs are on its grid (a moving image on another grid is "
-        "resampled onto it first, see --no-resample)",
-    )
-    sweep.add_argument("--moving-seg", help="moving label map (with --fixed-seg: Dice per λ)")
-    sweep.add_argument("--fixed-seg", help="fixed label map")
-    sweep.add_argument(
-        "--lambdas",
-        type=lambda_list,
-        default="0:1:11",
-        help="λ values: start:stop:count (inclusive, evenly spaced) or a comma list "
-        "(default 0:1:11)",
-    )
-    sweep.add_argument(
-        "--out",
-        required=True,
-        help="output folder: sweep.csv, sweep_curves.png (Dice and folding vs λ), "
+    opts.add_input_arguments(sweep)
+    opts.add_lambda_grid_argument(sweep)
+    opts.add_out_argument(
+        sweep,
+        "sweep.csv, sweep_curves.png (Dice and folding vs λ), "
         "sweep_montage.png (moved images and |u| across λ; 3D: middle slice)",
     )
     sweep.add_argument(
@@ -57,46 +48,24 @@ def add_parsers(sub: Any) -> None:
         help="also write moved_lam<λ>.nii.gz, warp_lam<λ>.nii.gz (displacement field, voxels, "
         "i/j/k order, fixed affine) and moved_seg_lam<λ>.nii.gz per λ",
     )
-    sweep.add_argument("--chunk", type=positive_int, help=chunk_help)
-    sweep.add_argument("--amp", action="store_true", help=amp_help)
-    sweep.add_argument(
-        "--no-resample",
-        dest="resample",
-        action="store_false",
-        help="do not resample inputs on another grid; differing grids are then an error",
-    )
-    sweep.add_argument(
-        "--normalization",
-        choices=("minmax", "none"),
-        default="minmax",
-        help="intensity normalisation of both images (default minmax to [0, 1])",
-    )
-    add_common(sweep)
+    opts.add_batching_arguments(sweep)
+    opts.add_preprocessing_arguments(sweep)
+    opts.add_common(sweep)
 
+
+def _add_tune(sub: Any) -> None:
     tune = sub.add_parser(
         "tune", help="find λ* maximising mean validation Dice (optionally under a folding limit)"
     )
-    tune.add_argument("--model", required=True, help="checkpoint (.pt) from 'hyperreg train'")
-    tune.add_argument(
-        "--pairs",
-        required=True,
-        help="validation CSV with columns moving, fixed, moving_seg, fixed_seg (paths relative "
-        "to the CSV)",
-    )
-    tune.add_argument(
-        "--out", required=True, help="output folder: tune.json and tune.png (Dice, folding vs λ)"
-    )
+    opts.add_model_argument(tune)
+    opts.add_pairs_csv_argument(tune, "moving, fixed, moving_seg, fixed_seg (validation pairs)")
+    opts.add_out_argument(tune, "tune.json and tune.png (Dice, folding vs λ)")
     tune.add_argument(
         "--max-folding",
-        type=percent,
-        help="largest mean folding, in %% of voxels with J <= 0, for λ* (default: no limit)",
+        type=opts.percent,
+        help="largest mean folding, in %% of voxels with J ≤ 0, for λ* (default: no limit)",
     )
-    tune.add_argument(
-        "--lambdas",
-        type=lambda_list,
-        default="0:1:11",
-        help="coarse grid, start:stop:count or a comma list (default 0:1:11)",
-    )
+    opts.add_lambda_grid_argument(tune, "coarse grid")
     tune.add_argument(
         "--refine-rounds",
         type=int,
@@ -105,84 +74,57 @@ def add_parsers(sub: Any) -> None:
     )
     tune.add_argument(
         "--refine-points",
-        type=positive_int,
+        type=opts.positive_int,
         default=8,
         help="new λ values per refinement round (default 8)",
     )
-    tune.add_argument("--chunk", type=positive_int, help=chunk_help)
-    tune.add_argument("--amp", action="store_true", help=amp_help)
-    add_common(tune)
+    opts.add_batching_arguments(tune)
+    opts.add_common(tune)
 
+
+def _add_batch(sub: Any) -> None:
     batch = sub.add_parser(
         "batch", help="register many pairs from a CSV: resumable, failures recorded, shardable"
     )
-    batch.add_argument("--model", required=True, help="checkpoint (.pt) from 'hyperreg train'")
-    batch.add_argument(
-        "--pairs",
-        required=True,
-        help="CSV with columns moving, fixed, optional moving_seg, fixed_seg, lambda (paths "
-        "relative to the CSV)",
-    )
-    batch.add_argument(
-        "--out",
-        required=True,
-        help="output folder: pairs/pairNNNNN/{moved,warp,moved_seg}.nii.gz, summary.csv, "
+    opts.add_model_argument(batch)
+    opts.add_pairs_csv_argument(batch, "moving, fixed, optional moving_seg, fixed_seg, lambda")
+    opts.add_out_argument(
+        batch,
+        "pairs/pairNNNNN/{moved,warp,moved_seg}.nii.gz, summary.csv, "
         "failures.csv. A rerun skips finished pairs. Under torchrun each process takes rows "
         "RANK::WORLD_SIZE",
     )
     batch.add_argument(
         "--lambda",
         dest="lam",
-        type=lambda_value,
+        type=opts.lambda_value,
         help="λ in [0, 1] for rows without a 'lambda' value",
     )
-    batch.add_argument(
-        "--warp-format",
-        choices=("voxel", "itk"),
-        default="voxel",
-        help="format of warp.nii.gz: voxel (default; voxels, i/j/k order, fixed affine) or itk",
-    )
-    batch.add_argument(
-        "--no-resample",
-        dest="resample",
-        action="store_false",
-        help="do not resample inputs on another grid; such pairs then fail",
-    )
-    batch.add_argument(
-        "--normalization",
-        choices=("minmax", "none"),
-        default="minmax",
-        help="intensity normalisation (default minmax to [0, 1])",
-    )
+    opts.add_warp_format_argument(batch, "warp.nii.gz")
+    opts.add_preprocessing_arguments(batch, then="then a failed pair")
     batch.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm bar")
-    add_common(batch)
+    opts.add_common(batch)
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from hyperreg._checks import resolve_device
     from hyperreg.apps.sweep import sweep_files
-    from hyperreg.method.model import load_checkpoint
 
     if bool(args.moving_seg) != bool(args.fixed_seg):
         raise ValueError("--moving-seg and --fixed-seg go together (Dice needs both)")
-    device = resolve_device("sweep", args.device)
-    model, _ = load_checkpoint(args.model, map_location=device)
+    check_out_folder(args.out)
     report = sweep_files(
-        model,
+        model_for(args),
         args.moving,
         args.fixed,
         args.lambdas,
         args.out,
-        moving_seg=args.moving_seg,
-        fixed_seg=args.fixed_seg,
         save_fields=args.save_fields,
         chunk=args.chunk,
         amp=args.amp,
-        normalization=args.normalization,
-        resample=args.resample,
+        **pair_options(args),
     )
     for message in report.results[0].resampled:
-        print(f"{PROG} sweep: {message}")
+        print(f"{opts.PROG} sweep: {message}")
     print(f"{'lambda':>8} {'dice':>7} {'fold%':>8} {'sdlogJ':>7} {'ncc':>6}")
     for r in report.results:
         dice = f"{r.mean_dice:7.4f}" if r.dice is not None else f"{'-':>7}"
@@ -197,16 +139,20 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from hyperreg._checks import resolve_device
     from hyperreg.apps.batch import read_pairs
+    from hyperreg.apps.inference import check_label_map
     from hyperreg.apps.tune import tune_lambda, write_tune_report
-    from hyperreg.method.model import load_checkpoint
 
+    check_out_folder(args.out)
     pairs = read_pairs(args.pairs, require_segs=True)
-    device = resolve_device("tune", args.device)
-    model, _ = load_checkpoint(args.model, map_location=device)
+    for pair in pairs:  # before any work: an intensity image in a label column is bad input
+        for column in ("moving_seg", "fixed_seg"):
+            try:
+                check_label_map("tune", column, getattr(pair, column))
+            except ValueError as err:
+                raise ValueError(f"row {pair.index} of --pairs: {err}") from err
     result = tune_lambda(
-        model,
+        model_for(args),
         pairs,
         lambdas=args.lambdas,
         max_folding=args.max_folding,
@@ -218,12 +164,12 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     paths = write_tune_report(result, args.out)
     limit = "" if args.max_folding is None else f" (folding limit {args.max_folding:g} %)"
     print(
-        f"λ* = {result.lambda_star:.4g}: mean Dice {result.dice_at_star:.4f}, folding "
-        f"{result.folding_percent_at_star:.3f} % over {result.pairs} pair(s){limit}; "
+        f"λ* = {result.lambda_star:.4g}: mean Dice {result.dice_at_star:.4f}, mean "
+        f"{folding_text(result.folding_percent_at_star)} over {result.pairs} pair(s){limit}; "
         f"{len(result.grid)} λ evaluated"
     )
     if not result.constraint_met:
-        print(f"{PROG} tune: no λ met the folding limit; λ* has the least folding")
+        print(f"{opts.PROG} tune: no λ met the folding limit; λ* has the least folding")
     print(f"wrote {', '.join(str(p) for p in paths)}")
     return 0
 
@@ -231,16 +177,17 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 def _cmd_batch(args: argparse.Namespace) -> int:
     from hyperreg.apps.batch import run_batch
 
+    check_out_folder(args.out)
     run = run_batch(
         args.model,
         args.pairs,
         args.out,
         lam=args.lam,
         device=args.device,
-        normalization=args.normalization,
-        resample=args.resample,
         warp_format=args.warp_format,
         progress=args.progress,
+        load_model=load_model,
+        **preprocessing_options(args),
     )
     report = run.report
     who = f"rank {run.rank}/{run.world_size}: " if run.world_size > 1 else ""
@@ -253,7 +200,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
         print(f"{summary}: {rows} of {run.total} pairs done; {failures}: {failed} failure(s)")
     if report.failed:
         print(
-            f"{PROG} batch: error: {report.failed} pair(s) failed, see failures.csv",
+            f"{opts.PROG} batch: error: {report.failed} pair(s) failed, see failures.csv",
             file=sys.stderr,
         )
         return 1

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from hyperreg.cli import commands, lambda_commands
 from hyperreg.cli.args import PROG, Parser
+from hyperreg.cli.messages import LogFormatter, UserWords
 
 __all__ = ["build_parser", "main"]
 
@@ -45,31 +46,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exit_:
         return int(exit_.code or 0)
     prog = f"{PROG} {args.command}"
-    logging.basicConfig(level=logging.INFO, format=f"{prog}: %(message)s")
+    words = UserWords(parser, args)
+    # log lines, rewritten like errors, go to stderr while the command runs (the handler and
+    # level are restored afterwards: main() is also called in-process, from tests and scripts)
+    handler = logging.StreamHandler()
+    handler.setFormatter(LogFormatter(prog, words))
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
 
     def show_warning(message, category, filename, lineno, file=None, line=None):
-        print(f"{prog}: warning: {message}", file=sys.stderr)
+        print(f"{prog}: warning: {words(str(message))}", file=sys.stderr)
 
     # warnings print as one line while the command runs; catch_warnings restores the process's
     # own warnings.showwarning afterwards (main() is also called in-process, from tests).
-    with warnings.catch_warnings():
-        warnings.showwarning = show_warning
-        return _run(args, prog)
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = show_warning
+            return _run(args, prog, words)
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
 
 
-def _run(args: argparse.Namespace, prog: str) -> int:
+def _run(args: argparse.Namespace, prog: str, words: UserWords) -> int:
     try:
         return COMMANDS[args.command](args)
     except (ValueError, TypeError, FileNotFoundError) as err:
         if args.debug:
             raise
-        print(f"{prog}: error: {err}", file=sys.stderr)
+        print(f"{prog}: error: {words(str(err))}", file=sys.stderr)
         return 2
     except (RuntimeError, OSError) as err:
         if args.debug:
             raise
-        print(f"{prog}: error: {err}", file=sys.stderr)
+        print(f"{prog}: error: {words(str(err))}", file=sys.stderr)
         return 1
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -1,0 +1,95 @@
+"""Library messages in the user's words: option names instead of function and argument names.
+
+The library writes its messages for Python callers (STYLE.md §5: ``"<function>(): '<arg>' must
+be …"``). On the command line, the user typed options, not arguments, so :class:`UserWords`
+rewrites each error, warning and log line that reaches the terminal: it drops the
+``function(): `` prefixes, turns a quoted argument name into the option that feeds it
+(``'warp_out'`` → ``--warp``), names the option a quoted path came from (``'m.nii.gz'`` →
+``--moving 'm.nii.gz'``) and joins the message onto one line. Must not import the library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+from pathlib import Path
+
+from hyperreg.cli.args import subparser
+
+__all__ = ["ALIASES", "LogFormatter", "UserWords", "folding_text"]
+
+# library argument name -> the ``dest`` of the option that feeds it
+ALIASES = {
+    "warp_out": "warp",  # register_files
+    "warp_field": "warp",  # warp_file, jacobian_file
+    "model_path": "model",  # run_batch
+    "pairs_csv": "pairs",  # run_batch
+}
+
+_FUNCTION = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\(\): ")
+_QUOTED = re.compile(r"'([^'\n]+)'")
+
+
+class UserWords:
+    """Rewrites messages for one parsed subcommand.
+
+    Args:
+        parser: The ``hyperreg`` parser (:func:`hyperreg.cli.run.build_parser`); the options of
+            the subcommand ``args.command`` give the ``dest`` → option mapping.
+        args: The parsed arguments (their path values name the option they came from).
+    """
+
+    def __init__(self, parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+        self.options: dict[str, str] = {}
+        for action in subparser(parser, args.command)._actions:
+            longs = [s for s in action.option_strings if s.startswith("--")]
+            if longs and action.dest not in ("help", "debug"):
+                self.options.setdefault(action.dest, longs[0])
+        self.paths: dict[str, str | None] = {}  # path text -> option (None: given to several)
+        for dest, option in self.options.items():
+            value = getattr(args, dest, None)
+            if not isinstance(value, str) or not value:
+                continue
+            for text in {value, str(Path(value))}:
+                known = self.paths.get(text, option)
+                self.paths[text] = option if known == option else None
+
+    def __call__(self, message: str) -> str:
+        """``message`` with option names, without function names, on one line."""
+        text = _FUNCTION.sub("", str(message))
+        quoted = _QUOTED.findall(text)
+        named = {self.options.get(ALIASES.get(q, q)) for q in quoted if q not in self.paths}
+        named |= {o for o in self.options.values() if o in text}
+
+        def swap(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name in self.paths:  # a path the user gave: say which option, unless named
+                option = self.paths[name]
+                return (
+                    match.group(0)
+                    if option is None or option in named
+                    else f"{option} {match.group(0)}"
+                )
+            option = self.options.get(ALIASES.get(name, name))
+            return option if option is not None else match.group(0)
+
+        text = _QUOTED.sub(swap, text)
+        return " ".join(text.split())
+
+
+class LogFormatter(logging.Formatter):
+    """``hyperreg <cmd>: <message>`` with the message rewritten by ``words``."""
+
+    def __init__(self, prog: str, words: UserWords) -> None:
+        super().__init__()
+        self.prog = prog
+        self.words = words
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{self.prog}: {self.words(record.getMessage())}"
+
+
+def folding_text(percent: float) -> str:
+    """``"folding 0.088 % of voxels (J ≤ 0)"``: how every command prints folding."""
+    return f"folding {percent:.3f} % of voxels (J ≤ 0)"
