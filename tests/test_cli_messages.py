@@ -311,6 +311,7 @@ def test_folding_is_printed_as_percent_of_voxels(
     assert len(lines) == 3, printed
     assert all("% of voxels (J ≤ 0)" in line for line in lines), lines
     assert "fraction" not in printed
+    assert "within noise" in lines[2]  # λ* with its range, to the digits that range supports
 
 
 # --- 7. train prints its final line once ------------------------------------------------------

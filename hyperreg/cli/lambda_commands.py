@@ -164,7 +164,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     paths = write_tune_report(result, args.out)
     limit = "" if args.max_folding is None else f" (folding limit {args.max_folding:g} %)"
     print(
-        f"λ* = {result.lambda_star:.4g}: mean Dice {result.dice_at_star:.4f}, mean "
+        f"λ* = {result.lambda_star_text}: mean Dice {result.dice_at_star:.4f}, mean "
         f"{folding_text(result.folding_percent_at_star)} over {result.pairs} pair(s){limit}; "
         f"{len(result.grid)} λ evaluated"
     )
