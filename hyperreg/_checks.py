@@ -65,23 +65,30 @@ def check_same_shape(fn: str, names: tuple[str, str], a: Tensor, b: Tensor) -> N
         )
 
 
-def as_lambda_tensor(fn: str, lam: object, batch: int, device: torch.device) -> Tensor:
-    """Validate λ and return it as a float32 tensor of shape ``(L, 1)`` with ``L`` in {1, batch}.
+def as_lambda_tensor(
+    fn: str,
+    lam: object,
+    batch: int,
+    device: torch.device,
+    dtype: torch.dtype = torch.float32,
+) -> Tensor:
+    """Validate λ and return it as a tensor of shape ``(L, 1)`` with ``L`` in {1, batch}.
 
     Accepted: a Python float, or a tensor of shape ``()``, ``(L,)`` or ``(L, 1)``. ``L == 1`` means
     one λ for the whole batch (documented, not a silent broadcast); ``L == batch`` means one λ per
-    sample. Values must be finite and in [0, 1]; they are never clamped.
+    sample. Values must be finite and in [0, 1]; they are never clamped. The result has the given
+    ``device`` and floating ``dtype`` (pass the images' dtype, so a float64 model gets float64 λ).
     """
     if isinstance(lam, bool):
         raise TypeError(f"{fn}(): 'lam' must be a float or a tensor, got bool")
     if isinstance(lam, (int, float)):
-        lam_t = torch.tensor([[float(lam)]], dtype=torch.float32, device=device)
+        lam_t = torch.tensor([[float(lam)]], dtype=dtype, device=device)
     elif isinstance(lam, Tensor):
         if lam.ndim > 2 or (lam.ndim == 2 and lam.shape[1] != 1):
             raise ValueError(
                 f"{fn}(): 'lam' must have shape (), (L,) or (L, 1), got {tuple(lam.shape)}"
             )
-        lam_t = lam.reshape(-1, 1).to(device=device, dtype=torch.float32)
+        lam_t = lam.reshape(-1, 1).to(device=device, dtype=dtype)
     else:
         raise TypeError(f"{fn}(): 'lam' must be a float or a tensor, got {type(lam).__name__}")
     if lam_t.shape[0] not in (1, batch):

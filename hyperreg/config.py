@@ -27,6 +27,10 @@ class ModelConfig:
     int_downsize: int = 2  # velocity predicted and integrated at 1/int_downsize resolution
     hyper_hidden: tuple[int, ...] = (64, 64, 64, 64)
     parametrization: str = "mip"  # "mip" or "default"
+    # Rank of the Δθ head: width of the linear bottleneck feeding the hypernetwork's output layer
+    # (benchmarks/RESULTS_hypernet.md). 0 = the legacy full-width head of hyperreg 0.1.0, which is
+    # what a checkpoint without this key holds.
+    hyper_rank: int = 4
 
     def __post_init__(self) -> None:
         if self.ndim not in (2, 3):
@@ -39,6 +43,10 @@ class ModelConfig:
         if self.int_downsize not in (1, 2):
             raise ValueError(
                 f"ModelConfig(): 'int_downsize' must be 1 or 2, got {self.int_downsize}"
+            )
+        if self.hyper_rank < 0:
+            raise ValueError(
+                f"ModelConfig(): 'hyper_rank' must be >= 0 (0 = legacy head), got {self.hyper_rank}"
             )
         if self.int_steps < 0:
             raise ValueError(f"ModelConfig(): 'int_steps' must be >= 0, got {self.int_steps}")

@@ -76,6 +76,7 @@ def test_unknown_keys_raise_and_are_named() -> None:
         ({"parametrization": "hyper"}, r"'parametrization' must be one of \('mip', 'default'\)"),
         ({"int_downsize": 4}, r"'int_downsize' must be 1 or 2, got 4"),
         ({"int_steps": -1}, r"'int_steps' must be >= 0, got -1"),
+        ({"hyper_rank": -2}, r"'hyper_rank' must be >= 0 \(0 = legacy head\), got -2"),
     ],
 )
 def test_invalid_model_config_raises(kwargs: dict, pattern: str) -> None:
@@ -89,3 +90,10 @@ def test_configs_are_frozen() -> None:
     cfg = ModelConfig()
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.ndim = 3  # type: ignore[misc]
+
+
+def test_model_config_without_hyper_rank_still_reads() -> None:
+    """A model config written before 'hyper_rank' existed is accepted (the field takes its
+    default here; load_checkpoint supplies the legacy value 0 for checkpoints)."""
+    old = {k: v for k, v in to_dict(ModelConfig()).items() if k != "hyper_rank"}
+    assert from_dict(ModelConfig, old) == ModelConfig()

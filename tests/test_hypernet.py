@@ -15,8 +15,8 @@ STDS = {"conv.weight": math.sqrt(2 / 18), "conv.bias": 0.0, "flow.weight": 1e-5}
 LAMBDAS = [0.0, 0.3, 0.7, 1.0]
 
 
-def _make(parametrization: str = "mip") -> HyperNetwork:
-    return HyperNetwork(SHAPES, STDS, hidden=(16, 16), parametrization=parametrization)
+def _make(parametrization: str = "mip", rank: int = 4) -> HyperNetwork:
+    return HyperNetwork(SHAPES, STDS, hidden=(16, 16), parametrization=parametrization, rank=rank)
 
 
 # ------------------------------------------------------------------------------------------
@@ -59,9 +59,10 @@ def test_encode_lambda_rejects_wrong_rank() -> None:
 # ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("rank", [0, 4])
 @pytest.mark.parametrize("parametrization", ["mip", "default"])
-def test_generated_shapes_have_leading_lambda_axis(parametrization: str) -> None:
-    net = _make(parametrization)
+def test_generated_shapes_have_leading_lambda_axis(parametrization: str, rank: int) -> None:
+    net = _make(parametrization, rank)
     out = net(torch.tensor(LAMBDAS).view(-1, 1))
     assert set(out) == set(SHAPES)
     for name, shape in SHAPES.items():
@@ -69,8 +70,9 @@ def test_generated_shapes_have_leading_lambda_axis(parametrization: str) -> None
         assert torch.isfinite(out[name]).all()
 
 
-def test_zero_delta_gives_base_weights_at_every_lambda() -> None:
-    net = _make("mip")
+@pytest.mark.parametrize("rank", [0, 4])
+def test_zero_delta_gives_base_weights_at_every_lambda(rank: int) -> None:
+    net = _make("mip", rank)
     with torch.no_grad():
         net.weight_delta.weight.zero_()
     out = net(torch.tensor(LAMBDAS).view(-1, 1))
@@ -80,8 +82,9 @@ def test_zero_delta_gives_base_weights_at_every_lambda() -> None:
         assert_close(out[name], expected, rtol=0, atol=0)
 
 
-def test_weights_for_lambda_0_and_1_differ_after_one_step() -> None:
-    net = _make("mip")
+@pytest.mark.parametrize("rank", [0, 4])
+def test_weights_for_lambda_0_and_1_differ_after_one_step(rank: int) -> None:
+    net = _make("mip", rank)
     with torch.no_grad():
         net.weight_delta.weight.zero_()
     lam = torch.tensor([[0.0], [1.0]])
@@ -108,9 +111,10 @@ def test_default_parametrisation_has_no_base_weights() -> None:
     assert weight.abs().max() > 0
 
 
+@pytest.mark.parametrize("rank", [0, 4])
 @pytest.mark.parametrize("parametrization", ["mip", "default"])
-def test_near_zero_target_stays_near_zero_at_every_lambda(parametrization: str) -> None:
-    net = _make(parametrization)
+def test_near_zero_target_stays_near_zero_at_every_lambda(parametrization: str, rank: int) -> None:
+    net = _make(parametrization, rank)
     lam = torch.linspace(0, 1, 11).view(-1, 1)
     flow = net(lam)["flow.weight"]
     assert flow.abs().max() < 1e-3
@@ -118,8 +122,11 @@ def test_near_zero_target_stays_near_zero_at_every_lambda(parametrization: str) 
     assert net(lam)["conv.weight"].abs().max() > 1e-2
 
 
-def test_mip_init_is_close_to_target_std() -> None:
-    net = HyperNetwork({"w": (64, 64, 3, 3)}, {"w": 0.05}, hidden=(32, 32), parametrization="mip")
+@pytest.mark.parametrize("rank", [0, 4])
+def test_mip_init_is_close_to_target_std(rank: int) -> None:
+    net = HyperNetwork(
+        {"w": (64, 64, 3, 3)}, {"w": 0.05}, hidden=(32, 32), parametrization="mip", rank=rank
+    )
     with torch.no_grad():
         weights = net(torch.tensor([[0.0], [0.5], [1.0]]))["w"]
     for row in weights:

@@ -47,6 +47,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
+# Model-config values implied by a checkpoint that lacks the key (written before it existed).
+LEGACY_MODEL_DEFAULTS: dict[str, Any] = {"hyper_rank": 0}
 
 
 class RegistrationOutput(NamedTuple):
@@ -90,6 +92,8 @@ class HyperMorph(nn.Module):
             num_inputs=1,
             hidden=cfg.hyper_hidden,
             parametrization=cfg.parametrization,
+            rank=cfg.hyper_rank,
+            zero_delta=self.unet.near_zero(),
         )
 
     def generate_weights(self, lam: Tensor) -> dict[str, Tensor]:
@@ -125,7 +129,9 @@ class HyperMorph(nn.Module):
                 f"HyperMorph.forward(): 'moving' must have {cfg.in_channels} channel(s) and "
                 f"{cfg.ndim} spatial dims for this model, got shape {tuple(moving.shape)}"
             )
-        lam_t = as_lambda_tensor("HyperMorph.forward", lam, moving.shape[0], moving.device)
+        lam_t = as_lambda_tensor(
+            "HyperMorph.forward", lam, moving.shape[0], moving.device, moving.dtype
+        )
         params = self.generate_weights(lam_t)
         if lam_t.shape[0] == 1:
             params = {name: value[0] for name, value in params.items()}
@@ -220,7 +226,10 @@ def load_checkpoint(
             f"load_checkpoint(): '{path}' has format_version {payload['format_version']}, "
             f"this hyperreg ({__version__}) reads format_version {FORMAT_VERSION}"
         )
-    config = from_dict(ModelConfig, payload["model_config"])
+    # Files written before a field existed were written by the architecture its legacy value
+    # describes (e.g. no 'hyper_rank': the full-width head of hyperreg 0.1.0).
+    values = {**LEGACY_MODEL_DEFAULTS, **payload["model_config"]}
+    config = from_dict(ModelConfig, values)
     model = HyperMorph(config)
     model.load_state_dict(payload["state_dict"], strict=True)
     model.to(map_location)

@@ -107,6 +107,10 @@ class UNet(nn.Module):
         """``{name: std}`` of each parameter's ordinary initialisation."""
         return dict(self._stds)
 
+    def near_zero(self) -> list[str]:
+        """Names of the parameters initialised near zero: the flow layer's weight and bias."""
+        return ["flow.weight", "flow.bias"]
+
     def forward(self, x: Tensor, params: Mapping[str, Tensor]) -> Tensor:
         """Run the U-Net.
 
