@@ -24,7 +24,10 @@ class ModelConfig:
     enc_channels: tuple[int, ...] = (16, 32, 32, 32)
     dec_channels: tuple[int, ...] = (32, 32, 32, 32, 32, 16, 16)
     int_steps: int = 7  # 0 = no integration: the U-Net outputs a displacement directly
-    int_downsize: int = 2  # velocity predicted and integrated at 1/int_downsize resolution
+    # Velocity predicted and integrated at 1/int_downsize resolution. The regulariser on that
+    # velocity is multiplied by int_downsize (VoxelMorph's loss_mult), so λ is on the scale of
+    # published HyperMorph/VoxelMorph λ (hyperreg.training.train.hypermorph_loss).
+    int_downsize: int = 2
     hyper_hidden: tuple[int, ...] = (64, 64, 64, 64)
     parametrization: str = "mip"  # "mip" or "default"
     # Rank of the Δθ head: width of the linear bottleneck feeding the hypernetwork's output layer

@@ -83,6 +83,15 @@ def hypermorph_loss(
     Returns:
         ``(loss, similarity, smoothness)``: the scalar to minimise, ``mean_i((1 − λ_i)·sim_i +
         λ_i·smooth_i)``, and the two per-sample terms ``(B,)`` for logging.
+
+    Regulariser scale (so λ is comparable with published HyperMorph λ): ``smooth`` is
+    :func:`~hyperreg.method.losses.gradient_loss` of the velocity (of the displacement without
+    integration), multiplied by ``int_downsize`` when the velocity lives at ``1/int_downsize``
+    resolution, as VoxelMorph's ``Grad('l2', loss_mult=int_downsize)`` does.
+
+    References:
+        Balakrishnan et al. VoxelMorph. IEEE TMI 2019 (``scripts/torch/train.py``: the
+        ``loss_mult=args.int_downsize`` of the gradient loss). Hoopes et al. HyperMorph. MELBA 2022.
     """
     if config.sim == "ncc":
         sim = ncc_loss(out.moved, fixed, window=config.ncc_window, reduction="none")
@@ -90,6 +99,9 @@ def hypermorph_loss(
         sim = mse_loss(out.moved, fixed, sigma=config.mse_sigma, reduction="none")
     field = out.velocity if out.velocity is not None else out.disp
     smooth = gradient_loss(field, reduction="none")
+    downsize = field.shape[2] < fixed.shape[2]  # a velocity at 1/int_downsize resolution
+    if downsize and config.model.int_downsize > 1:
+        smooth = smooth * config.model.int_downsize
     loss = ((1 - lam) * sim + lam * smooth).mean()
     return loss, sim, smooth
 
