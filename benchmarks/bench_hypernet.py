@@ -1,0 +1,118 @@
+"""Compact Δθ head and learning rate: accuracy, size and step time per head rank and lr.
+
+On 2D coronal slices (axis 2) of the shared OASIS volumes, trains one HyperMorph model per
+(``--ranks`` × ``--lrs``) setting with the same loop as ``bench_accuracy`` (same pair stream,
+λ per sample from ``LambdaSampler``, NCC, batch ``--batch-size``) and evaluates it with
+:func:`hyperreg.training.validation.evaluate` on the held-out brain slices (every 10th, both
+directions) at λ ∈ ``--eval-lambdas``. Rank 0 is the legacy full-width head (hyperreg 0.1.0).
+Reports mean held-out Dice, hypernetwork parameters, parameter + Adam-state memory, checkpoint
+size and median step time.
+
+    python benchmarks/bench_hypernet.py --steps 300 --ranks 0 2 4 8 16 64 --lrs 1e-3 --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from _common import DEFAULT_DATA, FIXED, MOVING, log, require_data, table
+from bench_accuracy import HOLDOUT_EVERY, SLICE_AXIS, _train
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="neurite-oasis folder")
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--ranks", type=int, nargs="+", default=[0, 4, 8, 16, 64])
+    parser.add_argument("--lrs", type=float, nargs="+", default=[1e-3])
+    parser.add_argument("--eval-lambdas", type=float, nargs="+", default=[0.1, 0.3, 0.5])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
+    args = parser.parse_args(argv)
+    require_data(args.data, *(f"{s}/aligned_norm.nii.gz" for s in (MOVING, FIXED)))
+
+    import numpy as np
+    import torch
+
+    from hyperreg.config import ModelConfig, TrainConfig
+    from hyperreg.method.metrics import mean_dice
+    from hyperreg.method.model import HyperMorph, save_checkpoint
+    from hyperreg.training.data import LambdaSampler, PairSampler, find_scans, validation_pairs
+    from hyperreg.training.validation import evaluate
+
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    scans = find_scans(args.data, 2)
+    by_name = {scan.name: scan for scan in scans}
+    sampler = PairSampler(scans, 2, slice_axis=SLICE_AXIS, holdout_every=HOLDOUT_EVERY)
+    held = sampler.heldout_slices
+    directions = [(by_name[MOVING], by_name[FIXED]), (by_name[FIXED], by_name[MOVING])]
+    pairs = validation_pairs(
+        directions, 2, slice_axis=SLICE_AXIS, slices=held, max_pairs=len(directions) * len(held)
+    )
+    dice_before = float(np.nanmean([mean_dice(p.moving_seg, p.fixed_seg) for p in pairs]))
+    log(f"{len(sampler.slices)} training slices, {len(pairs)} held-out pairs")
+    work = Path(tempfile.mkdtemp(prefix="bench_hypernet_"))
+    rows = []
+    for lr in args.lrs:
+        for rank in args.ranks:
+            config = TrainConfig(
+                steps=args.steps,
+                batch_size=args.batch_size,
+                lr=lr,
+                sim="ncc",
+                seed=args.seed,
+                model=dataclasses.replace(ModelConfig(ndim=2), hyper_rank=rank),
+            )
+            torch.manual_seed(args.seed)
+            model = HyperMorph(config.model)
+            label = f"rank {rank} lr {lr:g}"
+            step_s, _ = _train(
+                model,
+                sampler,
+                LambdaSampler(config.lam_endpoint_fraction).sample,
+                config,
+                "cpu",
+                label,
+            )
+            result = evaluate(model, pairs, args.eval_lambdas, config.sim, config.ncc_window)
+            dice = float(np.mean([result[f"dice_{lam:g}"] for lam in args.eval_lambdas]))
+            params = sum(p.numel() for p in model.hypernet.parameters())
+            path = save_checkpoint(model, work / f"rank{rank}.pt")
+            rows.append(
+                [
+                    "legacy (0)" if rank == 0 else str(rank),
+                    f"{lr:g}",
+                    f"{dice:.4f}",
+                    f"{params / 1e6:.3f}",
+                    f"{params * 4 * 3 / 2**20:.1f}",  # weights + Adam's two moments, float32
+                    f"{path.stat().st_size / 2**20:.2f}",
+                    f"{step_s:.3f}",
+                ]
+            )
+            log(" | ".join(rows[-1]))
+    print(
+        f"2D OASIS coronal slices, {args.steps} steps, batch {args.batch_size}, NCC; held-out "
+        f"Dice = mean over λ ∈ {args.eval_lambdas} of {len(pairs)} held-out slice pairs "
+        f"(no registration: {dice_before:.4f}).\n"
+    )
+    header = [
+        "head rank",
+        "lr",
+        "held-out Dice",
+        "hypernet params (M)",
+        "params + Adam state (MiB)",
+        "checkpoint (MiB)",
+        "s / step",
+    ]
+    print(table(header, rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
