@@ -59,7 +59,9 @@ class ModelConfig:
 class TrainConfig:
     """A training run: data, loss, optimiser and schedule."""
 
-    data: str = ""  # neurite-oasis folder, folder of NIfTI files, or CSV list
+    # one or more sources (a str or a tuple of them): neurite-oasis folder, folder of scans or of
+    # subject folders, CSV list; pairs are drawn within a source, the split is by person
+    data: str | tuple[str, ...] = ""
     out: str = "runs/hypermorph"
     steps: int = 1500
     batch_size: int = 4
@@ -88,6 +90,14 @@ class TrainConfig:
     amp: bool = False  # bf16 autocast on CUDA (losses in float32); ignored with a warning on CPU
     compile: bool = False  # torch.compile the model
     crop: tuple[int, ...] = ()  # random crop of each training pair, e.g. (128, 160, 192); () = none
+    # sources and people
+    holdout: tuple[str, ...] = ()  # person ids held out for validation (replaces val_fraction)
+    shape: tuple[int, ...] = ()  # training grid (pad/crop centred); () = largest scan per axis
+    spacing: float = 0.0  # resample scans to isotropic voxels of this size (mm); 0 = keep
+    # synthesis (SynthMorph): share of synthetic pairs, 0 = real only, 1 = synthetic only
+    synth: float = 0.0
+    synth_labels: tuple[str, ...] = ()  # more label maps for synthesis (files or sources)
+    init: str = ""  # pretrained model (.pt) to start from: fine-tuning, same architecture
     model: ModelConfig = field(default_factory=ModelConfig)
 
 

@@ -44,7 +44,11 @@ def _assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None
 @pytest.mark.parametrize("parametrization", ["mip", "default"])
 def test_kill_and_resume_matches_uninterrupted(tmp_path: Path, parametrization: str) -> None:
     model = ModelConfig(**{**SMALL.__dict__, "parametrization": parametrization})
-    straight = train(_config(tmp_path / "straight", 6, model=model), BlobPairs(), progress=False)
+    # keep_checkpoints=0 keeps every checkpoint, also once the run has finished
+    straight = train(
+        _config(tmp_path / "straight", 6, model=model, keep_checkpoints=0), BlobPairs(),
+        progress=False,
+    )
     # "killed" after step 3: only the step-3 checkpoint survives in a fresh folder
     killed = tmp_path / "killed"
     killed.mkdir()
@@ -61,10 +65,29 @@ def test_kill_and_resume_matches_uninterrupted(tmp_path: Path, parametrization: 
     assert steps == [1, 2, 3, 4, 5, 6]
 
 
+class _Spy(BlobPairs):
+    """BlobPairs that records the checkpoints present when each batch is drawn."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__()
+        self.folder, self.seen = folder, []
+
+    def sample(self, batch_size: int, generator: torch.Generator):
+        self.seen.append(sorted(p.name for p in self.folder.glob("checkpoint_*.pt")))
+        return super().sample(batch_size, generator)
+
+
 def test_checkpoints_keep_last_k_and_load_for_inference(tmp_path: Path) -> None:
-    train(_config(tmp_path, 5, checkpoint_every=1, keep_checkpoints=2), BlobPairs(), progress=False)
+    spy = _Spy(tmp_path)
+    train(_config(tmp_path, 5, checkpoint_every=1, keep_checkpoints=2), spy, progress=False)
+    assert spy.seen[-1] == ["checkpoint_0000003.pt", "checkpoint_0000004.pt"]
     names = sorted(p.name for p in tmp_path.glob("checkpoint_*.pt"))
     assert names == ["checkpoint_0000004.pt", "checkpoint_0000005.pt"]
+    # a finished run: the older checkpoint keeps its weights but not the optimiser state
+    old = tmp_path / "checkpoint_0000004.pt"
+    assert "optimizer" not in torch.load(old, weights_only=True)[TRAINING_STATE_KEY]
+    assert old.stat().st_size < 0.5 * (tmp_path / "checkpoint_0000005.pt").stat().st_size
+    assert load_checkpoint(old)[1]["step"] == 4  # still loads for inference
     assert not list(tmp_path.glob(".*.tmp"))
     latest = latest_checkpoint(tmp_path)
     model, payload = load_checkpoint(latest)  # inference loader ignores the training state

@@ -20,18 +20,87 @@ __all__ = ["COMMANDS", "add_parsers"]
 def add_parsers(sub: Any) -> None:
     """Add the train, register, warp, jacobian and demo subparsers to ``sub``."""
     train = sub.add_parser("train", help="train a HyperMorph model")
+
+    def fraction(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number in [0, 1], got {text!r}") from None
+        if not 0.0 <= value <= 1.0:
+            raise argparse.ArgumentTypeError(f"must lie in [0, 1], got {text}")
+        return value
+
     train.add_argument(
         "--data",
         required=True,
-        help="neurite-oasis folder, folder of NIfTI/MGZ/npz scans, or CSV list "
-        "(column 'image', optional 'seg')",
+        nargs="+",
+        action="extend",
+        metavar="SOURCE",
+        help="one or more sources (repeat the flag or list them): neurite-oasis folder, folder "
+        "of NIfTI/MGZ/npz scans (one person each; label maps are the files named *seg*/*label*), "
+        "folder of subject folders (one person each, e.g. T1 and T2), or CSV list (column "
+        "'image', optional 'seg' and 'subject'). The split is by person; pairs are drawn "
+        "within a source",
+    )
+    train.add_argument(
+        "--holdout",
+        type=lambda text: [name for name in text.split(",") if name],
+        action="extend",
+        default=[],
+        metavar="PEOPLE",
+        help="comma-separated person ids (subject folder names, e.g. "
+        "OASIS-TRT-20-9,OASIS-TRT-20-10) held out of training for validation, instead of "
+        "--val-fraction; --test-fraction still draws test people from the others",
+    )
+    train.add_argument(
+        "--shape",
+        type=opts.positive_int,
+        nargs="+",
+        default=[],
+        metavar="N",
+        help="training grid, one size per axis: every scan is centred in it by zero padding "
+        "or central crop (no interpolation); default: the largest scan per axis when scans "
+        "differ in size",
+    )
+    train.add_argument(
+        "--spacing",
+        type=float,
+        default=0.0,
+        metavar="MM",
+        help="resample every scan (and label map) to isotropic voxels of MM mm first, keeping "
+        "axis order and orientation (default 0: keep the scans' voxels)",
+    )
+    train.add_argument(
+        "--synth",
+        type=fraction,
+        default=0.0,
+        metavar="FRACTION",
+        help="share of training pairs synthesised from label maps (SynthMorph): 0 = real "
+        "pairs only (default), 1 = synthetic only; label maps of the training people, plus "
+        "--synth-labels",
+    )
+    train.add_argument(
+        "--synth-labels",
+        nargs="+",
+        default=[],
+        metavar="PATH",
+        help="more label maps for --synth: label-map files, or sources (as --data) whose "
+        "label maps are used; never validated on",
+    )
+    train.add_argument(
+        "--init",
+        metavar="MODEL",
+        default="",
+        help="start from the weights of a pretrained model (.pt) and fine-tune; its "
+        "architecture is used, and --ndim/--int-steps/--parametrization must match it",
     )
     train.add_argument(
         "--ndim",
         type=int,
         choices=(2, 3),
-        default=2,
-        help="2: train on slices (coronal slices cut from 3D volumes); 3: volumes",
+        default=None,
+        help="2: train on slices (coronal slices cut from 3D volumes); 3: volumes (default 2, "
+        "or that of --init)",
     )
     train.add_argument(
         "--steps", type=opts.positive_int, default=1500, help="optimiser steps (default 1500)"
@@ -56,8 +125,8 @@ def add_parsers(sub: Any) -> None:
     train.add_argument(
         "--parametrization",
         choices=("mip", "default"),
-        default="mip",
-        help="hypernetwork parametrisation (default mip)",
+        default=None,
+        help="hypernetwork parametrisation (default mip, or that of --init)",
     )
     train.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
     train.add_argument(
@@ -123,8 +192,9 @@ def add_parsers(sub: Any) -> None:
     train.add_argument(
         "--int-steps",
         type=int,
-        default=7,
-        help="scaling-and-squaring steps; 0 predicts displacements (default 7)",
+        default=None,
+        help="scaling-and-squaring steps; 0 predicts displacements (default 7, or that of "
+        "--init)",
     )
     opts.add_common(train, seed=True)
 
@@ -214,15 +284,40 @@ def add_parsers(sub: Any) -> None:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    import signal
+    import sys
+
     from hyperreg.config import ModelConfig, TrainConfig
+    from hyperreg.training.checkpointing import TrainingInterrupted, latest_checkpoint
     from hyperreg.training.train import train
+
+    flags = {
+        "ndim": args.ndim,
+        "int_steps": args.int_steps,
+        "parametrization": args.parametrization,
+    }
+    given = {key: value for key, value in flags.items() if value is not None}
+    model = ModelConfig(**given)
+    # the architecture of a run continued (--resume) or fine-tuned (--init) is the model's own
+    source = latest_checkpoint(args.resume) if args.resume else args.init
+    if source:
+        from hyperreg.method.model import load_checkpoint
+
+        model = load_checkpoint(source)[0].config
+        for key, value in given.items():
+            if getattr(model, key) != value:
+                flag = "--" + key.replace("_", "-")
+                raise ValueError(
+                    f"'{source}' was trained with {key} {getattr(model, key)}, but {flag} "
+                    f"{value} was given; drop {flag} or pass that value"
+                )
 
     if not args.out and not args.resume:
         raise ValueError("--out is required (or --resume DIR, which then is the output folder)")
     if args.out:
         check_out_folder(args.out)
     config = TrainConfig(
-        data=args.data,
+        data=args.data[0] if len(args.data) == 1 else tuple(args.data),
         out=args.out or args.resume,
         steps=args.steps,
         batch_size=args.batch_size,
@@ -239,13 +334,26 @@ def _cmd_train(args: argparse.Namespace) -> int:
         amp=args.amp,
         compile=args.compile,
         crop=tuple(args.crop),
+        holdout=tuple(args.holdout),
+        shape=tuple(args.shape),
+        spacing=args.spacing,
+        synth=args.synth,
+        synth_labels=tuple(args.synth_labels),
+        init=args.init if not args.resume else "",
         seed=args.seed,
         device=args.device,
-        model=ModelConfig(
-            ndim=args.ndim, parametrization=args.parametrization, int_steps=args.int_steps
-        ),
+        model=model,
     )
-    train(config, resume=args.resume)  # its last log line names the model written
+    try:
+        train(config, resume=args.resume)  # its last log line names the model written
+    except TrainingInterrupted as stop:
+        folder = args.out or args.resume
+        print(
+            f"{opts.PROG} train: {stop}; continue with: hyperreg train --resume {folder} "
+            f"--steps {args.steps} (and the same --data)",
+            file=sys.stderr,
+        )
+        return 128 + int(signal.Signals(stop.signal_number))
     return 0
 
 

@@ -1,17 +1,17 @@
-"""Training data: scan lists, intensity normalisation, pair sampling, λ sampling.
+"""Training data: pair sampling from scans, mixing pair sources, splits, λ sampling.
 
-Sources: the neurite-oasis layout (``ROOT/OASIS_OAS1_XXXX_MR1/aligned_norm.nii.gz`` with
-``aligned_seg35``; 2D-only folders with ``slice_norm`` / ``slice_seg24``), a folder of scans, or a
-CSV list (column ``image``, optional ``seg``). Pairs are subject to subject (moving ≠ fixed) or
-atlas to subject. For 2D training from 3D volumes, slices are cut along one axis (axis 2 is
-coronal in neurite-oasis) from the range where every subject has brain, so a CPU can train a
-useful 2D model in minutes. Randomness always comes from an explicit ``torch.Generator``. Must
-not import model, train, inference or cli.
+Scans come from :mod:`hyperreg.training.sources` (every layout, person ids, loading onto a
+training grid; ``Scan`` and ``find_scans`` are re-exported here). Pairs are subject to subject
+(moving ≠ fixed) within one source, or atlas to subject. For 2D training from 3D volumes, slices
+are cut along one axis (axis 2 is coronal in neurite-oasis) from the range where every subject
+has brain, so a CPU can train a useful 2D model in minutes. :class:`MixtureSampler` draws each
+sample of a batch from one of several samplers (several sources, real and synthetic pairs).
+Splits are by person (:func:`split_subjects`). Randomness always comes from an explicit
+``torch.Generator``. Must not import model, train, inference or cli.
 """
 
 from __future__ import annotations
 
-import csv
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,106 +20,22 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from hyperreg.geometry.intensity import normalize_intensity
-from hyperreg.geometry.io import load_volume
+from hyperreg.training.sources import Scan, find_scans, fit_to_shape, load_scan
 
 __all__ = [
     "LambdaSampler",
+    "MixtureSampler",
     "PairSampler",
     "Scan",
     "ValidationPair",
     "find_scans",
+    "random_window",
+    "split_people",
     "split_subjects",
     "validation_pairs",
 ]
 
 logger = logging.getLogger(__name__)
-
-SCAN_SUFFIXES = (".nii.gz", ".nii", ".mgz", ".mgh", ".npz")
-_OASIS_FILES = {
-    3: ("aligned_norm.nii.gz", "aligned_seg35.nii.gz"),
-    2: ("slice_norm.nii.gz", "slice_seg24.nii.gz"),
-}
-
-
-@dataclass(frozen=True)
-class Scan:
-    """One subject: an intensity image and, optionally, its label map."""
-
-    image: Path
-    seg: Path | None = None
-
-    @property
-    def name(self) -> str:
-        """Subject name: the neurite-oasis folder, else the file name without suffix."""
-        if self.image.parent.name.startswith("OASIS_"):
-            return self.image.parent.name
-        name = self.image.name
-        for suffix in SCAN_SUFFIXES:
-            if name.endswith(suffix):
-                return name[: -len(suffix)]
-        return name
-
-
-def _oasis_scans(root: Path, ndim: int) -> list[Scan]:
-    scans: list[Scan] = []
-    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
-        for dims in (3, 2) if ndim == 2 else (3,):
-            image_name, seg_name = _OASIS_FILES[dims]
-            if (folder / image_name).is_file():
-                seg = folder / seg_name
-                scans.append(Scan(folder / image_name, seg if seg.is_file() else None))
-                break
-    return scans
-
-
-def find_scans(source: str | Path, ndim: int) -> list[Scan]:
-    """List the scans of a data source.
-
-    Args:
-        source: A neurite-oasis folder (subject folders holding ``aligned_norm.nii.gz`` or, for
-            2D, ``slice_norm.nii.gz``; 3D volumes are preferred, their slices are cut later), a
-            folder of scans (``.nii``, ``.nii.gz``, ``.mgz``, ``.npz``; files whose name contains
-            ``seg`` are skipped), or a CSV file with an ``image`` column and an optional ``seg``
-            column (relative paths are relative to the CSV).
-        ndim: 2 or 3, the dimensionality of training.
-
-    Returns:
-        The scans, in sorted order.
-
-    Raises:
-        FileNotFoundError: If ``source`` does not exist.
-        ValueError: If it holds no scan, or a CSV lacks the ``image`` column.
-    """
-    source = Path(source)
-    if not source.exists():
-        raise FileNotFoundError(f"find_scans(): no such file or folder: '{source}'")
-    if source.is_file():
-        if source.suffix.lower() != ".csv":
-            raise ValueError(f"find_scans(): '{source}' must be a folder or a .csv list of scans")
-        with source.open(newline="") as handle:
-            rows = list(csv.DictReader(handle))
-        if not rows or "image" not in rows[0]:
-            raise ValueError(f"find_scans(): '{source}' must have a header with an 'image' column")
-        base = source.parent
-        scans = [
-            Scan(base / row["image"], base / row["seg"] if row.get("seg") else None) for row in rows
-        ]
-    else:
-        scans = _oasis_scans(source, ndim)
-        if not scans:
-            files = sorted(
-                p
-                for p in source.iterdir()
-                if p.name.endswith(SCAN_SUFFIXES) and "seg" not in p.name.lower()
-            )
-            scans = [Scan(p) for p in files]
-    if not scans:
-        raise ValueError(
-            f"find_scans(): no scans found in '{source}' (expected neurite-oasis subject folders, "
-            f"image files ending in {SCAN_SUFFIXES}, or a CSV list)"
-        )
-    return scans
 
 
 def _brain_slices(volumes: list[np.ndarray], axis: int, min_fraction: float = 0.3) -> np.ndarray:
@@ -145,7 +61,8 @@ class PairSampler:
     every scan has brain.
 
     Args:
-        scans: Scans of one common grid shape (affinely aligned, as neurite-oasis is).
+        scans: Scans of one space (affinely aligned, as neurite-oasis is): one grid shape, or
+            any shapes with ``shape`` given.
         ndim: 2 or 3.
         atlas: Optional atlas image path (fixed image of every pair).
         slice_axis: Axis cut for 2D training from 3D volumes.
@@ -155,11 +72,16 @@ class PairSampler:
             listed in ``heldout_slices``. 0 = train on every brain slice.
         crop: Random crop size per pair (one size per spatial axis; the same window for moving
             and fixed), drawn from the generator; ``()`` = whole images.
+        shape: Training grid, one size per spatial axis of a training image: every scan (every
+            slice, for 2D from 3D) is centred in it by :func:`fit_to_shape` (zero padding or
+            central crop, no interpolation). ``()``: scans must share one shape.
+        spacing: Resample every scan to isotropic ``spacing`` mm voxels first (see
+            :func:`~hyperreg.training.sources.load_scan`); 0 keeps their voxels.
 
     Raises:
-        ValueError: If scans differ in shape, a 2D model is asked for 3D scans with no axis, a
-            3D model for 2D scans, there are fewer than two images to pair, or ``crop`` does
-            not fit.
+        ValueError: If scans differ in shape (without ``shape``), a 2D model is asked for 3D
+            scans with no axis, a 3D model for 2D scans, there are fewer than two images to
+            pair, or ``crop`` or ``shape`` does not fit.
     """
 
     def __init__(
@@ -171,36 +93,60 @@ class PairSampler:
         normalization: str = "minmax",
         holdout_every: int = 0,
         crop: tuple[int, ...] = (),
+        *,
+        shape: tuple[int, ...] = (),
+        spacing: float = 0.0,
     ) -> None:
         self.ndim = ndim
         self.slice_axis = slice_axis
         self.heldout_slices: np.ndarray | None = None
-        volumes = [self._load(scan.image, normalization) for scan in scans]
-        self.atlas = self._load(Path(atlas), normalization) if atlas else None
-        shapes = {v.shape for v in volumes + ([self.atlas] if self.atlas is not None else [])}
-        if len(shapes) != 1:
+        self.slices: np.ndarray | None = None
+        options = {"normalization": normalization, "spacing": spacing, "with_seg": False}
+        volumes = [load_scan(scan, **options)[0] for scan in scans]
+        self.atlas = load_scan(Scan(Path(atlas)), **options)[0] if atlas else None
+        everything = volumes + ([self.atlas] if self.atlas is not None else [])
+        dims = {v.ndim for v in everything}
+        if len(dims) != 1:
+            raise ValueError(
+                f"PairSampler(): scans must all be 2D or all 3D, got shapes "
+                f"{sorted({v.shape for v in everything})}"
+            )
+        shape = tuple(int(n) for n in shape)
+        if shape and (len(shape) != ndim or min(shape) < 1):
+            raise ValueError(f"PairSampler(): 'shape' must give {ndim} sizes >= 1, got {shape}")
+        shapes = {v.shape for v in everything}
+        if len(shapes) != 1 and not shape:
             raise ValueError(
                 f"PairSampler(): all scans must share one grid shape (affinely aligned), got "
-                f"{sorted(shapes)}; resample them to a common space first"
+                f"{sorted(shapes)}; resample them to a common space first (or give a training "
+                "grid 'shape')"
             )
-        self.volumes = volumes
-        data_ndim = volumes[0].ndim
+        data_ndim = dims.pop()
         if data_ndim < ndim:
             raise ValueError(
                 f"PairSampler(): a {ndim}D model needs {ndim}D scans, got {data_ndim}D"
             )
-        if data_ndim == ndim:
-            self.slices = None
-        else:
-            self.slices = _brain_slices(volumes, slice_axis)
+        if data_ndim > ndim:
+            # slice axis first and contiguous: cutting a slice is then a cheap contiguous copy
+            volumes = [np.ascontiguousarray(np.moveaxis(v, slice_axis, 0)) for v in volumes]
+            if self.atlas is not None:
+                self.atlas = np.ascontiguousarray(np.moveaxis(self.atlas, slice_axis, 0))
+            if shape and len(shapes) != 1 and len({v.shape[0] for v in volumes}) != 1:
+                raise ValueError(
+                    f"PairSampler(): 2D slices of 3D scans need one size along 'slice_axis' "
+                    f"{slice_axis}, got shapes {sorted(shapes)}"
+                )
+            self.slices = _brain_slices(volumes, 0)
             if holdout_every > 0:
                 held = self.slices[holdout_every // 2 :: holdout_every]
                 self.heldout_slices = held
                 self.slices = np.setdiff1d(self.slices, held)
-            # slice axis first and contiguous: cutting a slice is then a cheap contiguous copy
-            self.volumes = [np.ascontiguousarray(np.moveaxis(v, slice_axis, 0)) for v in volumes]
+        if shape:
+            first = 0 if self.slices is None else 1
+            volumes = [fit_to_shape(v, shape, first) for v in volumes]
             if self.atlas is not None:
-                self.atlas = np.ascontiguousarray(np.moveaxis(self.atlas, slice_axis, 0))
+                self.atlas = fit_to_shape(self.atlas, shape, first)
+        self.volumes = volumes
         if self.atlas is None and len(volumes) < 2 and self.slices is None:
             raise ValueError("PairSampler(): need at least two scans (or an atlas) to make pairs")
         self.crop = tuple(int(c) for c in crop)
@@ -218,10 +164,6 @@ class PairSampler:
             volumes[0].shape,
             "" if self.slices is None else f", {len(self.slices)} slices along axis {slice_axis}",
         )
-
-    @staticmethod
-    def _load(path: Path, normalization: str) -> np.ndarray:
-        return normalize_intensity(load_volume(path).data, normalization)
 
     @property
     def spatial_shape(self) -> tuple[int, ...]:
@@ -259,18 +201,73 @@ class PairSampler:
                 fixed.append(self._cut(self.volumes[0], index))
             if self.crop:
                 # one random window per pair, the same for moving and fixed
-                window = tuple(
-                    slice(start, start + c)
-                    for c, size in zip(self.crop, self.spatial_shape)
-                    for start in [int(torch.randint(size - c + 1, (1,), generator=generator))]
-                )
+                window = random_window(self.spatial_shape, self.crop, generator)
                 moving[-1], fixed[-1] = moving[-1][window], fixed[-1][window]
         return _batch(moving), _batch(fixed)
+
+
+def random_window(
+    spatial_shape: tuple[int, ...], crop: tuple[int, ...], generator: torch.Generator
+) -> tuple[slice, ...]:
+    """A random crop window of size ``crop`` inside ``spatial_shape`` (uniform start per axis,
+    drawn from ``generator``); ``crop`` sizes must not exceed the shape."""
+    return tuple(
+        slice(start, start + c)
+        for c, size in zip(crop, spatial_shape)
+        for start in [int(torch.randint(size - c + 1, (1,), generator=generator))]
+    )
 
 
 def _batch(arrays: list[np.ndarray]) -> Tensor:
     """Stack 2D/3D arrays into a ``(B, 1, *S)`` float tensor."""
     return torch.from_numpy(np.stack(arrays)[:, None].copy())
+
+
+class MixtureSampler:
+    """Draw each sample of a batch from one of several pair samplers.
+
+    Sample ``i`` comes from sampler ``k`` with probability ``weights[k] / sum(weights)``, drawn
+    per sample from the generator; each sampler then draws its share of the batch, and the
+    samples are put back in the drawn order. The batch structure is that of
+    :meth:`PairSampler.sample`, so per-sample λ works unchanged. Used for several ``--data``
+    sources (weights = training scans per source) and for real / synthetic mixing (weights
+    ``1 − f`` and ``f``).
+
+    Args:
+        samplers: Objects with ``sample(batch_size, generator) -> (moving, fixed)``, all giving
+            one spatial shape.
+        weights: One non-negative weight per sampler, not all zero.
+
+    Raises:
+        ValueError: If the lengths differ, ``samplers`` is empty, or the weights are invalid.
+    """
+
+    def __init__(self, samplers: list, weights: list[float]) -> None:
+        if not samplers or len(samplers) != len(weights):
+            raise ValueError(
+                f"MixtureSampler(): need one weight per sampler, got {len(samplers)} samplers "
+                f"and {len(weights)} weights"
+            )
+        if min(weights) < 0 or not sum(weights) > 0:
+            raise ValueError(
+                f"MixtureSampler(): 'weights' must be >= 0 and not all 0, got {weights}"
+            )
+        self.samplers = list(samplers)
+        self.weights = torch.tensor(weights, dtype=torch.float64)
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        """Draw ``batch_size`` pairs; see :meth:`PairSampler.sample` for the layout."""
+        choice = torch.multinomial(self.weights, batch_size, replacement=True, generator=generator)
+        moving: list[Tensor | None] = [None] * batch_size
+        fixed: list[Tensor | None] = [None] * batch_size
+        for index, sampler in enumerate(self.samplers):
+            rows = torch.nonzero(choice == index).flatten().tolist()
+            if not rows:
+                continue
+            part_moving, part_fixed = sampler.sample(len(rows), generator)
+            for offset, row in enumerate(rows):
+                moving[row], fixed[row] = part_moving[offset], part_fixed[offset]
+        return torch.stack(moving), torch.stack(fixed)  # type: ignore[arg-type]
 
 
 class LambdaSampler:
@@ -348,6 +345,55 @@ def split_subjects(
     }
 
 
+def split_people(
+    people: list[str],
+    seed: int,
+    *,
+    holdout: tuple[str, ...] | list[str] = (),
+    val_fraction: float = 0.1,
+    test_fraction: float = 0.1,
+    min_train: int = 2,
+) -> dict[str, list[str]]:
+    """Split people into train / val / test: the named ``holdout`` people, or a seeded split.
+
+    With ``holdout``, exactly those people form the validation set (``val_fraction`` is not
+    used) and ``test_fraction`` of the others is drawn, reproducibly from ``seed``, as the test
+    set (pass 0 to train on everyone else). Without it, :func:`split_subjects` splits them.
+
+    Args:
+        people: Person ids (unique; see :attr:`~hyperreg.training.sources.Scan.person`).
+        seed: Seed of the split.
+        holdout: Person ids to hold out for validation.
+        val_fraction: Share of people for validation when ``holdout`` is empty.
+        test_fraction: Share of (the other) people for testing.
+        min_train: Fewest training people (2 for subject-to-subject pairs, 1 with an atlas).
+
+    Returns:
+        ``{"train": [...], "val": [...], "test": [...]}``, each sorted.
+
+    Raises:
+        ValueError: If ``holdout`` names a person not in ``people``, or as
+            :func:`split_subjects`.
+    """
+    if not holdout:
+        if len(people) > min_train:
+            return split_subjects(people, seed, val_fraction, test_fraction, min_train)
+        return {"train": sorted(people), "val": [], "test": []}
+    unknown = sorted(set(holdout) - set(people))
+    if unknown:
+        known = sorted(people)
+        raise ValueError(
+            f"split_people(): 'holdout' names people not in the data: {unknown}; known: "
+            f"{known[:8]}{' ...' if len(known) > 8 else ''}"
+        )
+    rest = sorted(set(people) - set(holdout))
+    split = {"train": rest, "val": sorted(set(holdout)), "test": []}
+    if len(rest) > min_train:
+        inner = split_subjects(rest, seed, 0.0, test_fraction, min_train)
+        split["train"], split["test"] = inner["train"], inner["test"]
+    return split
+
+
 @dataclass(frozen=True)
 class ValidationPair:
     """One held-out pair: normalised images (float32) and label maps (int32, or None)."""
@@ -368,10 +414,15 @@ def validation_pairs(
     slice_every: int = 10,
     max_pairs: int = 16,
     normalization: str = "minmax",
+    spacing: float = 0.0,
 ) -> list[ValidationPair]:
     """Load held-out ``(moving, fixed)`` scan pairs for validation during training.
 
-    Images are normalised over the whole scan, as in :class:`PairSampler`. For a 2D model on 3D
+    Scans are read by :func:`~hyperreg.training.sources.load_scan` as in :class:`PairSampler`
+    (normalised over the whole scan, label maps on their image's grid, optionally resampled to
+    ``spacing``) but kept whole, not fitted to a training grid; only a moving scan of another
+    shape than its fixed scan is centred in the fixed scan's grid (:func:`fit_to_shape`). For a
+    2D model on 3D
     scans, each scan pair gives one pair per slice index along ``slice_axis``: ``slices`` when
     given, else every ``slice_every``-th slice where all scans have brain. Slices, then scan
     pairs, are thinned evenly so at most ``max_pairs`` pairs remain.
@@ -384,6 +435,7 @@ def validation_pairs(
         slice_every: Spacing of the slices chosen when ``slices`` is None.
         max_pairs: Most pairs returned (>= 1).
         normalization: See :func:`normalize_intensity`.
+        spacing: Voxel size in mm to resample to; 0 keeps the scans' voxels.
 
     Returns:
         The pairs, named ``"<moving>-><fixed>"`` (plus ``"@<slice>"`` in 2D from 3D).
@@ -393,18 +445,15 @@ def validation_pairs(
     """
     if not pairs:
         raise ValueError("validation_pairs(): 'pairs' must not be empty")
-    cache: dict[Path, np.ndarray] = {}
+    cache: dict[Scan, tuple[np.ndarray, np.ndarray | None]] = {}
 
-    def load(path: Path | None, label: bool) -> np.ndarray | None:
-        if path is None:
-            return None
-        if path not in cache:
-            volume = load_volume(path, label=label).data
-            cache[path] = volume if label else normalize_intensity(volume, normalization)
-        return cache[path]
+    def load(scan: Scan) -> tuple[np.ndarray, np.ndarray | None]:
+        if scan not in cache:
+            cache[scan] = load_scan(scan, normalization=normalization, spacing=spacing)
+        return cache[scan]
 
     pairs = [pairs[i] for i in _even(len(pairs), max_pairs)]
-    data_ndim = load(pairs[0][0].image, False).ndim
+    data_ndim = load(pairs[0][0])[0].ndim
     if data_ndim < ndim:
         raise ValueError(
             f"validation_pairs(): a {ndim}D model needs {ndim}D scans, got {data_ndim}D"
@@ -412,18 +461,18 @@ def validation_pairs(
     if data_ndim == ndim:
         slices = None
     elif slices is None:
-        volumes = [load(scan.image, False) for pair in pairs for scan in pair]
+        volumes = [load(scan)[0] for pair in pairs for scan in pair]
         slices = _brain_slices(volumes, slice_axis)[slice_every // 2 :: slice_every]
     if slices is not None:
         slices = np.asarray(slices)[_even(len(slices), max(1, max_pairs // len(pairs)))]
     out: list[ValidationPair] = []
     for moving, fixed in pairs:
-        arrays = (
-            load(moving.image, False),
-            load(fixed.image, False),
-            load(moving.seg, True),
-            load(fixed.seg, True),
-        )
+        (moving_image, moving_seg), (fixed_image, fixed_seg) = load(moving), load(fixed)
+        if moving_image.shape != fixed_image.shape:
+            moving_image = fit_to_shape(moving_image, fixed_image.shape)
+            if moving_seg is not None:
+                moving_seg = fit_to_shape(moving_seg, fixed_image.shape)
+        arrays = (moving_image, fixed_image, moving_seg, fixed_seg)
         name = f"{moving.name}->{fixed.name}"
         if slices is None:
             out.append(ValidationPair(name, *arrays))

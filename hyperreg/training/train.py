@@ -1,13 +1,20 @@
 """HyperMorph training: λ per sample, loss (1 − λ)·similarity + λ·smoothness, checkpoints, logs.
 
-``train(config)`` draws pairs from a :class:`~hyperreg.training.data.PairSampler` (or any object with the
+``train(config)`` draws pairs from a :class:`~hyperreg.training.data.PairSampler` (or any object
+with the
 same ``sample(batch_size, generator)`` method), draws one λ per sample, and minimises the batch
 mean of each sample's own loss ``(1 − λ_i)·L_sim,i + λ_i·L_smooth,i`` with Adam. It writes into
 ``config.out``: ``train_log.csv``, ``checkpoint_<step>.pt`` (model + optimiser + every random
-state, the newest ``keep_checkpoints`` kept; see :mod:`hyperreg.training.checkpointing`), ``model.pt``,
-``config.json``, and with validation ``val_log.csv``, ``best.pt`` and ``split.json``.
-``train(config, resume=DIR)`` continues exactly where the newest checkpoint in ``DIR`` stopped.
-Under ``torchrun`` it trains with DistributedDataParallel (see :mod:`hyperreg.training.distributed`);
+state, the newest ``keep_checkpoints`` kept; see :mod:`hyperreg.training.checkpointing`),
+``model.pt``, ``config.json``, and with validation ``val_log.csv``, ``best.pt`` and ``split.json``.
+``train(config, resume=DIR)`` continues exactly where the newest checkpoint in ``DIR`` stopped;
+``config.init`` starts from a pretrained model's weights instead (fine-tuning). SIGTERM or
+SIGINT during training writes a checkpoint after the step in flight and raises
+:class:`~hyperreg.training.checkpointing.TrainingInterrupted`. ``config.data`` may name several
+sources; they are split by person, pairs are drawn within each source, and a share
+``config.synth`` of the pairs is synthesised from label maps (:mod:`hyperreg.training.synth`).
+Under ``torchrun`` it trains with DistributedDataParallel (see
+:mod:`hyperreg.training.distributed`);
 only rank 0 writes. Seeds are set here from the config, never at import. Validation goes
 through :mod:`hyperreg.training.validation` (which reuses the inference code). Must not import cli.
 
@@ -23,6 +30,7 @@ import json
 import logging
 import math
 import os
+import signal
 import time
 import warnings
 from pathlib import Path
@@ -35,22 +43,30 @@ from tqdm.auto import tqdm
 
 from hyperreg.training import distributed
 from hyperreg.training.checkpointing import (
-    TRAINING_STATE_KEY,
-    latest_checkpoint,
-    load_training_checkpoint,
-    restore_random_state,
+    StopSignals,
+    TrainingInterrupted,
+    init_from_model,
+    resume_training,
     save_training_checkpoint,
+    slim_old_checkpoints,
 )
 from hyperreg.config import TrainConfig, to_dict
 from hyperreg.training.data import (
     LambdaSampler,
+    MixtureSampler,
     PairSampler,
-    Scan,
     ValidationPair,
-    find_scans,
-    split_subjects,
+    split_people,
     validation_pairs,
 )
+from hyperreg.training.sources import (
+    Scan,
+    find_scans,
+    label_map_scans,
+    scan_shape,
+    training_shape,
+)
+from hyperreg.training.synth import SynthPairSampler, label_maps_from_scans
 from hyperreg.method.losses import gradient_loss, mse_loss, ncc_loss
 from hyperreg.method.model import HyperMorph, RegistrationOutput, save_checkpoint
 from hyperreg.training.validation import evaluate, validation_columns
@@ -134,62 +150,140 @@ def _subject_pairs(scans: list[Scan], others: list[Scan], atlas: Scan | None) ->
     return [(scans[0], others[0])]
 
 
+def _sources(config: TrainConfig) -> list[str]:
+    """``config.data`` as a list of sources (one string or a tuple of them)."""
+    if isinstance(config.data, str):
+        return [config.data] if config.data else []
+    return [str(source) for source in config.data]
+
+
 def _prepare_data(
     config: TrainConfig, load_validation: bool = True
-) -> tuple[PairSampler, list[ValidationPair], dict]:
+) -> tuple[PairSource, list[ValidationPair], dict]:
     """Training sampler, validation pairs and the split record (written to split.json).
 
-    ``load_validation=False`` (ranks other than 0) records the split but loads no pairs.
+    Every source is split by person (:attr:`~hyperreg.training.sources.Scan.person`); pairs are
+    drawn within a source, each pair's source with probability proportional to its training
+    scans, and a share ``config.synth`` of the pairs is synthesised from the training people's
+    label maps (plus ``config.synth_labels``). ``load_validation=False`` (ranks other than 0)
+    records the split but loads no pairs.
     """
     ndim = config.model.ndim
-    scans = find_scans(config.data, ndim)
-    by_name = {scan.name: scan for scan in scans}
+    sources = _sources(config)
+    if not sources:
+        raise ValueError("train(): 'data' must name at least one source (a folder or CSV list)")
+    groups = [find_scans(source, ndim) for source in sources]
     atlas = None
     if config.atlas:
+        if len(groups) > 1:
+            raise ValueError(f"train(): 'atlas' needs a single data source, got {len(groups)}")
         atlas = Scan(Path(config.atlas), Path(config.atlas_seg) if config.atlas_seg else None)
     min_train = 1 if atlas is not None else 2
-    if len(scans) > min_train:
-        split = split_subjects(
-            list(by_name), config.seed, config.val_fraction, config.test_fraction, min_train
-        )
-    else:
-        split = {"train": list(by_name), "val": [], "test": []}
-    train_scans = [by_name[name] for name in split["train"]]
-    val_scans = [by_name[name] for name in split["val"]]
-    record: dict[str, Any] = {"seed": config.seed, **split}
-    holdout = 0 if val_scans or config.val_every == 0 else config.holdout_every
-    sampler = PairSampler(
-        train_scans,
-        ndim,
-        atlas=atlas.image if atlas else None,
-        slice_axis=config.slice_axis,
-        holdout_every=holdout,
-        crop=config.crop,
+    people = sorted({scan.person for scans in groups for scan in scans})
+    split = split_people(
+        people,
+        config.seed,
+        holdout=config.holdout,
+        val_fraction=config.val_fraction,
+        test_fraction=config.test_fraction,
+        min_train=min_train,
     )
+    train_groups = [[s for s in scans if s.person in split["train"]] for scans in groups]
+    val_groups = [[s for s in scans if s.person in split["val"]] for scans in groups]
+    record: dict[str, Any] = {"seed": config.seed, **split}
+    if config.holdout:
+        record["holdout"] = sorted(config.holdout)
+    record["sources"] = [
+        {
+            "data": source,
+            "train": [s.name for s in train],
+            "val": [s.name for s in val],
+            "test": [s.name for s in scans if s.person in split["test"]],
+        }
+        for source, scans, train, val in zip(sources, groups, train_groups, val_groups)
+    ]
+    extra_labels = [s for source in config.synth_labels for s in label_map_scans(source, ndim)]
+    grid_scans = train_groups + ([[atlas]] if atlas else [])
+    grid_scans += [extra_labels] if config.synth > 0 else []
+    shape = tuple(config.shape) or training_shape(
+        grid_scans, ndim, slice_axis=config.slice_axis, spacing=config.spacing
+    )
+    if shape:
+        record["shape"] = list(shape)
+    has_val = any(val_groups)
+    holdout = 0 if has_val or config.val_every == 0 or len(groups) > 1 else config.holdout_every
+    options = {"slice_axis": config.slice_axis, "crop": config.crop, "shape": shape,
+               "spacing": config.spacing}
+    samplers: list[PairSampler] = []
+    weights: list[float] = []
+    if config.synth < 1:
+        for source, train in zip(sources, train_groups):
+            if len(groups) > 1 and not _pairable(train, ndim, config, atlas):
+                warnings.warn(
+                    f"train(): source '{source}' has {len(train)} training scan(s), too few for "
+                    "pairs; it is used for validation only",
+                    stacklevel=4,
+                )
+                continue
+            sampler = PairSampler(
+                train, ndim, atlas=atlas.image if atlas else None, holdout_every=holdout,
+                **options,
+            )
+            samplers.append(sampler)
+            weights.append(float(len(train)))
+        if not samplers:
+            raise ValueError("train(): no data source has enough training scans to make pairs")
+    sampler: Any = samplers[0] if len(samplers) == 1 else None
+    if len(samplers) > 1:
+        sampler = MixtureSampler(samplers, weights)
+    if config.synth > 0:
+        label_scans = [s for train in train_groups for s in train] + extra_labels
+        maps = label_maps_from_scans(
+            label_scans, ndim, shape=shape, slice_axis=config.slice_axis, spacing=config.spacing
+        )
+        if not maps:
+            raise ValueError(
+                "train(): 'synth' needs label maps, but no training scan has one; add label "
+                "maps with 'synth_labels' (--synth-labels)"
+            )
+        synth = SynthPairSampler(maps, ndim, crop=config.crop)
+        record["synth"] = {"fraction": config.synth, "label_maps": len(maps)}
+        sampler = synth if sampler is None else MixtureSampler(
+            [sampler, synth], [1.0 - config.synth, config.synth]
+        )
     val: list[ValidationPair] = []
-    common = {"slice_axis": config.slice_axis, "max_pairs": config.val_max_pairs}
-    if val_scans:
+    common = {"slice_axis": config.slice_axis, "spacing": config.spacing}
+    if has_val:
         record["mode"] = "subjects"
-        record["note"] = f"validation on {len(val_scans)} held-out subject(s)"
-        pairs = _subject_pairs(val_scans, train_scans, atlas)
-        if load_validation:
-            val = validation_pairs(pairs, ndim, slice_every=config.holdout_every, **common)
-    elif config.val_every > 0:
+        record["note"] = f"validation on {len(split['val'])} held-out person(s)"
+        used = [
+            (v, t) for v, t in zip(val_groups, train_groups) if len(v) > 1 or (v and (t or atlas))
+        ]
+        per_group = max(1, config.val_max_pairs // max(1, len(used)))
+        for val_scans, train in used:
+            pairs = _subject_pairs(val_scans, train, atlas)
+            if load_validation:
+                val += validation_pairs(
+                    pairs, ndim, slice_every=config.holdout_every, max_pairs=per_group, **common
+                )
+    elif config.val_every > 0 and len(samplers) == 1:
+        train_scans = train_groups[0]
         pairs = _subject_pairs(train_scans, [], atlas) if len(train_scans) > 1 or atlas else []
-        if sampler.heldout_slices is not None and pairs:
+        common["max_pairs"] = config.val_max_pairs
+        if samplers[0].heldout_slices is not None and pairs:
             record["mode"] = "slices"
-            record["val_slices"] = sampler.heldout_slices.tolist()
+            record["val_slices"] = samplers[0].heldout_slices.tolist()
             record["note"] = (
-                f"only {len(scans)} subject(s): nothing held out by subject; validation on "
+                f"only {len(people)} person(s): nothing held out by person; validation on "
                 f"every {config.holdout_every}th brain slice along axis {config.slice_axis}, "
-                "not used for training (same subjects as training)"
+                "not used for training (same people as training)"
             )
             if load_validation:
-                val = validation_pairs(pairs, ndim, slices=sampler.heldout_slices, **common)
+                val = validation_pairs(pairs, ndim, slices=samplers[0].heldout_slices, **common)
         elif pairs:
             record["mode"] = "training-pairs"
             record["note"] = (
-                f"only {len(scans)} subject(s) and no slices to hold out: validation on "
+                f"only {len(people)} person(s) and no slices to hold out: validation on "
                 "training pairs (not held out)"
             )
             if load_validation:
@@ -199,11 +293,18 @@ def _prepare_data(
             record["note"] = "no pair to validate on"
     else:
         record["mode"] = "none"
-        record["note"] = "validation off (no held-out subjects and val_every = 0)"
+        record["note"] = "validation off (no held-out people and val_every = 0)"
     record["val_pairs"] = [pair.name for pair in val]
     if load_validation:
         logger.info("data split: %s", record["note"])
     return sampler, val, record
+
+
+def _pairable(scans: list[Scan], ndim: int, config: TrainConfig, atlas: Scan | None) -> bool:
+    """Whether a source's training scans make pairs: two scans, an atlas, or slices of a volume."""
+    if len(scans) >= 2 or (scans and atlas is not None):
+        return True
+    return bool(scans) and len(scan_shape(scans[0], config.spacing)) > ndim
 
 
 def _open_log(path: Path, columns: list[str] | tuple[str, ...], resume_step: int | None):
@@ -227,48 +328,6 @@ def _tensorboard(folder: Path) -> Any:
     except ImportError:
         return None
     return SummaryWriter(str(folder / "tensorboard"))
-
-
-def _resume_from(
-    folder: str | os.PathLike[str],
-    config: TrainConfig,
-    model: HyperMorph,
-    optimizer: Any,
-    generator: torch.Generator,
-) -> tuple[int, dict[str, Any]]:
-    path = latest_checkpoint(folder)
-    payload = load_training_checkpoint(path)
-    if payload["model_config"] != to_dict(config.model):
-        raise ValueError(
-            f"train(): cannot resume from '{path}': its model config {payload['model_config']} "
-            f"differs from this run's {to_dict(config.model)}"
-        )
-    step = int(payload["step"])
-    if step >= config.steps:
-        raise ValueError(
-            f"train(): '{path}' is already at step {step}; 'steps' ({config.steps}) is the total "
-            "number of steps, so pass a larger value to train further"
-        )
-    previous = payload.get("train_config", {})
-    changed = [
-        key
-        for key in ("seed", "batch_size", "lr", "sim", "lam_endpoint_fraction", "data", "crop")
-        if key in previous and previous[key] != to_dict(config)[key]
-    ]
-    if changed:
-        warnings.warn(
-            f"train(): resuming with changed settings {changed}; the run will not match an "
-            "uninterrupted one",
-            stacklevel=3,
-        )
-    state = payload[TRAINING_STATE_KEY]
-    model.load_state_dict(payload["state_dict"], strict=True)
-    optimizer.load_state_dict(state["optimizer"])
-    for group in optimizer.param_groups:
-        group["lr"] = config.lr
-    restore_random_state(state["random"], generator)
-    logger.info("resuming from %s at step %d", path, step)
-    return step, state
 
 
 def train(
@@ -297,8 +356,8 @@ def train(
         ``Path(config.out) / "model.pt"``.
 
     Raises:
-        ValueError: On invalid settings or data (see :class:`~hyperreg.training.data.PairSampler`), or a
-            checkpoint to resume that does not fit this run.
+        ValueError: On invalid settings or data (see :class:`~hyperreg.training.data.PairSampler`),
+            or a checkpoint to resume that does not fit this run.
         FileNotFoundError: If ``config.data`` does not exist, or ``resume`` holds no checkpoint.
         RuntimeError: If the loss becomes non-finite.
     """
@@ -349,9 +408,11 @@ def _train(
     extra = {"train_config": resolved}
     start_step, best_score, elapsed = 0, -math.inf, 0.0
     if resume is not None:
-        start_step, state = _resume_from(resume, config, model, optimizer, generator)
+        start_step, state = resume_training(resume, config, model, optimizer, generator)
         best_score = float(state.get("best_score", -math.inf))
         elapsed = float(state.get("seconds", 0.0))
+    elif config.init:
+        init_from_model(config.init, model)
 
     forward: Any = model
     if context.enabled:
@@ -375,6 +436,7 @@ def _train(
     rows = distributed.local_slice(context, config.batch_size)
     global_batch = config.batch_size * context.world_size
     start = time.perf_counter() - elapsed
+    signals = StopSignals()
     bar = tqdm(
         range(start_step + 1, config.steps + 1),
         initial=start_step,
@@ -384,6 +446,7 @@ def _train(
         unit="step",
     )
     try:
+        signals.install()
         for step in bar:
             moving, fixed = pairs.sample(global_batch, generator)
             lam = lam_sampler.sample(global_batch, generator)
@@ -400,14 +463,18 @@ def _train(
             loss.backward()
             optimizer.step()
             stats = torch.stack([loss.detach(), sim.mean().detach(), smooth.mean().detach()])
-            stats = torch.cat([stats.float(), lam.mean().reshape(1)])
+            stop = torch.tensor([float(signals.requested is not None)], device=stats.device)
+            stats = torch.cat([stats.float(), lam.mean().reshape(1), stop])
             if context.enabled:
                 dist.all_reduce(stats)
                 stats /= context.world_size
             values = stats.tolist()
             if not math.isfinite(values[0]):
                 raise RuntimeError(f"train(): loss became non-finite at step {step}")
+            stopping = values[4] > 0  # a signal reached some rank: every rank stops here
             if not main:
+                if stopping:
+                    raise TrainingInterrupted(signals.requested or signal.SIGTERM, step, None)
                 continue
             seconds = time.perf_counter() - start
             log[1].writerow(
@@ -434,8 +501,8 @@ def _train(
                 if row["score"] > best_score:
                     best_score = row["score"]
                     save_checkpoint(model, out_dir / "best.pt", step=step, validation=row, **extra)
-            if step % config.checkpoint_every == 0 or step == config.steps:
-                save_training_checkpoint(
+            if step % config.checkpoint_every == 0 or step == config.steps or stopping:
+                written = save_training_checkpoint(
                     model,
                     out_dir,
                     step,
@@ -445,7 +512,11 @@ def _train(
                     state={"best_score": best_score, "seconds": seconds},
                     **extra,
                 )
+                if stopping:
+                    logger.warning("stopped after step %d: resume with --resume %s", step, out_dir)
+                    raise TrainingInterrupted(signals.requested or signal.SIGTERM, step, written)
     finally:
+        signals.restore()
         for item in (log, val_log):
             if item is not None:
                 item[0].close()
@@ -454,6 +525,8 @@ def _train(
     final = out_dir / "model.pt"
     if main:
         save_checkpoint(model, final, step=config.steps, **extra)
+        if config.keep_checkpoints > 0:  # only the newest keeps its optimiser state
+            slim_old_checkpoints(out_dir)
         logger.info(
             "trained to step %d in %.1f s -> %s", config.steps, time.perf_counter() - start, final
         )
