@@ -18,8 +18,12 @@ initialisation ``h(λ) = λ · h(1)``: the generated weights scale with λ and a
 the magnitude pathology MIP removes.
 
 Compact head (``rank > 0``): the trunk ends in a linear bottleneck of width ``rank`` and the head
-is ``Δθ = m · U · n(V · z)`` with ``U`` of shape ``(targets, rank)``, so the head costs
-``rank × targets`` parameters instead of ``hidden[-1] × targets``. λ is one number, so
+is ``Δθ = m · U · [n(V · h), √2 · E(λ)]`` with ``U`` of shape ``(targets, rank + 2H)``, so the
+head costs ``(rank + 2H) × targets`` parameters instead of ``hidden[-1] × targets``. In MIP mode
+the λ code ``E(λ)`` itself reaches the head beside the trunk's features (a skip connection):
+without it the deep trunk maps λ = 0 and λ = 1 to nearly parallel features and the generated
+weights learn to depend on λ far too slowly (measured: after 80 steps the λ = 1 field was larger
+than the λ = 0 one). λ is one number, so
 ``Δθ(λ)`` traces a curve in weight space and a small rank loses little (measured in
 ``benchmarks/RESULTS_hypernet.md``).
 
@@ -29,8 +33,9 @@ ordinary weight. Two fixed reparametrisations keep a generated weight's Adam ste
 ordinary weight's (a muP-style output multiplier with compensated initialisation, Yang et al.,
 Tensor Programs V, 2022):
 
-* the head input is RMS-normalised, ``n(z) = z / rms(z)``, so ``‖n(z)‖₁ ≤ rank``;
-* the head output is multiplied by the constant ``m = HEAD_STEP / rank`` and ``U`` is drawn
+* the head input is RMS-normalised, ``n(z) = z / rms(z)``, and the λ code is scaled to RMS 1
+  too, so the head input ``x`` of width ``d = rank + 2H`` has ``‖x‖₁ ≤ d``;
+* the head output is multiplied by the constant ``m = HEAD_STEP / d`` and ``U`` is drawn
   ``1/m`` larger, so the initial Δθ is unchanged while one Adam step moves Δθ by at most
   ``HEAD_STEP · lr`` through ``U``;
 * trunk layers carry the multiplier ``1/fan_in`` (weights drawn ``fan_in`` times larger), so
@@ -155,7 +160,7 @@ class HyperNetwork(nn.Module):
         total = sum(sizes)
         mip = parametrization == "mip"
         # Fixed multipliers (MIP with a compact head only): 1/fan_in per trunk layer, and
-        # HEAD_STEP / rank on the head output. 1.0 everywhere else (legacy and default).
+        # HEAD_STEP / (head width) on the head output. 1.0 everywhere else (legacy and default).
         self._scaled = mip and rank > 0
 
         in_features = 2 * num_inputs if mip else num_inputs
@@ -173,7 +178,9 @@ class HyperNetwork(nn.Module):
         else:
             self.register_module("head_in", None)
             self._head_in_mult = 1.0
-        self._head_mult = HEAD_STEP / rank if self._scaled else 1.0
+        if self._scaled:
+            in_features = rank + 2 * num_inputs  # n(z) and the λ code itself, see _features
+        self._head_mult = HEAD_STEP / in_features if self._scaled else 1.0
         self.weight_delta = nn.Linear(in_features, total, bias=not mip)
         stds = torch.cat(
             [torch.full((n,), float(init_std[name])) for name, n in zip(self.target_shapes, sizes)]
@@ -208,14 +215,14 @@ class HyperNetwork(nn.Module):
         rank = self.rank
         head = self.weight_delta
         if mip:
-            # Δθ = m · U · n(z) with rms(n(z)) = 1: std(Δθ_t) = m · sqrt(rank) · std(U_t). θ0 and
+            # Δθ = m · U · x with rms(x) = 1: std(Δθ_t) = m · sqrt(width) · std(U_t). θ0 and
             # Δθ share the target's variance, 1 : DELTA_INIT², so θ(λ) starts at the target std.
             share = 1.0 / math.sqrt(1.0 + DELTA_INIT**2)
             delta_std = torch.where(zero, 0.0, stds * DELTA_INIT * share)
             base_std = torch.where(zero, stds, stds * share)
             head.weight.copy_(
                 torch.randn_like(head.weight)
-                * (delta_std / (self._head_mult * math.sqrt(rank)))[:, None]
+                * (delta_std / (self._head_mult * math.sqrt(head.in_features)))[:, None]
             )
             self.base_weights.copy_(torch.randn_like(self.base_weights) * base_std)
             return
@@ -268,6 +275,12 @@ class HyperNetwork(nn.Module):
         z = self.head_in(h * self._head_in_mult if self._scaled else h)
         if self._scaled:
             z = z * torch.rsqrt(z.pow(2).mean(dim=1, keepdim=True) + _RMS_EPS)
+            # The λ code goes to the head beside the trunk's features (a skip connection), scaled
+            # to RMS 1 like them (each cos/sin pair has norm 1). Deep ReLU trunks map distant λ
+            # to nearly parallel features, so without it Δθ(0) ≈ Δθ(1) and the weights learn to
+            # depend on λ only slowly; with it Δθ(λ) = m·(U·n(z) + U'·E(λ)) separates the ends
+            # from the first step ([1, 0] at λ = 0, [0, 1] at λ = 1).
+            z = torch.cat([z, code * math.sqrt(2.0)], dim=1)
         return z
 
     def forward(self, lam: Tensor) -> dict[str, Tensor]:
