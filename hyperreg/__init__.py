@@ -54,6 +54,8 @@ _EXPORTS = {
     "RegistrationResult": "hyperreg.registration.pairs",
     "register_pair": "hyperreg.registration.pairs",
     "train": "hyperreg.training.train",
+    "load_pretrained": "hyperreg.apps.pretrained",
+    "bundled_models": "hyperreg.apps.pretrained",
     "register_files": "hyperreg.apps.inference",
     "warp_file": "hyperreg.apps.inference",
     "sweep_files": "hyperreg.apps.sweep",

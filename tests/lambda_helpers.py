@@ -41,7 +41,7 @@ def labels_of(image: np.ndarray) -> np.ndarray:
 
 
 def tiny_model(ndim: int = 2, flow_scale: float = 3e4, seed: int = 0) -> HyperMorph:
-    """Untrained tiny HyperMorph, flow layer (θ0 and its Δθ rows) scaled by ``flow_scale``."""
+    """Untrained tiny HyperMorph, flow layer θ0 scaled by ``flow_scale``, its Δθ rows random."""
     torch.manual_seed(seed)
     model = HyperMorph(
         ModelConfig(
@@ -53,8 +53,12 @@ def tiny_model(ndim: int = 2, flow_scale: float = 3e4, seed: int = 0) -> HyperMo
     names = list(shapes)
     assert names[-2:] == ["flow.weight", "flow.bias"], names[-2:]  # flow is last in the flat vector
     with torch.no_grad():
-        model.hypernet.base_weights[-count:] *= flow_scale
-        model.hypernet.weight_delta.weight[-count:] *= flow_scale
+        base = model.hypernet.base_weights[-count:]
+        base *= flow_scale
+        rows = model.hypernet.weight_delta.weight[-count:]
+        # The compact head starts the flow rows at zero (Δθ = 0 at every λ); give them about
+        # θ0's scale so the field depends on λ through the flow layer too.
+        rows.copy_(torch.randn_like(rows) * 2.0 * float(base.std()))
     return model.eval()
 
 

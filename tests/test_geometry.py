@@ -118,7 +118,7 @@ def _write(path: Path, data: np.ndarray, affine: np.ndarray) -> Path:
 @pytest.fixture()
 def model_2d(monkeypatch: pytest.MonkeyPatch) -> HyperMorph:
     """A tiny untrained 2D model whose flow layer is scaled up to give ~1-2 voxel fields."""
-    monkeypatch.setattr(hyperreg.method.unet, "FLOW_INIT_STD", 0.1)
+    monkeypatch.setattr(hyperreg.method.unet, "FLOW_INIT_STD", 0.2)
     torch.manual_seed(0)
     return HyperMorph(ModelConfig(ndim=2, **TINY))
 

@@ -147,5 +147,5 @@ def test_hd95_per_label_on_hand_computed_squares() -> None:
     scores = hd95_per_label(a, b, labels=[1, 2])
     assert scores[1] == 2.0 and math.isnan(scores[2])
     assert hd95_per_label(a, a) == {1: 0.0, 2: 0.0}
-    with pytest.raises(ValueError, match="share a shape"):
+    with pytest.raises(ValueError, match="same shape"):
         hd95_per_label(a, b[:10])

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from hyperreg._checks import resolve_device
+from hyperreg.apps.pretrained import default_model
 from hyperreg.apps.plotting import oriented_slice, pyplot, save_figure, show_slice
 from hyperreg.config import ModelConfig, TrainConfig
 from hyperreg.geometry.fields import save_displacement
@@ -326,18 +327,23 @@ def _figure(
 def run_demo(
     out: str | Path = "hyperreg-demo",
     data: str | None = None,
-    steps: int = 600,
+    steps: int = 0,
     seed: int = 0,
     device: str = "auto",
     eval_pairs: int = 4,
     progress: bool = True,
 ) -> str:
-    """Train, register held-back pairs at λ ∈ {0.1, 0.3, 0.5, 0.7, 0.9}, write the report.
+    """Register held-back pairs at λ ∈ {0.1, 0.3, 0.5, 0.7, 0.9} and write the report.
+
+    With ``steps=0`` (the default) the pairs are registered with the bundled pretrained 2D
+    model (:func:`hyperreg.apps.pretrained.default_model`), which never saw them: seconds on a
+    CPU. With ``steps > 0`` a new 2D model is trained on the demo data first (the original
+    train-then-register demo) and saved in ``out/model/model.pt``.
 
     Args:
         out: Output folder (created).
         data: Optional neurite-oasis folder; default is the built-in MNI152 template.
-        steps: Training steps.
+        steps: Training steps, or 0 for the bundled model.
         seed: Seed for training and the synthetic pairs.
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
         eval_pairs: Number of held-back synthetic pairs (template mode).
@@ -363,6 +369,13 @@ def run_demo(
         source, pairs = _oasis_pairs(data)
         description = f"real subject slices from {data}"
         label_names = "slice_seg24 labels in both"
+    resolved = resolve_device("run_demo", device)
+    if steps == 0:
+        bundled = default_model(2)
+        model, _ = load_checkpoint(bundled.path, map_location=resolved)
+        how = f"the bundled pretrained model {bundled.name} (no training run)"
+        model_file = str(bundled.path)
+        return _report(out, model, pairs, description, how, model_file, label_names)
     config = TrainConfig(
         data=data or "",
         out=str(out / "model"),
@@ -381,7 +394,21 @@ def run_demo(
         ", ".join(f"{v:g}" for v in DEMO_LAMBDAS),
     )
     checkpoint = train(config, pairs=source, progress=progress)  # type: ignore[arg-type]
-    model, _ = load_checkpoint(checkpoint, map_location=resolve_device("run_demo", device))
+    model, _ = load_checkpoint(checkpoint, map_location=resolved)
+    how = f"a 2D model trained here for {steps} steps"
+    return _report(out, model, pairs, description, how, "model/model.pt", label_names)
+
+
+def _report(
+    out: Path,
+    model: HyperMorph,
+    pairs: list[dict[str, object]],
+    description: str,
+    how: str,
+    model_file: str,
+    label_names: str,
+) -> str:
+    """Register the pairs, write results.csv / results.md / demo_figure.png; the report."""
     rows = _evaluate(model, pairs, out)
     table = _table(rows)
     with (out / "results.csv").open("w", newline="") as handle:
@@ -391,7 +418,7 @@ def run_demo(
     _figure(pairs[0], table, out / "demo_figure.png", len(pairs), label_names)
     keys = [k for k in table[0] if k != "lambda"]
     lines = [
-        f"HyperMorph demo: {description}; {steps} training steps; {len(pairs)} held-back pairs",
+        f"HyperMorph demo: {description}; registered with {how}; {len(pairs)} held-back pairs",
         "",
         "| λ | " + " | ".join(keys) + " |",
         "|---" * (len(keys) + 1) + "|",
@@ -405,7 +432,7 @@ def run_demo(
         "the labelled tissue against the known true field (before = no registration); "
         "log_jacobian_std: spread of log J (0 = no local volume change).",
         "",
-        f"outputs in {out}: demo_figure.png, results.md, results.csv, nifti/, model/model.pt",
+        f"outputs in {out}: demo_figure.png, results.md, results.csv, nifti/; model: {model_file}",
     ]
     report = "\n".join(lines)
     (out / "results.md").write_text(report + "\n")

@@ -26,12 +26,15 @@ __all__ = [
     "add_pair_arguments",
     "add_pairs_csv_argument",
     "add_preprocessing_arguments",
+    "add_refine_arguments",
     "add_resample_argument",
     "add_warp_format_argument",
     "lambda_list",
     "lambda_value",
+    "non_negative_int",
     "percent",
     "positive_int",
+    "refine_steps",
     "subparser",
 ]
 
@@ -62,6 +65,17 @@ def lambda_value(text: str) -> float:
         raise argparse.ArgumentTypeError(f"λ must be a number in [0, 1], got {text!r}") from None
     if math.isnan(value) or not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"λ must lie in [0, 1], got {text}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text}")
     return value
 
 
@@ -110,11 +124,12 @@ def percent(text: str) -> float:
 
 
 def add_model_argument(parser: argparse.ArgumentParser) -> None:
-    """``--model``: a checkpoint or the run folder holding model.pt."""
+    """``--model``: a checkpoint or the run folder holding model.pt; default a bundled model."""
     parser.add_argument(
         "--model",
-        required=True,
-        help="checkpoint (.pt) written by 'hyperreg train', or its output folder (model.pt in it)",
+        help="checkpoint (.pt) written by 'hyperreg train', or its output folder (model.pt in "
+        "it); default: the bundled pretrained model for the images' dimensionality "
+        "('hyperreg models' lists them)",
     )
 
 
@@ -230,4 +245,45 @@ def add_batching_arguments(parser: argparse.ArgumentParser) -> None:
         "--amp",
         action="store_true",
         help="bfloat16 autocast for the forward pass (CUDA only; metrics stay float32)",
+    )
+
+
+def refine_steps(text: str) -> int:
+    """A refinement step count in [0, 10000] (``--refine``)."""
+    limit = 10000  # hyperreg.registration.refine.MAX_REFINE_STEPS (not imported: --help stays fast)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number of steps in [0, {limit}], got {text!r}"
+        ) from None
+    if not 0 <= value <= limit:
+        raise argparse.ArgumentTypeError(f"must be a number of steps in [0, {limit}], got {text}")
+    return value
+
+
+def add_refine_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--refine N``, ``--refine-sim {ncc,mi}`` and ``--refine-lr``: test-time refinement."""
+    parser.add_argument(
+        "--refine",
+        type=refine_steps,
+        default=0,
+        metavar="N",
+        help="refine the network's field for each pair with N Adam steps on the model's own "
+        "loss at the same λ (instance optimisation; 0 = off, default; 25-100 typical, about "
+        "20 ms a step for a 2D slice on a CPU); prints time and similarity before/after",
+    )
+    parser.add_argument(
+        "--refine-sim",
+        choices=("ncc", "mi"),
+        default="ncc",
+        help="similarity for --refine: ncc (local NCC, window 9, as the model was trained; "
+        "default) or mi (mutual information, for pairs of different contrast, e.g. T1 to T2)",
+    )
+    parser.add_argument(
+        "--refine-lr",
+        type=float,
+        default=0.05,
+        metavar="LR",
+        help="Adam learning rate for --refine, voxels per step (default 0.05)",
     )

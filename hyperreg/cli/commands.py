@@ -223,6 +223,13 @@ def add_parsers(sub: Any) -> None:
         "--moved-seg",
         help="moved label map (needs --moving-seg), NIfTI, integer type, fixed affine",
     )
+    reg.add_argument(
+        "--inverse-warp",
+        help="inverse displacement field (voxels, exp(-v) of the model's velocity), same "
+        "format (--warp-format), grid and fixed-image affine as --warp: warping the moved "
+        "image with it gives the moving image back; needs a model with a velocity field",
+    )
+    opts.add_refine_arguments(reg)
     opts.add_preprocessing_arguments(reg)
     opts.add_common(reg)
 
@@ -269,16 +276,24 @@ def add_parsers(sub: Any) -> None:
     )
     opts.add_common(jac, device=False)
 
-    demo = sub.add_parser("demo", help="train and register on built-in data, write a report")
+    models = sub.add_parser(
+        "models", help="list the bundled pretrained models (used when --model is not given)"
+    )
+    opts.add_common(models, device=False)
+
+    demo = sub.add_parser(
+        "demo", help="register built-in pairs with the bundled model (or train first), report"
+    )
     demo.add_argument(
         "--out", default="hyperreg-demo", help="output folder (default hyperreg-demo)"
     )
     demo.add_argument("--data", help="neurite-oasis folder: use real subject pairs instead")
     demo.add_argument(
         "--steps",
-        type=opts.positive_int,
-        default=600,
-        help="training steps (default 600, a few minutes on a CPU)",
+        type=opts.non_negative_int,
+        default=0,
+        help="0 (default): register with the bundled pretrained 2D model, seconds on a CPU; "
+        "N: train a new 2D model for N steps first (600 take a few minutes on a CPU)",
     )
     opts.add_common(demo, seed=True)
 
@@ -360,7 +375,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_register(args: argparse.Namespace) -> int:
     from hyperreg.apps.inference import register_files
 
-    if not (args.moved or args.warp or args.moved_seg):
+    from hyperreg.cli.refining import refine_text, refinement_from
+
+    if not (args.moved or args.warp or args.moved_seg or args.inverse_warp):
         raise ValueError("nothing to write: give --moved, --warp and/or --moved-seg")
     if args.moved_seg and not args.moving_seg:
         raise ValueError("--moved-seg needs --moving-seg (the label map to warp)")
@@ -377,11 +394,15 @@ def _cmd_register(args: argparse.Namespace) -> int:
         warp_out=args.warp,
         moved_seg=args.moved_seg,
         warp_format=args.warp_format,
+        refine=refinement_from(args),
+        inverse_warp_out=args.inverse_warp,
         **pair_options(args),
     )
     for message in result.resampled:
         print(f"{opts.PROG} register: {message}")
-    written = [p for p in (args.moved, args.warp, args.moved_seg) if p]
+    if refine_text(result.extra):
+        print(refine_text(result.extra))
+    written = [p for p in (args.moved, args.warp, args.moved_seg, args.inverse_warp) if p]
     print(f"λ = {result.lam:g}: wrote {', '.join(written)}")
     if result.dice is not None:
         print(
@@ -429,7 +450,24 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_models(args: argparse.Namespace) -> int:
+    from hyperreg.apps.pretrained import PRETRAINED_DIR, bundled_models
+
+    models = bundled_models()
+    if not models:
+        print(f"no bundled models in {PRETRAINED_DIR}")
+        return 0
+    for m in models:
+        size = m.path.stat().st_size / 1e6
+        default = ", default" if m.default else ""
+        print(f"{m.name}: {m.ndim}D{default}, {size:.1f} MB, {m.path}")
+        print(f"    {m.summary}")
+        print(f"    model card: {m.card}")
+    return 0
+
+
 COMMANDS = {
+    "models": _cmd_models,
     "train": _cmd_train,
     "register": _cmd_register,
     "warp": _cmd_warp,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "bundled_model_for",
     "check_label_maps",
     "check_out_folder",
     "load_model",
@@ -82,10 +83,47 @@ def load_model(value: str, device: Any, option: str = "--model") -> Any:
 
 
 def model_for(args: Any) -> Any:
-    """The model of ``args.model`` on the device of ``args.device`` (for ``args.command``)."""
+    """The model of ``args.model`` on the device of ``args.device`` (for ``args.command``).
+
+    Without ``--model`` it is the bundled model for the dimensionality of the fixed image
+    (``--fixed``, or the first row of ``--pairs``); which one is printed.
+
+    Raises:
+        ValueError: If no bundled model fits the images (and no ``--model`` was given), or as
+            :func:`load_model`.
+    """
     from hyperreg._checks import resolve_device
 
-    return load_model(args.model, resolve_device(args.command, args.device))
+    device = resolve_device(args.command, args.device)
+    if args.model is None:
+        args.model = str(bundled_model_for(args).path)
+    return load_model(args.model, device)
+
+
+def bundled_model_for(args: Any) -> Any:
+    """The :class:`~hyperreg.apps.pretrained.BundledModel` for the images of ``args``, printed.
+
+    Raises:
+        ValueError: If none registers images of that dimensionality.
+    """
+    from hyperreg.apps.pretrained import default_model
+    from hyperreg.geometry.io import load_volume
+
+    fixed = getattr(args, "fixed", None)
+    if fixed is None:
+        from hyperreg.apps.batch import read_pairs
+
+        fixed = read_pairs(args.pairs)[0].fixed
+    ndim = load_volume(fixed).ndim
+    try:
+        bundled = default_model(ndim)
+    except ValueError as err:
+        raise ValueError(
+            f"argument --model: no bundled model registers {ndim}D images like '{fixed}'; "
+            "give a model trained with 'hyperreg train'"
+        ) from err
+    print(f"hyperreg {args.command}: using the bundled model {bundled.name} (card: {bundled.card})")
+    return bundled
 
 
 def check_label_maps(**maps: str | os.PathLike[str] | None) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from hyperreg.cli import args as opts
 from hyperreg.cli.inputs import (
+    bundled_model_for,
     check_out_folder,
     load_model,
     model_for,
@@ -49,6 +50,7 @@ def _add_sweep(sub: Any) -> None:
         "i/j/k order, fixed affine) and moved_seg_lam<λ>.nii.gz per λ",
     )
     opts.add_batching_arguments(sweep)
+    opts.add_refine_arguments(sweep)
     opts.add_preprocessing_arguments(sweep)
     opts.add_common(sweep)
 
@@ -101,6 +103,7 @@ def _add_batch(sub: Any) -> None:
         help="λ in [0, 1] for rows without a 'lambda' value",
     )
     opts.add_warp_format_argument(batch, "warp.nii.gz")
+    opts.add_refine_arguments(batch)
     opts.add_preprocessing_arguments(batch, then="then a failed pair")
     batch.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm bar")
     opts.add_common(batch)
@@ -108,6 +111,7 @@ def _add_batch(sub: Any) -> None:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from hyperreg.apps.sweep import sweep_files
+    from hyperreg.cli.refining import refine_text, refinement_from
 
     if bool(args.moving_seg) != bool(args.fixed_seg):
         raise ValueError("--moving-seg and --fixed-seg go together (Dice needs both)")
@@ -121,6 +125,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         save_fields=args.save_fields,
         chunk=args.chunk,
         amp=args.amp,
+        refine=refinement_from(args),
         **pair_options(args),
     )
     for message in report.results[0].resampled:
@@ -132,6 +137,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             f"{r.lam:8.4g} {dice} {100 * r.folding_fraction:8.3f} {r.log_jacobian_std:7.4f} "
             f"{r.extra['ncc']:6.3f}"
         )
+        if refine_text(r.extra):
+            print(f"{'':8} {refine_text(r.extra)}")
     if report.baseline_dice is not None:
         print(f"no registration: mean Dice {report.baseline_dice:.4f}")
     print(f"wrote {len(report.files)} files to {args.out}")
@@ -176,8 +183,11 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
 def _cmd_batch(args: argparse.Namespace) -> int:
     from hyperreg.apps.batch import run_batch
+    from hyperreg.cli.refining import refinement_from
 
     check_out_folder(args.out)
+    if args.model is None:
+        args.model = str(bundled_model_for(args).path)
     run = run_batch(
         args.model,
         args.pairs,
@@ -187,6 +197,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
         warp_format=args.warp_format,
         progress=args.progress,
         load_model=load_model,
+        refine=refinement_from(args),
         **preprocessing_options(args),
     )
     report = run.report

@@ -40,6 +40,20 @@ def _as_numpy_labels(fn: str, arg: str, seg: object) -> np.ndarray:
     return array
 
 
+def _label_pair(
+    fn: str, moved_seg: object, fixed_seg: object, labels: Sequence[int] | None
+) -> tuple[np.ndarray, np.ndarray, Sequence[int]]:
+    """Both maps as integer arrays of one shape, and the labels to score (default: in both)."""
+    a = _as_numpy_labels(fn, "moved_seg", moved_seg)
+    b = _as_numpy_labels(fn, "fixed_seg", fixed_seg)
+    if a.shape != b.shape:
+        raise ValueError(
+            f"{fn}(): 'moved_seg' and 'fixed_seg' must have the same shape, got "
+            f"{tuple(a.shape)} and {tuple(b.shape)}"
+        )
+    return a, b, labels_in_both(a, b) if labels is None else labels
+
+
 def labels_in_both(moving_seg: object, fixed_seg: object) -> list[int]:
     """The label ids hyperreg scores by default: non-zero ids present in **both** label maps.
 
@@ -79,15 +93,7 @@ def dice_per_label(
     References:
         Dice, Ecology 1945. Agrees with MONAI's ``compute_dice`` on one-hot maps (tested).
     """
-    a = _as_numpy_labels("dice_per_label", "moved_seg", moved_seg)
-    b = _as_numpy_labels("dice_per_label", "fixed_seg", fixed_seg)
-    if a.shape != b.shape:
-        raise ValueError(
-            f"dice_per_label(): 'moved_seg' and 'fixed_seg' must have the same shape, got "
-            f"{a.shape} and {b.shape}"
-        )
-    if labels is None:
-        labels = labels_in_both(a, b)
+    a, b, labels = _label_pair("dice_per_label", moved_seg, fixed_seg, labels)
     scores: dict[int, float] = {}
     for label in labels:
         in_a = a == label
@@ -136,15 +142,7 @@ def hd95_per_label(
     """
     from monai.metrics import compute_hausdorff_distance
 
-    a = _as_numpy_labels("hd95_per_label", "moved_seg", moved_seg)
-    b = _as_numpy_labels("hd95_per_label", "fixed_seg", fixed_seg)
-    if a.shape != b.shape:
-        raise ValueError(
-            f"hd95_per_label(): 'moved_seg' and 'fixed_seg' must share a shape, got "
-            f"{tuple(a.shape)} and {tuple(b.shape)}"
-        )
-    if labels is None:
-        labels = labels_in_both(a, b)
+    a, b, labels = _label_pair("hd95_per_label", moved_seg, fixed_seg, labels)
     scores: dict[int, float] = {}
     for label in labels:
         in_a, in_b = a == label, b == label

@@ -1,0 +1,110 @@
+"""Pretrained models shipped inside the package, so registration needs no training run first.
+
+The files live in ``hyperreg/pretrained/``: one checkpoint (``<name>.pt``, written by
+``hyperreg train``) and one model card (``<name>.md``: command, data and people, steps, λ
+distribution, validation Dice against λ on people held out of training) per model, listed in
+``index.json``. :func:`bundled_models` lists them, :func:`default_model` picks the one for a
+dimensionality (what ``register``, ``sweep``, ``tune`` and ``batch`` use without ``--model``).
+Must not import cli.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "PRETRAINED_DIR",
+    "BundledModel",
+    "bundled_models",
+    "default_model",
+    "load_pretrained",
+]
+
+PRETRAINED_DIR = Path(__file__).resolve().parents[1] / "pretrained"
+_INDEX = "index.json"
+
+
+@dataclass(frozen=True)
+class BundledModel:
+    """One shipped model.
+
+    Attributes:
+        name: Its name, e.g. ``"hypermorph-2d"``.
+        ndim: Spatial dimensions it registers (2 or 3).
+        path: The checkpoint file.
+        card: The model card (Markdown).
+        summary: One line: what it was trained on and how well it does on held-out people.
+        default: Whether it is the default for its ``ndim``.
+    """
+
+    name: str
+    ndim: int
+    path: Path
+    card: Path
+    summary: str
+    default: bool
+
+
+def bundled_models(folder: Path = PRETRAINED_DIR) -> list[BundledModel]:
+    """The models listed in ``folder/index.json`` whose checkpoint is present, sorted by name.
+
+    Raises:
+        RuntimeError: If the index exists but is malformed (a packaging error).
+    """
+    index = folder / _INDEX
+    if not index.is_file():
+        return []
+    try:
+        entries = json.loads(index.read_text())["models"]
+        models = [
+            BundledModel(
+                name=str(e["name"]),
+                ndim=int(e["ndim"]),
+                path=folder / e["file"],
+                card=folder / e["card"],
+                summary=str(e.get("summary", "")),
+                default=bool(e.get("default", False)),
+            )
+            for e in entries
+        ]
+    except (KeyError, TypeError, ValueError) as err:
+        raise RuntimeError(f"bundled_models(): '{index}' is malformed ({err})") from err
+    return sorted((m for m in models if m.path.is_file()), key=lambda m: m.name)
+
+
+def default_model(ndim: int, folder: Path = PRETRAINED_DIR) -> BundledModel:
+    """The bundled model for ``ndim``-dimensional images (the one marked default, else the first).
+
+    Raises:
+        ValueError: If no bundled model registers ``ndim``-dimensional images.
+    """
+    found = [m for m in bundled_models(folder) if m.ndim == ndim]
+    if not found:
+        shipped = ", ".join(f"{m.name} ({m.ndim}D)" for m in bundled_models(folder)) or "none"
+        raise ValueError(
+            f"default_model(): no bundled model registers {ndim}D images (shipped: {shipped}); "
+            "train one with 'hyperreg train' and give it with --model"
+        )
+    return next((m for m in found if m.default), found[0])
+
+
+def load_pretrained(ndim: int = 2, device: Any = "cpu") -> Any:
+    """Load the default bundled model for ``ndim``-dimensional images onto ``device``.
+
+    Args:
+        ndim: 2 or 3.
+        device: A ``torch.device`` or its name (``"cpu"``, ``"cuda"``); never chosen here.
+
+    Returns:
+        The :class:`~hyperreg.method.model.HyperMorph` in eval mode.
+
+    Raises:
+        ValueError: If no bundled model registers ``ndim``-dimensional images.
+    """
+    from hyperreg.method.model import load_checkpoint
+
+    model, _ = load_checkpoint(default_model(ndim).path, map_location=device)
+    return model.eval()
