@@ -209,6 +209,7 @@ def batch_register(
     progress: bool = False,
     desc: str = "pairs",
     rank: int = 0,
+    refine: Any = None,
 ) -> BatchReport:
     """Register every pair of ``pairs`` (one shard) with per-pair records, resumably.
 
@@ -232,6 +233,9 @@ def batch_register(
         progress: Show a tqdm progress bar (stderr).
         desc: Progress bar label.
         rank: Rank of this process, stored in each record (``rank`` column of the summary).
+        refine: A :class:`~hyperreg.registration.refine.Refinement` to refine each pair's field
+            (its steps and similarity are part of a pair's identity: a rerun with other
+            settings redoes the pair), or None.
 
     Returns:
         A :class:`BatchReport`.
@@ -245,6 +249,10 @@ def batch_register(
     from hyperreg.apps.inference import check_label_map, register_files
 
     fn = "batch_register"
+    if refine is not None:
+        from hyperreg.registration.refine import check_refinement
+
+        check_refinement(fn, refine)
     if lam is not None and (math.isnan(lam) or not 0.0 <= lam <= 1.0):
         raise ValueError(f"{fn}(): 'lam' must lie in [0, 1], got {lam}")
     lacking = [p.index for p in pairs if p.lam is None]
@@ -261,6 +269,8 @@ def batch_register(
         pair_lam = pair.lam if pair.lam is not None else float(lam)  # type: ignore[arg-type]
         folder = root / pair.name
         identity = _identity(pair, pair_lam)
+        if refine is not None and refine.steps > 0:
+            identity["refine"] = f"{refine.steps} {refine.sim} {refine.lr:g}"
         if _finished(folder, identity):
             report.skipped += 1
             continue
@@ -288,6 +298,7 @@ def batch_register(
                 normalization=normalization,
                 resample=resample,
                 warp_format=warp_format,
+                refine=refine,
             )
         except KeyboardInterrupt:
             raise
@@ -309,6 +320,9 @@ def batch_register(
             "folding_percent": 100.0 * result.folding_fraction,
             "log_jacobian_std": result.log_jacobian_std,
             "seconds": time.perf_counter() - tic,
+            "refine_seconds": result.extra.get("refine_seconds"),
+            "similarity_before": result.extra.get("similarity_before"),
+            "similarity_after": result.extra.get("similarity_after"),
             "rank": rank,
             **outputs,
             "resampled": "; ".join(result.resampled),
@@ -333,6 +347,9 @@ SUMMARY_COLUMNS = (
     "folding_percent",
     "log_jacobian_std",
     "seconds",
+    "refine_seconds",
+    "similarity_before",
+    "similarity_after",
     "rank",
     "moved",
     "warp",
@@ -431,6 +448,7 @@ def run_batch(
     warp_format: str = "voxel",
     progress: bool = False,
     load_model: Callable[[PathLike, Any], Any] | None = None,
+    refine: Any = None,
 ) -> BatchRun:
     """One process of a batch job: read the pairs, run this rank's shard, merge.
 
@@ -456,6 +474,7 @@ def run_batch(
         load_model: ``load_model(model_path, device) -> model``; default: the model of
             :func:`hyperreg.method.model.load_checkpoint` (the CLI passes one that also takes a
             run folder and words its errors for ``--model``).
+        refine: Test-time refinement per pair (see :func:`batch_register`), or None.
 
     Returns:
         A :class:`BatchRun`.
@@ -504,6 +523,7 @@ def run_batch(
             progress=progress and rank == 0,
             desc=desc,
             rank=rank,
+            refine=refine,
         )
         merged = None
         if group:

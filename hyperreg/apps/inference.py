@@ -13,6 +13,7 @@ saved displacement field (either on-disk format) to another image or label map;
 
 from __future__ import annotations
 
+import functools
 import logging
 import warnings
 from typing import NamedTuple
@@ -38,6 +39,7 @@ from hyperreg.registration.pairs import (
     onto_grid,
     register_pair,
 )
+from hyperreg.registration.refine import Refinement, check_refinement, refine_pair
 
 __all__ = [
     "MAX_LABELS",
@@ -114,6 +116,8 @@ def register_files(
     normalization: str = "minmax",
     resample: bool = True,
     warp_format: str = "voxel",
+    refine: Refinement | None = None,
+    inverse_warp_out: PathLike | None = None,
 ) -> RegistrationResult:
     """Load, register and write: the file-level form of :func:`register_pair`.
 
@@ -138,6 +142,11 @@ def register_files(
         :func:`hyperreg.geometry.intensity.normalize_intensity`.
         resample: Resample inputs on other grids onto the fixed grid (default True).
         warp_format: ``"voxel"`` (default) or ``"itk"``.
+        refine: Test-time refinement of the field for this pair
+            (:func:`hyperreg.registration.refine.refine_pair`); None or 0 steps: the network's
+            field as it is.
+        inverse_warp_out: Output for the inverse displacement field (``exp(−v)``, same grid,
+            affine and ``warp_format`` as ``warp_out``), or None. Needs a diffeomorphic model.
 
     Returns:
         The :class:`RegistrationResult` (``resampled`` lists what was resampled).
@@ -147,8 +156,9 @@ def register_files(
         ValueError: If an input is unreadable or invalid (4D series, non-finite voxels, grids
             that differ with ``resample=False``), ``moved_seg`` is asked for without
             ``moving_seg``, an output suffix or ``warp_format`` is wrong, the ITK format cannot
-            represent a 2D fixed grid (:func:`hyperreg.geometry.fields.check_itk_grid`), or ``lam``
-            is out of range.
+            represent a 2D fixed grid (:func:`hyperreg.geometry.fields.check_itk_grid`), ``lam``
+            is out of range, ``refine`` is invalid (step count outside [0, 10000]), or
+            ``inverse_warp_out`` is asked of a model without a velocity field.
     """
     fn = "register_files"
     if moved_seg is not None and moving_seg is None:
@@ -160,14 +170,29 @@ def register_files(
         moved=moved,
         warp_out=warp_out,
         moved_seg=moved_seg,
+        inverse_warp_out=inverse_warp_out,
     )
+    if refine is not None:
+        check_refinement(fn, refine)
+    if inverse_warp_out is not None and model.config.int_steps == 0:
+        raise ValueError(
+            f"{fn}(): 'inverse_warp_out' needs a model with a velocity field; this is a model "
+            "without a velocity field (int_steps 0), whose displacement has no exact inverse"
+        )
     moving_v = load_volume(moving)
     fixed_v = load_volume(fixed)
     moving_seg_v = load_volume(moving_seg, label=True) if moving_seg is not None else None
     fixed_seg_v = load_volume(fixed_seg, label=True) if fixed_seg is not None else None
-    if warp_out is not None and warp_format == "itk":
+    if (warp_out is not None or inverse_warp_out is not None) and warp_format == "itk":
         check_itk_grid(fixed_v)
-    result = register_pair(
+    run = register_pair
+    if (refine is not None and refine.steps > 0) or inverse_warp_out is not None:
+        run = functools.partial(
+            refine_pair,
+            refinement=refine or Refinement(steps=0),
+            inverse=inverse_warp_out is not None,
+        )
+    result = run(
         model,
         moving_v,
         fixed_v,
@@ -181,6 +206,8 @@ def register_files(
         save_volume(moved, result.moved, fixed_v)
     if warp_out is not None:
         save_displacement(warp_out, result.disp, fixed_v, format=warp_format)
+    if inverse_warp_out is not None and result.inverse_disp is not None:
+        save_displacement(inverse_warp_out, result.inverse_disp, fixed_v, format=warp_format)
     if moved_seg is not None and result.moved_seg is not None:
         save_volume(moved_seg, result.moved_seg, fixed_v, label=True)
     return result

@@ -47,6 +47,7 @@ from hyperreg.registration.pairs import (
     prepare_pair,
     result_from_output,
 )
+from hyperreg.registration.refine import Refinement, check_refinement, refine_pair
 
 __all__ = [
     "SweepReport",
@@ -406,6 +407,7 @@ def sweep_files(
     amp: bool = False,
     normalization: str = "minmax",
     resample: bool = True,
+    refine: Refinement | None = None,
 ) -> SweepReport:
     """Load a pair, sweep λ (:func:`sweep_lambdas`) and write the report to ``out``.
 
@@ -434,6 +436,9 @@ def sweep_files(
         normalization: Intensity normalisation.
         resample: Resample inputs on other grids onto the fixed grid (default True, as in
             :func:`hyperreg.apps.inference.register_files`).
+        refine: Test-time refinement of each λ's field
+            (:func:`hyperreg.registration.refine.refine_pair`, one optimisation per λ, after
+            the batched pass); None or 0 steps: the network's fields.
 
     Returns:
         A :class:`SweepReport`.
@@ -444,6 +449,8 @@ def sweep_files(
     """
     from hyperreg.geometry.intensity import normalize_intensity
 
+    if refine is not None:
+        check_refinement("sweep_files", refine)
     moving_v = load_volume(moving)
     fixed_v = load_volume(fixed)
     moving_seg_v = load_volume(moving_seg, label=True) if moving_seg is not None else None
@@ -462,6 +469,22 @@ def sweep_files(
         amp=amp,
         normalization=normalization,
     )
+    if refine is not None and refine.steps > 0:
+        labels = _labels(moving_seg_on, fixed_seg_on)
+        results = [
+            refine_pair(
+                model,
+                moving_on,
+                fixed_v,
+                r.lam,
+                refine,
+                moving_seg=moving_seg_on,
+                fixed_seg=fixed_seg_on,
+                normalization=normalization,
+                labels=labels,
+            )
+            for r in results
+        ]
     for result in results:
         result.resampled = list(notes)
     baseline = None
@@ -482,7 +505,7 @@ def sweep_files(
     )
     if save_fields:
         for r in results:
-            tag = f"lam{r.lam:.4f}".rstrip("0").rstrip(".")
+            tag = f"lam{r.lam:.10g}"  # parse_lambdas keeps 10 decimals: one name per λ
             paths = {
                 "moved": out_dir / f"moved_{tag}.nii.gz",
                 "warp": out_dir / f"warp_{tag}.nii.gz",

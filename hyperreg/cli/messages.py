@@ -22,6 +22,8 @@ __all__ = ["ALIASES", "LogFormatter", "UserWords", "folding_text"]
 # library argument name -> the ``dest`` of the option that feeds it
 ALIASES = {
     "warp_out": "warp",  # register_files
+    "inverse_warp_out": "inverse_warp",  # register_files
+    "steps": "refine",  # refine_pair, refine_flow
     "warp_field": "warp",  # warp_file, jacobian_file
     "model_path": "model",  # run_batch
     "pairs_csv": "pairs",  # run_batch

@@ -120,35 +120,96 @@ class HyperMorph(nn.Module):
             ValueError: If shapes differ or do not match the config, or ``lam`` has a count
                 other than 1 or B, or a value outside [0, 1] (NaN included).
         """
-        check_image("HyperMorph.forward", "moving", moving)
-        check_image("HyperMorph.forward", "fixed", fixed)
-        check_same_shape("HyperMorph.forward", ("moving", "fixed"), moving, fixed)
+        params = self._weights("HyperMorph.forward", moving, fixed, lam)
+        return self._register(moving, fixed, params)
+
+    def predict_flow(self, moving: Tensor, fixed: Tensor, lam: float | Tensor) -> Tensor:
+        """The U-Net's raw output for a pair: what :meth:`flow_to_output` turns into a result.
+
+        ``model(moving, fixed, lam)`` equals ``model.flow_to_output(model.predict_flow(moving,
+        fixed, lam), moving)``. Test-time refinement (:mod:`hyperreg.registration.refine`)
+        optimises this tensor directly, so the refined field goes through exactly the model's
+        integration, resizing and cropping.
+
+        Args:
+            moving, fixed, lam: As :meth:`forward`.
+
+        Returns:
+            ``(B, N, *P')``: the velocity (``int_steps > 0``; voxels of its own grid, at half
+            resolution when ``int_downsize == 2``) or the displacement (``int_steps == 0``), on
+            the padded grid ``P`` (each size rounded up to a multiple of 16), ``P' = P / 2`` at
+            half resolution.
+
+        Raises:
+            TypeError, ValueError: As :meth:`forward`.
+        """
+        params = self._weights("HyperMorph.predict_flow", moving, fixed, lam)
+        return self.unet(self._pad(torch.cat([moving, fixed], dim=1)), params)
+
+    def flow_to_output(self, flow: Tensor, moving: Tensor) -> RegistrationOutput:
+        """Integrate (and upsample) a raw flow from :meth:`predict_flow`, crop, warp ``moving``.
+
+        Differentiable in ``flow``. The inverse transform of a diffeomorphic model is
+        ``flow_to_output(-flow, ...)``: ``exp(-v)`` undoes ``exp(v)``.
+
+        Args:
+            flow: ``(B, N, *P')`` raw flow, as :meth:`predict_flow` returns it.
+            moving: ``(B, C, *S)`` image to warp; ``S`` sets the crop.
+
+        Returns:
+            :class:`RegistrationOutput` ``(moved, disp, velocity)`` as :meth:`forward` returns.
+
+        Raises:
+            ValueError: If ``flow``'s shape does not match the padded grid of ``moving``.
+        """
+        spatial = tuple(moving.shape[2:])
+        padded = self._padded_shape(spatial)
+        expected = tuple(p // 2 for p in padded) if self.half_res else padded
+        if flow.ndim != moving.ndim or tuple(flow.shape[2:]) != expected:
+            raise ValueError(
+                f"HyperMorph.flow_to_output(): 'flow' must have spatial shape {expected} for "
+                f"images of shape {spatial}, got {tuple(flow.shape)}"
+            )
+        return self._finish(flow, moving, spatial, padded)
+
+    def _weights(
+        self, fn: str, moving: Tensor, fixed: Tensor, lam: float | Tensor
+    ) -> dict[str, Tensor]:
+        check_image(fn, "moving", moving)
+        check_image(fn, "fixed", fixed)
+        check_same_shape(fn, ("moving", "fixed"), moving, fixed)
         cfg = self.config
         if moving.ndim - 2 != cfg.ndim or moving.shape[1] != cfg.in_channels:
             raise ValueError(
-                f"HyperMorph.forward(): 'moving' must have {cfg.in_channels} channel(s) and "
+                f"{fn}(): 'moving' must have {cfg.in_channels} channel(s) and "
                 f"{cfg.ndim} spatial dims for this model, got shape {tuple(moving.shape)}"
             )
-        lam_t = as_lambda_tensor(
-            "HyperMorph.forward", lam, moving.shape[0], moving.device, moving.dtype
-        )
+        lam_t = as_lambda_tensor(fn, lam, moving.shape[0], moving.device, moving.dtype)
         params = self.generate_weights(lam_t)
         if lam_t.shape[0] == 1:
             params = {name: value[0] for name, value in params.items()}
-        return self._register(moving, fixed, params)
+        return params
+
+    def _padded_shape(self, spatial: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(math.ceil(s / self.unet.divisor) * self.unet.divisor for s in spatial)
+
+    def _pad(self, x: Tensor) -> Tensor:
+        spatial = tuple(x.shape[2:])
+        pad: list[int] = []
+        for size, target in reversed(list(zip(spatial, self._padded_shape(spatial)))):
+            pad += [0, target - size]
+        return F.pad(x, pad) if any(pad) else x
 
     def _register(
         self, moving: Tensor, fixed: Tensor, params: dict[str, Tensor]
     ) -> RegistrationOutput:
-        spatial = moving.shape[2:]
-        padded = [math.ceil(s / self.unet.divisor) * self.unet.divisor for s in spatial]
-        pad: list[int] = []
-        for size, target in reversed(list(zip(spatial, padded))):
-            pad += [0, target - size]
-        x = torch.cat([moving, fixed], dim=1)
-        if any(pad):
-            x = F.pad(x, pad)
-        flow = self.unet(x, params)
+        spatial = tuple(moving.shape[2:])
+        flow = self.unet(self._pad(torch.cat([moving, fixed], dim=1)), params)
+        return self._finish(flow, moving, spatial, self._padded_shape(spatial))
+
+    def _finish(
+        self, flow: Tensor, moving: Tensor, spatial: tuple[int, ...], padded: tuple[int, ...]
+    ) -> RegistrationOutput:
         cfg = self.config
         velocity: Tensor | None = None
         if cfg.int_steps > 0:
@@ -158,7 +219,7 @@ class HyperMorph(nn.Module):
                 disp = resize_field(disp, 2.0, padded)
         else:
             disp = flow
-        if any(pad):
+        if padded != spatial:
             disp = disp[(slice(None), slice(None), *[slice(0, s) for s in spatial])]
             if velocity is not None:
                 factor = 2 if self.half_res else 1

@@ -66,6 +66,8 @@ class RegistrationResult:
             the unregistered label maps) when both label maps are given, ``"ncc"`` from sweeps.
         resampled: One message per input that was resampled onto the fixed grid, e.g.
             ``"resampled moving 'm.nii.gz' (shape (150, 181), ...) onto the fixed grid (...)"``.
+        inverse_disp: Inverse displacement ``(N, *S)`` in voxels (``exp(−v)``, on the fixed
+            grid), when asked for (:func:`hyperreg.registration.refine.refine_pair`), else None.
     """
 
     moved: np.ndarray
@@ -77,6 +79,7 @@ class RegistrationResult:
     log_jacobian_std: float = 0.0
     extra: dict[str, float] = field(default_factory=dict)
     resampled: list[str] = field(default_factory=list)
+    inverse_disp: np.ndarray | None = None
 
     @property
     def mean_dice(self) -> float | None:

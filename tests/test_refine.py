@@ -1,0 +1,316 @@
+"""Test-time refinement, inverse fields, and their command-line options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pytest
+import torch
+
+from lambda_helpers import SHAPE, blob, labels_of, tiny_model, write_nifti
+from shared_paths import CASES as CASES_DIR
+from shared_paths import DATA
+from hyperreg.cli import main
+from hyperreg.config import ModelConfig
+from hyperreg.geometry.fields import load_displacement
+from hyperreg.geometry.io import Volume
+from hyperreg.method.model import HyperMorph, save_checkpoint
+from hyperreg.method.spatial import warp
+from hyperreg.registration.pairs import register_pair
+from hyperreg.registration.refine import (
+    Refinement,
+    inverse_displacement,
+    refine_flow,
+    refine_pair,
+)
+
+CASES = CASES_DIR / "files"
+
+
+def _volumes(ndim: int) -> dict[str, Volume]:
+    shape = SHAPE if ndim == 2 else (12, 10, 14)
+    moving = blob(shape, tuple(s / 2 - 1 for s in shape), sigma=3.0)
+    fixed = blob(shape, tuple(s / 2 + 1 for s in shape), sigma=3.0)
+    affine = np.eye(4)
+    return {
+        "moving": Volume(moving, affine, shape),
+        "fixed": Volume(fixed, affine, shape),
+        "moving_seg": Volume(labels_of(moving).astype(np.int32), affine, shape),
+        "fixed_seg": Volume(labels_of(fixed).astype(np.int32), affine, shape),
+    }
+
+
+@pytest.mark.parametrize("ndim", [2, 3])
+def test_refinement_lowers_the_loss_and_keeps_the_fixed_grid(ndim: int) -> None:
+    model = tiny_model(ndim)
+    pair = _volumes(ndim)
+    before = register_pair(
+        model,
+        pair["moving"],
+        pair["fixed"],
+        0.2,
+        moving_seg=pair["moving_seg"],
+        fixed_seg=pair["fixed_seg"],
+    )
+    after = refine_pair(
+        model,
+        pair["moving"],
+        pair["fixed"],
+        0.2,
+        Refinement(steps=30, lr=0.1),
+        moving_seg=pair["moving_seg"],
+        fixed_seg=pair["fixed_seg"],
+    )
+    extra = after.extra
+    assert extra["loss_after"] < extra["loss_before"]
+    assert extra["similarity_after"] > extra["similarity_before"]
+    assert extra["refine_steps"] == 30 and extra["refine_seconds"] > 0
+    assert after.disp.shape == before.disp.shape == (ndim, *pair["fixed"].spatial_shape)
+    assert after.moved.shape == pair["fixed"].spatial_shape
+    assert after.moved_seg is not None and after.moved_seg.shape == pair["fixed"].spatial_shape
+    assert after.mean_dice is not None and after.mean_dice >= before.mean_dice - 1e-6
+    assert after.folding_fraction < 0.005
+    # the network's own weights are untouched
+    again = register_pair(model, pair["moving"], pair["fixed"], 0.2)
+    np.testing.assert_array_equal(again.disp, before.disp)
+
+
+def test_zero_steps_is_the_networks_field() -> None:
+    model = tiny_model(2)
+    pair = _volumes(2)
+    plain = register_pair(model, pair["moving"], pair["fixed"], 0.4)
+    refined = refine_pair(model, pair["moving"], pair["fixed"], 0.4, Refinement(steps=0))
+    np.testing.assert_allclose(refined.disp, plain.disp, atol=1e-6)
+    assert refined.extra["loss_before"] == refined.extra["loss_after"]
+
+
+def test_mutual_information_refinement_raises_mi() -> None:
+    model = tiny_model(2)
+    pair = _volumes(2)
+    fixed = pair["fixed"]
+    inverted = Volume(1.0 - fixed.data, fixed.affine, fixed.disk_shape)  # another "contrast"
+    result = refine_pair(model, pair["moving"], inverted, 0.2, Refinement(steps=25, sim="mi"))
+    assert result.extra["refine_sim"] == 1
+    assert result.extra["similarity_after"] > result.extra["similarity_before"]
+
+
+@pytest.mark.parametrize(
+    ("refinement", "match"),
+    [
+        (Refinement(steps=-1), r"'steps' must be an integer in \[0, 10000\], got -1"),
+        (Refinement(steps=10001), r"'steps' must be an integer in \[0, 10000\]"),
+        (Refinement(steps=True), r"'steps' must be an integer"),  # type: ignore[arg-type]
+        (Refinement(sim="cc"), r"'sim' must be one of \('ncc', 'mi'\)"),
+        (Refinement(lr=0.0), r"'lr' must lie in \(0, 100\)"),
+    ],
+)
+def test_bad_refinement_is_rejected(refinement: Refinement, match: str) -> None:
+    pair = _volumes(2)
+    with pytest.raises(ValueError, match=match):
+        refine_pair(tiny_model(2), pair["moving"], pair["fixed"], 0.3, refinement)
+
+
+def test_refine_flow_rejects_non_finite_images() -> None:
+    model = tiny_model(2)
+    moving = torch.rand(1, 1, *SHAPE)
+    moving[0, 0, 3, 4] = float("nan")
+    with pytest.raises(ValueError, match=r"'moving' has 1 non-finite voxels"):
+        refine_flow(model, moving, torch.rand(1, 1, *SHAPE), 0.5, Refinement(steps=2))
+
+
+# --- inverse ---------------------------------------------------------------------------------
+
+
+def _smooth_flow(model: HyperMorph, shape: tuple[int, ...], amplitude: float) -> torch.Tensor:
+    """A smooth velocity on the model's padded half-resolution grid (sinusoids)."""
+    x = torch.zeros(1, 1, *shape)
+    size = model.predict_flow(x, x, 0.5).shape[2:]
+    axes = torch.meshgrid(*[torch.linspace(0, np.pi, s) for s in size], indexing="ij")
+    channels = [amplitude * torch.sin(axes[0] + n) * torch.cos(axes[-1] - n) for n in range(2)]
+    if len(shape) == 3:
+        channels.append(amplitude * torch.sin(axes[1]))
+    return torch.stack(channels)[None]
+
+
+@pytest.mark.parametrize("ndim", [2, 3])
+def test_inverse_composed_with_forward_is_near_identity(ndim: int) -> None:
+    model = tiny_model(ndim)
+    shape = (40, 36) if ndim == 2 else (20, 18, 22)
+    image = torch.from_numpy(blob(shape, tuple(s / 2 for s in shape), sigma=5.0))[None, None]
+    flow = _smooth_flow(model, shape, amplitude=1.5)
+    forward = model.flow_to_output(flow, image).disp
+    inverse = inverse_displacement(model, flow, image)
+    assert float(forward.abs().max()) > 1.0  # a non-trivial field (voxels)
+    # inverse(x) + forward(x + inverse(x)) = 0 and forward(x) + inverse(x + forward(x)) = 0
+    both_ways = [inverse + warp(forward, inverse), forward + warp(inverse, forward)]
+    for residual in both_ways:
+        assert float(residual.norm(dim=1).median()) < 0.1
+    # warping forward, then with the inverse, gives the image back (interior, interpolation)
+    moved = warp(image, forward)
+    back = warp(moved, inverse)
+    inner = (slice(None), slice(None), *[slice(4, -4)] * ndim)
+    assert float((back - image)[inner].abs().max()) < 0.05
+    assert float((moved - image)[inner].abs().max()) > 0.1  # it did move
+
+
+def test_inverse_needs_a_velocity_field() -> None:
+    model = HyperMorph(
+        ModelConfig(
+            ndim=2, enc_channels=(4,) * 4, dec_channels=(4,) * 7, hyper_hidden=(8,), int_steps=0
+        )
+    )
+    with pytest.raises(ValueError, match="model without a velocity field"):
+        inverse_displacement(model, torch.zeros(1, 2, 32, 32), torch.zeros(1, 1, 24, 20))
+
+
+# --- command line ----------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def files(tmp_path: Path) -> dict[str, Path]:
+    moving = blob(SHAPE, (11, 9))
+    fixed = blob(SHAPE, (13, 10))
+    paths = {
+        "moving": write_nifti(tmp_path / "moving.nii.gz", moving[..., None]),
+        "fixed": write_nifti(tmp_path / "fixed.nii.gz", fixed[..., None]),
+        "model": save_checkpoint(tiny_model(2), tmp_path / "model.pt"),
+        "out": tmp_path / "out",
+    }
+    plain = HyperMorph(
+        ModelConfig(
+            ndim=2, enc_channels=(4,) * 4, dec_channels=(4,) * 7, hyper_hidden=(8,), int_steps=0
+        )
+    )
+    paths["disp_model"] = save_checkpoint(plain, tmp_path / "disp_model.pt")
+    return paths
+
+
+def _args(files: dict[str, Path], *extra: str, model: str = "model") -> list[str]:
+    out = files["out"]
+    return [
+        "register",
+        "--model",
+        str(files[model]),
+        "--moving",
+        str(files["moving"]),
+        "--fixed",
+        str(files["fixed"]),
+        "--lambda",
+        "0.3",
+        "--moved",
+        str(out / "moved.nii.gz"),
+        "--warp",
+        str(out / "warp.nii.gz"),
+        "--device",
+        "cpu",
+        *extra,
+    ]
+
+
+@pytest.mark.parametrize("fmt", ["voxel", "itk"])
+def test_register_refine_and_inverse_warp(
+    files: dict[str, Path], fmt: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inverse = files["out"] / "inverse.nii.gz"
+    args = _args(files, "--refine", "5", "--inverse-warp", str(inverse), "--warp-format", fmt)
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "refined 5 steps in" in text and "NCC" in text and "->" in text
+    forward = load_displacement(files["out"] / "warp.nii.gz").disp
+    backward = load_displacement(inverse).disp
+    assert backward.shape == forward.shape
+    f = torch.from_numpy(forward)[None].double()
+    b = torch.from_numpy(backward)[None].double()
+    assert float((b + warp(f, b)).norm(dim=1).median()) < 0.1
+
+
+@pytest.mark.parametrize("steps", ["-1", "20000", "ten", "2.5"])
+def test_register_rejects_bad_refine_counts(
+    files: dict[str, Path], steps: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(_args(files, "--refine", steps)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--refine" in err and "10000" in err
+    assert not files["out"].exists()
+
+
+def test_inverse_warp_of_a_displacement_model_is_one_line(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    inverse = files["out"] / "inverse.nii.gz"
+    assert main(_args(files, "--inverse-warp", str(inverse), model="disp_model")) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "model without a velocity field" in err
+    assert "--inverse-warp" in err
+    assert not files["out"].exists()
+
+
+@pytest.mark.skipif(not CASES.is_dir(), reason=f"shared cases not found at {CASES}")
+def test_refine_on_a_nan_image_is_the_c06_error(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    case = CASES / "c06_moving_with_nan.nii.gz"
+    fixed = DATA / "neurite-oasis/OASIS_OAS1_0001_MR1/slice_norm.nii.gz"
+    files = {**files, "moving": case, "fixed": fixed}
+    assert main(_args(files, "--refine", "10")) == 2
+    err = capsys.readouterr().err.strip()
+    count = int((~np.isfinite(np.asanyarray(nib.load(case).dataobj))).sum())
+    assert len(err.splitlines()) == 1 and f"{count} non-finite" in err
+    assert not files["out"].exists()
+
+
+def test_sweep_and_batch_take_refine(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "sweep"
+    args = [
+        "sweep",
+        "--model",
+        str(files["model"]),
+        "--moving",
+        str(files["moving"]),
+        "--fixed",
+        str(files["fixed"]),
+        "--lambdas",
+        "0.2,0.6",
+        "--out",
+        str(out),
+        "--refine",
+        "3",
+        "--device",
+        "cpu",
+    ]
+    assert main(args) == 0
+    assert capsys.readouterr().out.count("refined 3 steps") == 2
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text(
+        f"moving,fixed\n{files['moving']},{files['fixed']}\n"
+        f"{tmp_path / 'missing.nii.gz'},{files['fixed']}\n"
+    )
+    batch = tmp_path / "batch"
+    args = [
+        "batch",
+        "--model",
+        str(files["model"]),
+        "--pairs",
+        str(pairs),
+        "--out",
+        str(batch),
+        "--lambda",
+        "0.3",
+        "--refine",
+        "3",
+        "--refine-sim",
+        "mi",
+        "--no-progress",
+        "--device",
+        "cpu",
+    ]
+    assert main(args) == 1  # the missing file fails its row, the other is done
+    summary = (batch / "summary.csv").read_text().splitlines()
+    header = summary[0].split(",")
+    assert len(summary) == 2 and "refine_seconds" in header and "similarity_after" in header
+    row = dict(zip(header, summary[1].split(",")))
+    assert float(row["similarity_after"]) > float(row["similarity_before"])
