@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.testing import assert_close
 
-from hyperreg.method.losses import NCC, dice_loss, gradient_loss, mse_loss, ncc_loss
+from hyperreg.method.losses import NCC, dice_loss, gradient_loss, mi_loss, mse_loss, ncc_loss
 from hyperreg.method.spatial import identity_grid
 
 # Window used by property tests: fits every axis of the tiny 3D test volume (8 x 10 x 12).
@@ -230,3 +230,47 @@ def test_dice_loss_rejects_bad_input(shape) -> None:
         dice_loss(a.long(), a)
     with pytest.raises(ValueError, match=r"'reduction' must be one of"):
         dice_loss(a, a, reduction="sum")
+
+
+# --- mutual information ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ndim", [2, 3])
+def test_mi_loss_equals_monai(ndim: int) -> None:
+    from monai.losses import GlobalMutualInformationLoss
+
+    shape = (2, 1, *([9] * ndim))
+    moved = torch.rand(shape)
+    fixed = (moved**2 + 0.1 * torch.rand(shape)).clamp(0, 1)
+    expected = GlobalMutualInformationLoss(num_bins=23, reduction="none")(moved, fixed)
+    assert_close(mi_loss(moved, fixed, bins=23, reduction="none"), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_mi_loss_prefers_any_functional_relation() -> None:
+    fixed = torch.rand(1, 1, 24, 24)
+    inverted = 1 - fixed  # another "contrast": NCC-like losses see anticorrelation
+    unrelated = torch.rand(1, 1, 24, 24)
+    assert float(mi_loss(inverted, fixed)) < float(mi_loss(unrelated, fixed)) - 1.0
+    assert float(mi_loss(fixed, fixed)) == pytest.approx(float(mi_loss(inverted, fixed)), abs=1e-4)
+
+
+def test_mi_loss_gradient_is_finite() -> None:
+    moved = torch.rand(1, 1, 8, 8, dtype=torch.float64, requires_grad=True)
+    fixed = torch.rand(1, 1, 8, 8, dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda m: mi_loss(m.clamp(0.01, 0.99), fixed, bins=8), moved)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"bins": 1}, "'bins' must be an integer >= 2"),
+        ({"sigma_ratio": 0}, "'sigma_ratio'"),
+        ({"reduction": "sum"}, "'reduction' must be one of"),
+    ],
+)
+def test_mi_loss_rejects(kwargs: dict, match: str) -> None:
+    a = torch.rand(1, 1, 6, 6)
+    with pytest.raises(ValueError, match=match):
+        mi_loss(a, a, **kwargs)
+    with pytest.raises(TypeError, match="'moved' must be a floating-point tensor"):
+        mi_loss(a.long(), a)
