@@ -184,6 +184,22 @@ def test_sweep_cli_writes_csv_and_figures(files: dict[str, Path], capsys) -> Non
     assert "no registration: mean Dice" in printed
 
 
+def test_sweep_field_names_keep_every_lambda_apart(files: dict[str, Path], capsys) -> None:
+    """λ values that agree to 4 decimals get their own files; a repeated λ is an error first."""
+    code = main(_sweep_args(files, "--lambdas", "0.12341,0.12342", "--save-fields"))
+    assert code == 0, capsys.readouterr().err
+    assert {p.name for p in files["out"].glob("warp_*.nii.gz")} == {
+        "warp_lam0.12341.nii.gz",
+        "warp_lam0.12342.nii.gz",
+    }
+    out = files["out"].parent / "repeated"
+    args = _sweep_args(files, "--lambdas", "0.3,0.3", "--save-fields")
+    args[args.index("--out") + 1] = str(out)
+    assert main(args) == 2
+    assert "repeats [0.3]" in capsys.readouterr().err
+    assert not out.exists() or not any(out.iterdir())
+
+
 def test_sweep_cli_without_labels(files: dict[str, Path], capsys) -> None:
     assert main(_sweep_args(files, "--lambdas", "0.1,0.9")) == 0
     with (files["out"] / "sweep.csv").open() as handle:

@@ -449,6 +449,12 @@ def sweep_files(
     """
     from hyperreg.geometry.intensity import normalize_intensity
 
+    repeated = sorted({float(v) for v in lambdas if list(lambdas).count(v) > 1})
+    if save_fields and repeated:
+        raise ValueError(
+            f"sweep_files(): 'lambdas' repeats {repeated}; with save_fields each λ needs its own "
+            "file names"
+        )
     if refine is not None:
         check_refinement("sweep_files", refine)
     moving_v = load_volume(moving)
@@ -504,8 +510,8 @@ def sweep_files(
         fixed_v.affine,
     )
     if save_fields:
-        for r in results:
-            tag = f"lam{r.lam:.10g}"  # parse_lambdas keeps 10 decimals: one name per λ
+        for r, lam in zip(results, lambdas):
+            tag = f"lam{float(lam):.10g}"  # the λ as given (r.lam went through float32)
             paths = {
                 "moved": out_dir / f"moved_{tag}.nii.gz",
                 "warp": out_dir / f"warp_{tag}.nii.gz",
