@@ -62,7 +62,8 @@ class RegistrationResult:
         log_jacobian_std: Standard deviation of log J.
         extra: More scalars: ``"smoothness"`` (:func:`~hyperreg.method.losses.gradient_loss` of the
             field training regularises: the velocity when the model integrates one, else the
-            displacement; voxels²) from :func:`register_pair`, ``"dice_before"`` (mean Dice of
+            displacement; voxels², times ``int_downsize`` for a half-resolution velocity, as
+            in the training loss) from :func:`register_pair`, ``"dice_before"`` (mean Dice of
             the unregistered label maps) when both label maps are given, ``"ncc"`` from sweeps.
         resampled: One message per input that was resampled onto the fixed grid, e.g.
             ``"resampled moving 'm.nii.gz' (shape (150, 181), ...) onto the fixed grid (...)"``.
@@ -264,7 +265,9 @@ def register_pair(
         out, 0, float(lam_t.item()), moving_seg, fixed_seg, notes, moving=moving
     )
     regularised = out.velocity if out.velocity is not None else out.disp
-    result.extra["smoothness"] = float(gradient_loss(regularised.float()))
+    # as in training: VoxelMorph's loss_mult = int_downsize for a half-resolution velocity
+    scale = model.config.int_downsize if regularised.shape[2] < out.disp.shape[2] else 1
+    result.extra["smoothness"] = scale * float(gradient_loss(regularised.float()))
     if result.dice is not None and moving_seg is not None and fixed_seg is not None:
         result.extra["dice_before"] = mean_dice(moving_seg.data, fixed_seg.data, list(result.dice))
     return result
