@@ -173,8 +173,9 @@ def files(tmp_path: Path) -> dict[str, Path]:
     moving = blob(SHAPE, (11, 9))
     fixed = blob(SHAPE, (13, 10))
     paths = {
-        "moving": write_nifti(tmp_path / "moving.nii.gz", moving[..., None]),
-        "fixed": write_nifti(tmp_path / "fixed.nii.gz", fixed[..., None]),
+        # an axial grid, so that the ITK format can hold the 2D field on every hyperreg version
+        "moving": write_nifti(tmp_path / "moving.nii.gz", moving[..., None], np.eye(4)),
+        "fixed": write_nifti(tmp_path / "fixed.nii.gz", fixed[..., None], np.eye(4)),
         "model": save_checkpoint(tiny_model(2), tmp_path / "model.pt"),
         "out": tmp_path / "out",
     }

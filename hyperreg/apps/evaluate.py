@@ -1,0 +1,348 @@
+"""Learn2Reg-style evaluation of finished registrations: label overlap, surface distance, folding.
+
+:func:`read_evaluation_csv` reads a CSV with columns ``moved_seg`` and ``fixed_seg`` (label maps
+of integer ids on one grid) and optionally ``warp`` (the displacement field, either format of
+:func:`hyperreg.geometry.fields.load_displacement`) and ``name``. :func:`evaluate_pair` scores
+one row: Dice and HD95 per structure (:func:`hyperreg.method.metrics.dice_per_label`,
+:func:`~hyperreg.method.metrics.hd95_per_label`, MONAI, in mm from the fixed map's voxel size).
+With a field it adds the folding percentage (central-difference ``J ≤ 0``), the standard
+deviation of ``log J``, and the non-diffeomorphic volume as the Learn2Reg LUMIR challenge
+reports it (NDV, %: :func:`hyperreg.method.diffeomorphism.non_diffeomorphic_volume`).
+:func:`evaluate_csv` runs every row. A row that fails (missing file, unreadable file, maps on
+different grids) is recorded and the rest are evaluated. It writes ``evaluation.csv``,
+``structures.csv``, ``failures.csv`` and ``evaluation_boxplot.png``. Must not import train or
+cli.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+import os
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from hyperreg._files import write_csv
+from hyperreg.apps.plotting import pyplot, save_figure
+from hyperreg.apps.structures import structure_names
+from hyperreg.geometry.fields import load_displacement
+from hyperreg.geometry.io import load_volume
+from hyperreg.method.diffeomorphism import non_diffeomorphic_volume
+from hyperreg.method.metrics import (
+    dice_per_label,
+    field_summary,
+    hd95_per_label,
+    labels_in_both,
+)
+
+__all__ = [
+    "EvaluationReport",
+    "EvaluationRow",
+    "PairScores",
+    "evaluate_csv",
+    "evaluate_pair",
+    "read_evaluation_csv",
+]
+
+logger = logging.getLogger(__name__)
+
+PathLike = str | os.PathLike[str]
+
+
+@dataclass(frozen=True)
+class EvaluationRow:
+    """One row of an evaluation CSV (paths resolved against the CSV's folder)."""
+
+    index: int
+    name: str
+    moved_seg: Path
+    fixed_seg: Path
+    warp: Path | None = None
+
+
+@dataclass
+class PairScores:
+    """Scores of one pair.
+
+    Attributes:
+        index: Row number (0-based, header excluded).
+        name: The row's ``name`` cell, or ``row<index>``.
+        dice: ``{label: Dice}`` over the non-zero labels present in both maps.
+        hd95: ``{label: HD95}`` in mm (NaN where undefined).
+        folding_percent: % of voxels with central-difference ``J ≤ 0`` (None without a field).
+        log_jacobian_std: Standard deviation of ``log J`` (None without a field).
+        ndv_percent: Non-diffeomorphic volume, % of the grid (None without a field).
+    """
+
+    index: int
+    name: str
+    dice: dict[int, float]
+    hd95: dict[int, float]
+    folding_percent: float | None = None
+    log_jacobian_std: float | None = None
+    ndv_percent: float | None = None
+
+    @property
+    def mean_dice(self) -> float:
+        return _nanmean(self.dice.values())
+
+    @property
+    def mean_hd95(self) -> float:
+        return _nanmean(self.hd95.values())
+
+
+def _nanmean(values: Any) -> float:
+    kept = [v for v in values if not math.isnan(v)]
+    return float(np.mean(kept)) if kept else float("nan")
+
+
+@dataclass
+class EvaluationReport:
+    """Output of :func:`evaluate_csv`.
+
+    Attributes:
+        pairs: Scores of every row that could be evaluated.
+        failures: ``(index, name, error)`` of every row that could not.
+        names: ``{label: structure name}`` used in the tables and the plot.
+        files: Files written.
+    """
+
+    pairs: list[PairScores]
+    failures: list[tuple[int, str, str]]
+    names: dict[int, str]
+    files: list[Path] = field(default_factory=list)
+
+
+def read_evaluation_csv(path: PathLike) -> list[EvaluationRow]:
+    """Read an evaluation CSV: ``moved_seg``, ``fixed_seg``, optional ``warp`` and ``name``.
+
+    Files are not opened here (a missing file fails its row in :func:`evaluate_csv`).
+
+    Raises:
+        FileNotFoundError: If ``path`` does not exist.
+        ValueError: If the header lacks ``moved_seg`` or ``fixed_seg``, a row leaves one of them
+            empty, or there are no rows.
+    """
+    fn = "read_evaluation_csv"
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{fn}(): no such file: '{path}'")
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        header = [h.strip() for h in (reader.fieldnames or [])]
+        rows = [{(k or "").strip(): (v or "").strip() for k, v in r.items()} for r in reader]
+    if "moved_seg" not in header or "fixed_seg" not in header:
+        raise ValueError(
+            f"{fn}(): '{path}' must have columns ('moved_seg', 'fixed_seg') (optional 'warp', "
+            f"'name'), got {tuple(header)}"
+        )
+    if not rows:
+        raise ValueError(f"{fn}(): '{path}' has a header but no rows")
+    out = []
+    for index, row in enumerate(rows):
+        if not row.get("moved_seg") or not row.get("fixed_seg"):
+            raise ValueError(
+                f"{fn}(): '{path}' row {index} (line {index + 2}) must name both 'moved_seg' "
+                "and 'fixed_seg'"
+            )
+        warp = row.get("warp", "")
+        out.append(
+            EvaluationRow(
+                index=index,
+                name=row.get("name") or f"row{index}",
+                moved_seg=path.parent / row["moved_seg"],
+                fixed_seg=path.parent / row["fixed_seg"],
+                warp=path.parent / warp if warp else None,
+            )
+        )
+    return out
+
+
+def evaluate_pair(
+    moved_seg: PathLike,
+    fixed_seg: PathLike,
+    warp: PathLike | None = None,
+    *,
+    index: int = 0,
+    name: str = "",
+    labels: Sequence[int] | None = None,
+) -> PairScores:
+    """Score one registered pair from its files.
+
+    Args:
+        moved_seg: Moved label map (integer ids), on the fixed grid.
+        fixed_seg: Fixed label map; its voxel size sets the HD95 unit (mm).
+        warp: Displacement field on the fixed grid (voxel or ITK format), or None.
+        index: Row number, stored in the result.
+        name: Pair name, stored in the result.
+        labels: Label ids to score; default the non-zero ids present in both maps.
+
+    Returns:
+        :class:`PairScores`.
+
+    Raises:
+        FileNotFoundError: If a file is missing.
+        ValueError: If a file is unreadable, the two maps have different shapes, or the field's
+            grid differs from the maps'.
+    """
+    fn = "evaluate_pair"
+    moved = load_volume(moved_seg, label=True)
+    fixed = load_volume(fixed_seg, label=True)
+    if moved.spatial_shape != fixed.spatial_shape:
+        raise ValueError(
+            f"{fn}(): 'moved_seg' '{moved_seg}' and 'fixed_seg' '{fixed_seg}' must share a grid, "
+            f"got shapes {moved.spatial_shape} and {fixed.spatial_shape}"
+        )
+    labels = labels_in_both(moved.data, fixed.data) if labels is None else list(labels)
+    scores = PairScores(
+        index=index,
+        name=name or f"row{index}",
+        dice=dice_per_label(moved.data, fixed.data, labels),
+        hd95=hd95_per_label(moved.data, fixed.data, labels, spacing=fixed.spacing),
+    )
+    if warp is not None:
+        disp = load_displacement(warp).disp
+        if tuple(disp.shape[1:]) != fixed.spatial_shape:
+            raise ValueError(
+                f"{fn}(): 'warp' '{warp}' must lie on the label maps' grid "
+                f"{fixed.spatial_shape}, got {tuple(disp.shape[1:])}"
+            )
+        tensor = torch.from_numpy(np.ascontiguousarray(disp))[None]
+        summary = field_summary(tensor)
+        scores.folding_percent = 100.0 * summary["folding_fraction"]
+        scores.log_jacobian_std = summary["log_jacobian_std"]
+        scores.ndv_percent = 100.0 * non_diffeomorphic_volume(tensor)
+    return scores
+
+
+def evaluate_csv(pairs_csv: PathLike, out: PathLike, *, naming: str = "auto") -> EvaluationReport:
+    """Evaluate every row of an evaluation CSV and write tables and a box plot to ``out``.
+
+    Outputs (each written atomically):
+
+    * ``evaluation.csv``: one row per evaluated pair: ``index, name, mean_dice, mean_hd95,
+      folding_percent, log_jacobian_std, ndv_percent``, then ``dice_<label>`` and
+      ``hd95_<label>`` per structure (empty where a pair lacks it);
+    * ``structures.csv``: one row per structure: ``label, structure, pairs, dice_mean,
+      dice_std, hd95_mean, hd95_std`` (over pairs, NaN ignored);
+    * ``failures.csv``: ``index, name, error`` of rows that could not be evaluated;
+    * ``evaluation_boxplot.png``: Dice (top) and HD95 (bottom) per structure over the pairs.
+
+    Args:
+        pairs_csv: CSV (:func:`read_evaluation_csv`).
+        out: Output folder (created).
+        naming: Structure names: ``"auto"``, ``"freesurfer"`` or ``"none"``
+            (:func:`hyperreg.apps.structures.structure_names`).
+
+    Returns:
+        An :class:`EvaluationReport`. Rows that failed are in ``failures``, never raised.
+
+    Raises:
+        FileNotFoundError: If the CSV is missing.
+        ValueError: If the CSV is malformed or ``naming`` is unknown.
+    """
+    structure_names([], naming)  # checks 'naming' before any work
+    rows = read_evaluation_csv(pairs_csv)
+    pairs: list[PairScores] = []
+    failures: list[tuple[int, str, str]] = []
+    for row in rows:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # e.g. an empty label in HD95
+                pairs.append(
+                    evaluate_pair(
+                        row.moved_seg, row.fixed_seg, row.warp, index=row.index, name=row.name
+                    )
+                )
+        except (OSError, ValueError, TypeError, RuntimeError) as err:
+            logger.debug("evaluate_csv(): row %d (%s) failed: %s", row.index, row.name, err)
+            failures.append((row.index, row.name, f"{type(err).__name__}: {err}"))
+    labels = sorted({label for p in pairs for label in p.dice})
+    names = structure_names(labels, naming)
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    files = [
+        _write_pairs(folder / "evaluation.csv", pairs, labels),
+        _write_structures(folder / "structures.csv", pairs, labels, names),
+        write_csv(
+            folder / "failures.csv",
+            [{"index": i, "name": n, "error": e} for i, n, e in failures],
+            ["index", "name", "error"],
+        ),
+    ]
+    if pairs and labels:
+        files.append(_boxplot(folder / "evaluation_boxplot.png", pairs, labels, names))
+    return EvaluationReport(pairs=pairs, failures=failures, names=names, files=files)
+
+
+def _write_pairs(path: Path, pairs: Sequence[PairScores], labels: Sequence[int]) -> Path:
+    columns = ["index", "name", "mean_dice", "mean_hd95", "folding_percent"]
+    columns += ["log_jacobian_std", "ndv_percent"]
+    columns += [f"dice_{label}" for label in labels] + [f"hd95_{label}" for label in labels]
+    rows = []
+    for p in pairs:
+        row: dict[str, Any] = {
+            "index": p.index,
+            "name": p.name,
+            "mean_dice": p.mean_dice,
+            "mean_hd95": p.mean_hd95,
+            "folding_percent": "" if p.folding_percent is None else p.folding_percent,
+            "log_jacobian_std": "" if p.log_jacobian_std is None else p.log_jacobian_std,
+            "ndv_percent": "" if p.ndv_percent is None else p.ndv_percent,
+        }
+        row.update({f"dice_{k}": v for k, v in p.dice.items()})
+        row.update({f"hd95_{k}": v for k, v in p.hd95.items()})
+        rows.append(row)
+    return write_csv(path, rows, columns)
+
+
+def _per_structure(pairs: Sequence[PairScores], label: int, what: str) -> list[float]:
+    values = [getattr(p, what).get(label, float("nan")) for p in pairs]
+    return [v for v in values if not math.isnan(v)]
+
+
+def _write_structures(
+    path: Path, pairs: Sequence[PairScores], labels: Sequence[int], names: dict[int, str]
+) -> Path:
+    rows = []
+    for label in labels:
+        dice = _per_structure(pairs, label, "dice")
+        hd95 = _per_structure(pairs, label, "hd95")
+        rows.append(
+            {
+                "label": label,
+                "structure": names[label],
+                "pairs": len(dice),
+                "dice_mean": float(np.mean(dice)) if dice else float("nan"),
+                "dice_std": float(np.std(dice)) if dice else float("nan"),
+                "hd95_mean": float(np.mean(hd95)) if hd95 else float("nan"),
+                "hd95_std": float(np.std(hd95)) if hd95 else float("nan"),
+            }
+        )
+    columns = ["label", "structure", "pairs", "dice_mean", "dice_std", "hd95_mean", "hd95_std"]
+    return write_csv(path, rows, columns)
+
+
+def _boxplot(
+    path: Path, pairs: Sequence[PairScores], labels: Sequence[int], names: dict[int, str]
+) -> Path:
+    plt = pyplot()
+    width = max(6.0, 0.28 * len(labels) + 1.5)
+    fig, axes = plt.subplots(2, 1, figsize=(width, 6.4), sharex=True, layout="constrained")
+    for ax, what, unit in ((axes[0], "dice", "Dice"), (axes[1], "hd95", "HD95 (mm)")):
+        data = [_per_structure(pairs, label, what) or [float("nan")] for label in labels]
+        ax.boxplot(data, showfliers=True)
+        ax.set_ylabel(unit)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_ylim(0, 1)
+    axes[1].set_xticks(range(1, len(labels) + 1))
+    axes[1].set_xticklabels([names[label] for label in labels], rotation=90, fontsize=7)
+    axes[0].set_title(f"per-structure Dice and HD95 over {len(pairs)} pair(s)", fontsize=9)
+    return save_figure(fig, path)
