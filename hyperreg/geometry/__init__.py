@@ -1,1 +1,4 @@
-"""geometry"""
+"""Files and geometry: NIfTI/MGZ I/O, displacement files, resampling, the affine stage.
+
+nibabel and SimpleITK; never imports model code (``hyperreg.method``) or anything above.
+"""
