@@ -230,7 +230,7 @@ def _itk_case(tmp_path: Path, ndim: int) -> tuple[np.ndarray, np.ndarray, np.nda
     shape = (14, 16, 12) if ndim == 3 else (24, 20)
     affine = _oblique_3d() if ndim == 3 else _oblique_2d()
     image, disp = _smooth(shape)
-    like = Volume(image, affine, shape + ((1,) if ndim == 2 else ()))
+    like = Volume(image, affine, shape)  # 2D stored (I, J): a 2D ITK field
     field = save_displacement(tmp_path / "itk.nii.gz", disp, like, format="itk")
     moving = _write(tmp_path / "moving.nii.gz", image, affine)  # 2D stored as (I, J): 2D for ITK
     expected = warp(torch.from_numpy(image)[None, None], torch.from_numpy(disp)[None])[0, 0]
@@ -285,11 +285,17 @@ def test_itk_vectors_are_lps_millimetres(tmp_path: Path) -> None:
     stored = np.asanyarray(nib.load(path).dataobj)
     assert stored.shape == (3, 4, 5, 1, 3) and stored.dtype == np.float32
     np.testing.assert_array_equal(stored[2, 1, 0, 0], [1.0, -2.0, 3.0])
-    like2 = Volume(np.zeros((3, 4), np.float32), np.diag([2.0, -3.0, 1.0, 1.0]), (3, 4, 1))
+    like2 = Volume(np.zeros((3, 4), np.float32), np.diag([2.0, -3.0, 1.0, 1.0]), (3, 4))
     path = save_displacement(tmp_path / "w2.nii", np.ones((2, 3, 4)), like2, format="itk")
     stored = np.asanyarray(nib.load(path).dataobj)
     assert stored.shape == (3, 4, 1, 1, 2)
     np.testing.assert_array_equal(stored[1, 2, 0, 0], [-2.0, 3.0])
+    # stored (I, J, 1): a 3D field of one slice, in-plane vectors (z component 0)
+    like3 = Volume(np.zeros((3, 4), np.float32), np.diag([2.0, -3.0, 1.0, 1.0]), (3, 4, 1))
+    path = save_displacement(tmp_path / "w3.nii", np.ones((2, 3, 4)), like3, format="itk")
+    stored = np.asanyarray(nib.load(path).dataobj)
+    assert stored.shape == (3, 4, 1, 1, 3)
+    np.testing.assert_array_equal(stored[1, 2, 0, 0], [-2.0, 3.0, 0.0])
 
 
 @pytest.mark.parametrize("fmt", ["voxel", "itk"])
@@ -349,10 +355,12 @@ def test_load_displacement_rejects_missing_nonfinite_and_truncated(tmp_path: Pat
 
 
 def test_itk_format_rejects_a_2d_grid_outside_the_xy_plane(tmp_path: Path) -> None:
+    """A slice stored (I, J) is a 2D image for ITK: its field must be 2D, in the x-y plane."""
     lia = np.array([[-1.0, 0, 0, 80], [0, 0, 1, -112], [0, -1, 0, 96], [0, 0, 0, 1]])
-    like = Volume(np.zeros((4, 5), np.float32), lia, (4, 5, 1), path=Path("slice.nii.gz"))
+    like = Volume(np.zeros((4, 5), np.float32), lia, (4, 5), path=Path("slice.nii.gz"))
     with pytest.raises(
-        ValueError, match=r"check_itk_grid\(\): the 2D grid of 'slice.nii.gz' \(orientation LIA\)"
+        ValueError,
+        match=r"check_itk_grid\(\): the 2D grid of 'slice.nii.gz' \(orientation LIA, stored",
     ):
         save_displacement(tmp_path / "w.nii.gz", np.zeros((2, 4, 5)), like, format="itk")
     with pytest.raises(ValueError, match=r"'format' must be one of \('voxel', 'itk'\)"):
@@ -388,6 +396,8 @@ def _cli(model: Path, moving: Path, fixed: Path, out: Path, *extra: str) -> list
         str(out / "moved.nii.gz"),
         "--warp",
         str(out / "warp.nii.gz"),
+        "--init",
+        "none",  # world-space resampling as the headers say (the affine stage: test_native)
         "--device",
         "cpu",
         *extra,

@@ -95,7 +95,10 @@ def test_nifti_round_trip_keeps_affine_dtype_and_axis_order(tmp_path: Path, suff
     img = nib.load(out)
     assert img.shape == (4, 5, 6)
     assert img.get_data_dtype() == np.float32
-    assert int(img.header["sform_code"]) == 1 and int(img.header["qform_code"]) == 1
+    codes = nib.load(src).header
+    # outputs keep the input's own codes (nibabel writes sform 2 / qform 0 by default)
+    assert vol.codes == (int(codes["sform_code"]), int(codes["qform_code"]))
+    assert (int(img.header["sform_code"]), int(img.header["qform_code"])) == vol.codes
     np.testing.assert_array_equal(img.affine, affine)
     back = load_volume(out)
     np.testing.assert_array_equal(back.data, data * 2)

@@ -5,9 +5,17 @@ Two formats, both NIfTI with the fixed image's affine:
 * ``"voxel"`` (default): channel last, ``(I, J, K, 3)`` (a 2D slice stored as ``(I, J, 1)``
   gives ``(I, J, 1, 2)``), vectors in voxels, i/j/k order, defined on the fixed grid,
   ``moved[x] = moving(x + u(x))``;
-* ``"itk"``: ``(I, J, K, 1, 3)`` (2D: ``(I, J, 1, 1, 2)``), vector intent (1007), vectors in
-  world millimetres in LPS (``diag(-1, -1, 1) · A[:3, :3] · u``), which SimpleITK's
-  ``DisplacementFieldTransform`` and ANTs' ``antsApplyTransforms`` apply directly.
+* ``"itk"``: ``(I, J, K, 1, 3)``, vector intent (1007), vectors in world millimetres in LPS
+  (``diag(-1, -1, 1) · A[:3, :N] · u``), which SimpleITK's ``DisplacementFieldTransform`` and
+  ANTs' ``antsApplyTransforms`` apply directly. A 2D slice stored ``(I, J, 1)`` (any
+  orientation, e.g. the coronal LIA neurite-oasis slices; ITK reads such a file as a 3D image
+  of one slice) is written as a 3D field of one slice, ``(I, J, 1, 1, 3)``, whose vectors lie in
+  the slice plane; a slice stored ``(I, J)`` (a 2D image for ITK) as ``(I, J, 1, 1, 2)``.
+  Caveat: ITK's NIfTI reader (SimpleITK ``ReadImage``, ANTs) drops the size-1 slice axis of a
+  *vector* file, so it reads such a one-slice field as 2D and, for a slice outside the x-y
+  plane, cannot keep its direction; in SimpleITK build the 3D field from the array and the
+  fixed slice's 3D geometry (``GetImageFromArray(..., isVector=True)`` + ``CopyInformation``).
+  ``hyperreg warp`` reads both layouts.
 
 :func:`load_displacement` reads either and returns voxels. Uses numpy and nibabel only (through
 :mod:`hyperreg.geometry.io`); must not import torch or model code.
@@ -56,18 +64,19 @@ def _volume_name(volume: Volume, role: str) -> str:
 def check_itk_grid(like: Volume) -> None:
     """Raise unless a displacement field on ``like``'s grid can be written in ITK format.
 
-    3D grids always can. ITK reads a 2D field (``(I, J, 1, 1, 2)``) as a 2D image and keeps only
-    the upper-left ``2 x 2`` of its direction, so a 2D grid must lie in the world x-y plane
-    (its two in-plane affine columns have no z component). A coronal slice such as the
-    neurite-oasis LIA ``slice_*`` files does not, and ITK cannot represent it in 2D.
+    Every 3D grid can, and every 2D slice stored ``(I, J, 1)``: it is written as a 3D field of
+    one slice, ``(I, J, 1, 1, 3)``, so its orientation (axial, coronal LIA, oblique) does not
+    matter. A slice stored ``(I, J)`` is a 2D image for ITK, which keeps only the upper-left
+    ``2 x 2`` of its direction, so its field is 2D, ``(I, J, 1, 1, 2)``, and the slice must lie
+    in the world x-y plane.
 
     Args:
         like: The fixed image the field is defined on.
 
     Raises:
-        ValueError: If ``like`` is 2D and its in-plane axes leave the world x-y plane.
+        ValueError: If a 2D slice stored ``(I, J)`` leaves the world x-y plane.
     """
-    if like.ndim == 3:
+    if not _itk_2d(like):
         return
     columns = like.affine[:3, :2]
     tilt = np.abs(columns[2]) / np.linalg.norm(columns, axis=0)
@@ -75,27 +84,39 @@ def check_itk_grid(like: Volume) -> None:
         codes = "".join(str(c) for c in nib.aff2axcodes(like.affine))
         raise ValueError(
             f"check_itk_grid(): the 2D grid of '{_volume_name(like, 'fixed')}' (orientation "
-            f"{codes}) must lie in the world x-y plane for an ITK displacement field: ITK reads "
-            "a 2D field with only the upper-left 2x2 of its direction; use the default 'voxel' "
-            "format for this slice"
+            f"{codes}, stored {like.disk_shape}) must lie in the world x-y plane for a 2D ITK "
+            "displacement field: ITK reads a 2D image with only the upper-left 2x2 of its "
+            "direction; store the slice as (I, J, 1) (a 3D field of one slice is then written) "
+            "or use the default 'voxel' format"
         )
 
 
+def _itk_2d(like: Volume) -> bool:
+    """Whether ``like``'s ITK field is 2D (a 2D slice stored ``(I, J)``), not 3D."""
+    return like.ndim == 2 and len(like.disk_shape) == 2
+
+
 def _voxel_to_itk(disp: np.ndarray, like: Volume) -> np.ndarray:
-    """``(N, *S)`` voxels -> ``(*S3, 1, N)`` LPS mm, ``S3`` = ``S`` (3D) or ``S + (1,)`` (2D)."""
-    ndim = like.ndim
-    matrix = like.affine[:ndim, :ndim] if ndim == 2 else like.affine[:3, :3]
+    """``(N, *S)`` voxels -> ``(*S3, 1, C)`` LPS mm, ``S3`` = ``S`` (3D) or ``S + (1,)`` (2D);
+    ``C = 2`` for a 2D ITK field (:func:`_itk_2d`), else 3."""
+    channels = 2 if _itk_2d(like) else 3
+    matrix = like.affine[:channels, : like.ndim]  # RAS mm per voxel step along each array axis
     world = np.einsum("rn,n...->...r", matrix, disp.astype(np.float64))  # RAS mm, channel last
-    world *= _RAS_TO_LPS[:ndim]
-    grid3 = like.spatial_shape + ((1,) if ndim == 2 else ())
-    return np.ascontiguousarray(world.reshape(grid3 + (1, ndim)), dtype=np.float32)
+    world *= _RAS_TO_LPS[:channels]
+    grid3 = like.spatial_shape + ((1,) if like.ndim == 2 else ())
+    return np.ascontiguousarray(world.reshape(grid3 + (1, channels)), dtype=np.float32)
 
 
 def _itk_to_voxel(vectors: np.ndarray, affine: np.ndarray, ndim: int) -> np.ndarray:
-    """Inverse of :func:`_voxel_to_itk`: ``(*S, N)`` LPS mm -> ``(N, *S)`` voxels."""
-    matrix = affine[:ndim, :ndim] if ndim == 2 else affine[:3, :3]
-    world = vectors.astype(np.float64) * _RAS_TO_LPS[:ndim]
-    return np.einsum("nr,...r->n...", np.linalg.inv(matrix), world).astype(np.float32)
+    """Inverse of :func:`_voxel_to_itk`: ``(*S, C)`` LPS mm -> ``(N, *S)`` voxels.
+
+    ``C = 3`` (3D, or a 2D slice written as a 3D field: the in-plane part is kept, by least
+    squares) or ``C = 2`` (older 2D files in the world x-y plane).
+    """
+    channels = vectors.shape[-1]
+    matrix = affine[:channels, :ndim]
+    world = vectors.astype(np.float64) * _RAS_TO_LPS[:channels]
+    return np.einsum("nr,...r->n...", np.linalg.pinv(matrix), world).astype(np.float32)
 
 
 def save_displacement(
@@ -112,13 +133,15 @@ def save_displacement(
 
     ``format="itk"``: the displacement field ITK applies directly (SimpleITK
     ``DisplacementFieldTransform``, ANTs ``antsApplyTransforms``): vectors in world millimetres
-    in LPS, ``d = diag(-1, -1, 1) @ A[:3, :3] @ u`` with ``A`` the fixed affine (2D:
-    ``diag(-1, -1) @ A[:2, :2] @ u``), NIfTI intent ``NIFTI_INTENT_VECTOR`` (1007), 5D shape
-    ``(I, J, K, 1, 3)`` (2D: ``(I, J, 1, 1, 2)``). It maps a fixed-grid point ``p`` to the moving
-    point ``p + d(p)``, the same backward mapping as the voxel format. 2D grids must pass
-    :func:`check_itk_grid`.
+    in LPS, ``d = diag(-1, -1, 1) @ A[:3, :N] @ u`` with ``A`` the fixed affine, NIfTI intent
+    ``NIFTI_INTENT_VECTOR`` (1007), 5D shape ``(I, J, K, 1, 3)``; a 2D slice stored ``(I, J, 1)``
+    (any orientation) gives a 3D field of one slice, ``(I, J, 1, 1, 3)``, with in-plane vectors;
+    one stored ``(I, J)`` a 2D field ``(I, J, 1, 1, 2)`` (``diag(-1, -1) @ A[:2, :2] @ u``).
+    It maps a fixed-grid point ``p`` to the moving point ``p + d(p)``, the same backward
+    mapping as the voxel format.
 
-    Both are stored as float32 with ``like.affine`` (sform and qform, code 1), no scaling, and
+    Both are stored as float32 with ``like.affine`` (sform and qform, with ``like.codes``), no
+    scaling, and
     written via a temporary file and a rename, as in :func:`save_volume`.
 
     Args:
@@ -134,7 +157,7 @@ def save_displacement(
     Raises:
         ValueError: If the suffix is not ``.nii``/``.nii.gz``, if ``disp``'s shape is not
             ``(N, *S)``, if it has non-finite values, if ``format`` is unknown, or (ITK format)
-            if a 2D grid is not in the world x-y plane.
+            if a 2D slice stored ``(I, J)`` is not in the world x-y plane.
         OSError: If the file cannot be written.
 
     References:
@@ -194,10 +217,12 @@ def load_displacement(path: str | os.PathLike[str]) -> Displacement:
     """Read a displacement field in either on-disk format and return it in voxels.
 
     Detection: a file with intent code ``NIFTI_INTENT_VECTOR`` (1007) or a 5D array
-    ``(I, J, K, 1, N)`` is the ITK format (LPS world mm, converted back with the inverse of
-    :func:`save_displacement`'s formula); otherwise the array must be ``disk_shape + (N,)`` in
-    voxels (hyperreg's default). Either way ``N`` must equal the number of spatial dimensions
-    left after dropping trailing size-1 axes of the grid, as in :func:`load_volume`.
+    ``(I, J, K, 1, C)`` is the ITK format (LPS world mm, converted back with the inverse of
+    :func:`save_displacement`'s formula; ``C = 3``, or ``C = 2`` for an x-y plane 2D field as
+    other tools write it); otherwise the array must be ``disk_shape + (N,)`` in voxels
+    (hyperreg's default). ``N`` is the number of spatial dimensions left after dropping
+    trailing size-1 axes of the grid, as in :func:`load_volume`: an ITK field of one slice
+    ``(I, J, 1, 1, 3)`` is a 2D field.
 
     Args:
         path: ``.nii`` or ``.nii.gz`` file.
@@ -209,14 +234,14 @@ def load_displacement(path: str | os.PathLike[str]) -> Displacement:
         FileNotFoundError: If ``path`` does not exist.
         ValueError: If the suffix is wrong, the file is unreadable or truncated, the array is not
             a displacement field of one of the two layouts, it has non-finite values, or (ITK,
-            2D) its grid is not in the world x-y plane.
+            2D field) its grid is not in the world x-y plane.
     """
     fn = "load_displacement"
     path = Path(path)
     suffix = format_of(path, SAVE_SUFFIXES, fn)
     if not path.is_file():
         raise FileNotFoundError(f"{fn}(): no such file: '{path}'")
-    raw, affine = read_raw(path, suffix)
+    raw, affine, codes = read_raw(path, suffix)
     intent = int(nib.load(path).header["intent_code"])
     shape = tuple(int(n) for n in raw.shape)
     itk = intent == _NIFTI_INTENT_VECTOR or raw.ndim == 5
@@ -227,10 +252,15 @@ def load_displacement(path: str | os.PathLike[str]) -> Displacement:
     except ValueError:
         spatial = ()
     layout_ok = raw.dtype.kind in "biuf" and len(spatial) == channels
-    if itk and (raw.ndim != 5 or shape[3] != 1):
-        layout_ok = False
+    if itk:  # 3D: 3 vectors; 2D: 3 (one-slice 3D field, hyperreg) or 2 (x-y plane)
+        layout_ok = (
+            raw.dtype.kind in "biuf"
+            and raw.ndim == 5
+            and shape[3] == 1
+            and (channels == 3 if len(spatial) == 3 else len(spatial) == 2 and channels in (2, 3))
+        )
     if not layout_ok:
-        expected = "(I, J, K, 1, 3) or (I, J, 1, 1, 2)" if itk else "(I, J, K, 3) or (I, J, 1, 2)"
+        expected = "(I, J, K, 1, 3) or (I, J, 1, 1, 3)" if itk else "(I, J, K, 3) or (I, J, 1, 2)"
         kind = "an ITK vector field" if itk else "a voxel displacement field"
         raise ValueError(
             f"{fn}(): '{path}' must hold {kind} of shape {expected}, got shape {shape} "
@@ -239,10 +269,15 @@ def load_displacement(path: str | os.PathLike[str]) -> Displacement:
     vectors = raw.astype(np.float32).reshape(spatial + (channels,))
     check_finite(fn, str(path), vectors)
     grid = Volume(
-        data=np.zeros(spatial, np.float32), affine=affine, disk_shape=grid_disk, path=path
+        data=np.zeros(spatial, np.float32),
+        affine=affine,
+        disk_shape=grid_disk,
+        path=path,
+        codes=codes,
     )
     if itk:
-        check_itk_grid(grid)
+        if channels == 2:  # a 2D ITK field: its grid must lie in the world x-y plane
+            check_itk_grid(Volume(data=grid.data, affine=affine, disk_shape=spatial, path=path))
         disp = _itk_to_voxel(vectors, affine, len(spatial))
     else:
         disp = np.ascontiguousarray(np.moveaxis(vectors, -1, 0))

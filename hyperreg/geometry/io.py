@@ -87,16 +87,21 @@ class Volume:
         disk_shape: Array shape as stored on disk, e.g. ``(160, 192, 1)`` for a 2D slice. Writers
             reshape outputs to it, so results keep the layout of the input file.
         path: File the volume was read from, or None for an in-memory volume.
+        codes: ``(sform_code, qform_code)`` of the NIfTI header it was read from (e.g. ``(2, 0)``
+            for an aligned-space sform and no qform); ``(1, 1)`` (scanner) for MGH/MGZ, npz and
+            in-memory volumes. Writers give outputs on this grid the same codes.
 
     Raises:
-        ValueError: If ``data`` is not 2D or 3D, ``affine`` is not ``(4, 4)`` and finite, or
-            ``disk_shape`` does not hold the same number of voxels as ``data``.
+        ValueError: If ``data`` is not 2D or 3D, ``affine`` is not ``(4, 4)`` and finite,
+            ``disk_shape`` does not hold the same number of voxels as ``data``, or a code lies
+            outside 0..4.
     """
 
     data: np.ndarray
     affine: np.ndarray
     disk_shape: tuple[int, ...]
     path: Path | None = None
+    codes: tuple[int, int] = (1, 1)
 
     def __post_init__(self) -> None:
         data = np.asarray(self.data)
@@ -115,6 +120,12 @@ class Volume:
                 f"Volume(): 'disk_shape' {disk_shape} does not hold the {data.size} voxels of "
                 f"'data' with shape {tuple(data.shape)}"
             )
+        codes = tuple(int(c) for c in self.codes)
+        if len(codes) != 2 or not all(0 <= c <= 4 for c in codes):
+            raise ValueError(
+                f"Volume(): 'codes' must be (sform_code, qform_code) in 0..4, got {self.codes}"
+            )
+        object.__setattr__(self, "codes", codes)
         object.__setattr__(self, "data", data)
         object.__setattr__(self, "affine", affine)
         object.__setattr__(self, "disk_shape", disk_shape)
@@ -160,10 +171,12 @@ def format_of(path: Path, suffixes: tuple[str, ...], fn: str) -> str:
     )
 
 
-def read_raw(path: Path, suffix: str) -> tuple[np.ndarray, np.ndarray]:
-    """Read the full data array and the affine; wrap every read failure in one ValueError."""
+def read_raw(path: Path, suffix: str) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
+    """Read the full data array, the affine and ``(sform_code, qform_code)`` (``(1, 1)`` for
+    MGH and npz); wrap every read failure in one ValueError."""
     fmt = _LOAD_SUFFIXES[suffix]
     npz_keys: list[str] | None = None
+    codes = (1, 1)
     try:
         if suffix == ".npz":
             with np.load(path, allow_pickle=False) as npz:
@@ -181,6 +194,8 @@ def read_raw(path: Path, suffix: str) -> tuple[np.ndarray, np.ndarray]:
             img = nib.load(path, mmap=False)
             raw = np.asanyarray(img.dataobj)  # applies scl_slope/scl_inter; reads everything
             affine = np.array(img.affine, dtype=np.float64)
+            if isinstance(img, nib.Nifti1Image):  # also NIfTI-2, a subclass
+                codes = (int(img.header["sform_code"]), int(img.header["qform_code"]))
     except PermissionError:
         raise
     except _READ_ERRORS as err:
@@ -193,7 +208,7 @@ def read_raw(path: Path, suffix: str) -> tuple[np.ndarray, np.ndarray]:
             f"load_volume(): '{path}' must hold an array named 'vol' or 'vol_data' or exactly "
             f"one array, got arrays {npz_keys}"
         )
-    return np.asarray(raw), affine
+    return np.asarray(raw), affine, codes
 
 
 def spatial_shape_of(path: Path, disk_shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -302,7 +317,7 @@ def load_volume(
     if not path.is_file():
         raise FileNotFoundError(f"load_volume(): no such file: '{path}'")
 
-    raw, affine = read_raw(path, suffix)
+    raw, affine, codes = read_raw(path, suffix)
     if raw.dtype.kind not in "biuf":
         raise ValueError(
             f"load_volume(): '{path}' must hold real numeric voxels, got dtype {raw.dtype}"
@@ -336,7 +351,7 @@ def load_volume(
     if suffix == ".npz":
         logger.info("load_volume(): '%s' has no header; using the 1 mm identity affine", path)
     logger.debug("load_volume(): read '%s' shape %s dtype %s", path, spatial_shape, data.dtype)
-    return Volume(data=data, affine=affine, disk_shape=disk_shape, path=path)
+    return Volume(data=data, affine=affine, disk_shape=disk_shape, path=path, codes=codes)
 
 
 # --------------------------------------------------------------------------------------------
@@ -345,11 +360,16 @@ def load_volume(
 
 
 def to_nifti(arr: np.ndarray, like: Volume) -> nib.Nifti1Image:
-    """Build a NIfTI image with ``like.affine`` as both sform and qform (code 1), no scaling."""
+    """Build a NIfTI image with ``like.affine`` as both sform and qform, no scaling.
+
+    The codes are ``like.codes`` (the fixed file's own, e.g. sform 2 / qform 0), so a reader
+    picks the same matrix from the output as from the fixed image.
+    """
     img = nib.Nifti1Image(arr, like.affine)
     img.header.set_data_dtype(arr.dtype)
-    img.set_sform(like.affine, code=1)
-    img.set_qform(like.affine, code=1)
+    sform_code, qform_code = like.codes
+    img.set_sform(like.affine, code=sform_code)
+    img.set_qform(like.affine, code=qform_code)
     img.header.set_slope_inter(1.0, 0.0)
     img.header.set_xyzt_units("mm")
     return img
@@ -380,10 +400,11 @@ def save_volume(
     """Write an image or label map in the layout and on the grid of ``like``, atomically.
 
     The array is reshaped to ``like.disk_shape`` (a 2D slice read from ``(I, J, 1)`` goes back
-    out as ``(I, J, 1)``) and written with ``like.affine`` as both sform and qform (code 1,
-    scanner), units mm. NIfTI stores the sform as float32, so an affine read from a NIfTI file
-    round-trips exactly. The file is first written to a hidden temporary file in the same folder
-    and then renamed over ``path``; on failure nothing is left behind. Parent folders are created.
+    out as ``(I, J, 1)``) and written with ``like.affine`` as both sform and qform, with the codes
+    of ``like`` (``Volume.codes``: those of the fixed file, 1 = scanner for MGH/npz), units mm.
+    NIfTI stores the sform as float32, so an affine read from a NIfTI file round-trips exactly.
+    The file is first written to a hidden temporary file in the same folder and then renamed
+    over ``path``; on failure nothing is left behind. Parent folders are created.
 
     Args:
         path: Output file, ``.nii`` or ``.nii.gz``.

@@ -23,7 +23,7 @@ from nibabel.orientations import aff2axcodes
 
 from hyperreg.geometry.io import Volume
 
-__all__ = ["describe_grid", "resample_to", "to_sitk"]
+__all__ = ["affine_3d", "describe_grid", "grid_geometry", "resample_to", "to_sitk"]
 
 logger = logging.getLogger(__name__)
 
@@ -31,8 +31,8 @@ _RAS_TO_LPS = np.diag([-1.0, -1.0, 1.0])
 _PLANE_TOL = 1e-3  # voxels: how far a 2D grid may lie off the other's slice plane
 
 
-def _affine_3d(volume: Volume) -> np.ndarray:
-    """The ``(4, 4)`` voxel-to-RAS affine of ``volume`` as a 3D grid (2D: one slice).
+def affine_3d(volume: Volume) -> np.ndarray:
+    """The ``(4, 4)`` voxel-to-RAS affine of ``volume`` as a 3D grid (2D: one slice), float64.
 
     For a 2D volume whose affine has a zero third column (a degenerate slice axis), the slice
     axis becomes the unit normal of the image plane; it spans a single slice, so its length
@@ -45,9 +45,16 @@ def _affine_3d(volume: Volume) -> np.ndarray:
     return affine
 
 
-def _geometry(fn: str, volume: Volume) -> tuple[tuple[int, ...], tuple, tuple, tuple]:
-    """``(size, origin, spacing, direction)`` of ``volume`` in ITK's LPS convention."""
-    affine = _affine_3d(volume)
+def grid_geometry(fn: str, volume: Volume) -> tuple[tuple[int, ...], tuple, tuple, tuple]:
+    """``(size, origin, spacing, direction)`` of ``volume``'s grid in ITK's LPS convention.
+
+    A 2D volume is a 3D grid of one slice (see :func:`to_sitk`). ``fn`` names the caller in the
+    error message.
+
+    Raises:
+        ValueError: If the affine's ``3 x 3`` part is singular.
+    """
+    affine = affine_3d(volume)
     matrix = affine[:3, :3]
     spacing = np.linalg.norm(matrix, axis=0)
     if not np.all(spacing > 0) or abs(np.linalg.det(matrix)) < 1e-12:
@@ -85,7 +92,7 @@ def to_sitk(volume: Volume) -> sitk.Image:
     Raises:
         ValueError: If the affine's ``3 x 3`` part is singular.
     """
-    size, origin, spacing, direction = _geometry("to_sitk", volume)
+    size, origin, spacing, direction = grid_geometry("to_sitk", volume)
     data = volume.data.reshape(size)
     image = sitk.GetImageFromArray(np.ascontiguousarray(data.transpose(2, 1, 0)))
     image.SetOrigin(origin)
@@ -105,7 +112,7 @@ def describe_grid(volume: Volume) -> str:
         to 4 decimals; orientation as ``nibabel.aff2axcodes`` of the full affine).
     """
     spacing = tuple(round(s, 4) for s in volume.spacing)
-    codes = "".join(str(c) for c in aff2axcodes(_affine_3d(volume)))
+    codes = "".join(str(c) for c in aff2axcodes(affine_3d(volume)))
     return f"shape {volume.spatial_shape}, spacing {spacing}, orientation {codes}"
 
 
@@ -113,7 +120,7 @@ def _check_same_plane(moving: Volume, fixed: Volume) -> None:
     """2D only: the fixed slice plane must lie within the moving slice (|k| < 0.5 voxel)."""
     last_i, last_j = fixed.spatial_shape[0] - 1, fixed.spatial_shape[1] - 1
     corners = np.array([[0, 0, 0, 1], [last_i, 0, 0, 1], [0, last_j, 0, 1]], np.float64).T
-    to_moving = np.linalg.inv(_affine_3d(moving)) @ _affine_3d(fixed)
+    to_moving = np.linalg.inv(affine_3d(moving)) @ affine_3d(fixed)
     offset = float(np.max(np.abs((to_moving @ corners)[2])))
     if offset > 0.5 + _PLANE_TOL:
         name = str(moving.path) if moving.path is not None else "<in-memory moving>"
@@ -169,7 +176,7 @@ def resample_to(moving: Volume, fixed: Volume, *, label: bool = False) -> Volume
         _check_same_plane(moving, fixed)
     data = moving.data.astype(np.int32 if label else np.float32)
     image = to_sitk(Volume(data=data, affine=moving.affine, disk_shape=moving.disk_shape))
-    size, origin, spacing, direction = _geometry(fn, fixed)
+    size, origin, spacing, direction = grid_geometry(fn, fixed)
     resampled = sitk.Resample(
         image,
         size,
@@ -188,4 +195,5 @@ def resample_to(moving: Volume, fixed: Volume, *, label: bool = False) -> Volume
         affine=fixed.affine,
         disk_shape=fixed.disk_shape,
         path=moving.path,
+        codes=fixed.codes,
     )
