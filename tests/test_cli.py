@@ -13,6 +13,7 @@ from shared_paths import CASES as CASES_DIR
 from shared_paths import DATA
 from hyperreg.cli import main
 from hyperreg.config import ModelConfig
+from hyperreg.geometry.fields import load_displacement
 from hyperreg.method.model import HyperMorph, save_checkpoint
 
 CASES = CASES_DIR / "files"
@@ -75,7 +76,8 @@ def _register_args(
         args += ["--moving-seg", str(paths["moving_seg"])]
         args += ["--moved-seg", str(out / "moved_seg.nii.gz")]
         args += ["--fixed-seg", str(paths["fixed_seg"])]
-    return [*args, "--device", "cpu"]
+    # the deformable stage on the pair as it lies in world space (the affine stage: test_native)
+    return [*args, "--init", "none", "--device", "cpu"]
 
 
 def test_register_writes_outputs_on_fixed_grid(
@@ -265,13 +267,16 @@ def test_register_no_resample_makes_different_grids_an_error(
     assert not files["out"].exists()
 
 
-def test_register_itk_format_on_a_coronal_slice_fails_before_writing(
-    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+def test_register_itk_format_on_a_coronal_slice_writes_a_field_of_one_slice(
+    files: dict[str, Path],
 ) -> None:
-    assert main(_register_args(files) + ["--warp-format", "itk"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "world x-y plane" in err
-    assert not files["out"].exists()
+    """A coronal (LIA) slice stored (I, J, 1): a 3D ITK field of one slice (SimpleITK applies
+    such a field: test_native)."""
+    assert main(_register_args(files) + ["--warp-format", "itk"]) == 0
+    path = files["out"] / "warp.nii.gz"
+    assert nib.load(path).shape == (24, 20, 1, 1, 3)
+    loaded = load_displacement(path)
+    assert loaded.format == "itk" and loaded.disp.shape == (2, 24, 20)
 
 
 @pytest.fixture()
@@ -291,7 +296,7 @@ def test_warp_command_reproduces_the_registered_outputs(
     out = xy_files["out"]
     assert main(_register_args(xy_files) + ["--warp-format", fmt]) == 0
     field = nib.load(out / "warp.nii.gz")
-    assert field.shape == ((24, 20, 1, 2) if fmt == "voxel" else (24, 20, 1, 1, 2))
+    assert field.shape == ((24, 20, 1, 2) if fmt == "voxel" else (24, 20, 1, 1, 3))
     assert (int(field.header["intent_code"]) == 1007) == (fmt == "itk")
     np.testing.assert_array_equal(field.affine, nib.load(xy_files["fixed"]).affine)
     # labels: the same ids, integer type, equal to the registered label map
@@ -324,7 +329,7 @@ def test_warp_command_resamples_a_moving_file_on_another_grid(
     out = files["out"]
     args = ["warp", "--moving", str(other), "--warp", str(out / "warp.nii.gz"), "--nearest"]
     assert main([*args, "--moved", str(out / "a.nii.gz")]) == 0
-    assert "hyperreg warp: resampled moving" in capsys.readouterr().out
+    assert "label map (nearest neighbour)" in capsys.readouterr().out  # one interpolation
     np.testing.assert_array_equal(
         np.asanyarray(nib.load(out / "a.nii.gz").dataobj),
         np.asanyarray(nib.load(out / "moved_seg.nii.gz").dataobj),

@@ -204,6 +204,8 @@ def _args(files: dict[str, Path], *extra: str, model: str = "model") -> list[str
         str(out / "moved.nii.gz"),
         "--warp",
         str(out / "warp.nii.gz"),
+        "--init",
+        "none",  # --inverse-warp inverts a field without an affine stage
         "--device",
         "cpu",
         *extra,

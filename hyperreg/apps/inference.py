@@ -31,6 +31,7 @@ from hyperreg.geometry.fields import (
 from hyperreg.geometry.io import Volume, load_volume, save_volume
 from hyperreg.method.metrics import field_summary
 from hyperreg.method.model import HyperMorph
+from hyperreg.geometry.affine import AFFINE_INITS
 from hyperreg.method.spatial import jacobian_determinant, warp
 from hyperreg.registration.pairs import (
     PathLike,
@@ -38,6 +39,12 @@ from hyperreg.registration.pairs import (
     check_outputs,
     onto_grid,
     register_pair,
+)
+from hyperreg.apps.native import (
+    check_transform_path,
+    native_inputs,
+    native_outputs,
+    save_chain,
 )
 from hyperreg.registration.refine import Refinement, check_refinement, refine_pair
 
@@ -118,8 +125,24 @@ def register_files(
     warp_format: str = "voxel",
     refine: Refinement | None = None,
     inverse_warp_out: PathLike | None = None,
+    init: str = "none",
+    affine_out: PathLike | None = None,
+    field_out: PathLike | None = None,
 ) -> RegistrationResult:
     """Load, register and write: the file-level form of :func:`register_pair`.
+
+    With ``init="affine"`` (or ``"rigid"``) a world-space affine stage runs first
+    (:func:`hyperreg.geometry.affine.register_affine`: Mattes MI, so it works across contrasts;
+    the identity is kept when it does not improve MI), the model registers the affinely aligned
+    pair, and the moved image and label map are sampled **once** from the original files through
+    the chain (:mod:`hyperreg.registration.chain`). Frames and units: the affine maps a fixed
+    world point to a moving one, RAS mm in memory and LPS mm in ``affine_out`` (ITK's
+    convention); ``warp_out`` then holds the **composed** transform as one displacement field on
+    the fixed grid ``(N, *S)`` (voxel format: fixed voxels, i/j/k order, ``moved[x] =
+    moving(x + w(x))`` with the moving file resampled through the headers; ITK format: LPS mm,
+    applied by ``antsApplyTransforms``/SimpleITK to the moving file in one step), and
+    ``field_out`` the deformable field alone. ``init="none"`` (the default here; the CLI's
+    default is ``affine``) registers the pair as it lies in world space.
 
     Every input is read and checked before anything is written; each output is written
     atomically with the fixed image's affine and disk layout. Inputs not on the fixed grid are
@@ -146,7 +169,13 @@ def register_files(
             (:func:`hyperreg.registration.refine.refine_pair`); None or 0 steps: the network's
             field as it is.
         inverse_warp_out: Output for the inverse displacement field (``exp(−v)``, same grid,
-            affine and ``warp_format`` as ``warp_out``), or None. Needs a diffeomorphic model.
+            affine and ``warp_format`` as ``warp_out``), or None. Needs a diffeomorphic model
+            and ``init="none"``.
+        init: ``"none"`` (default), ``"rigid"`` or ``"affine"``: the affine stage.
+        affine_out: Output ITK transform file (``.mat``, ``.tfm`` or ``.txt``) of that stage,
+            or None.
+        field_out: Output for the deformable displacement field alone (``warp_format``), or
+            None; with ``affine_out`` it is the same transform as ``warp_out``.
 
     Returns:
         The :class:`RegistrationResult` (``resampled`` lists what was resampled).
@@ -157,8 +186,10 @@ def register_files(
             that differ with ``resample=False``), ``moved_seg`` is asked for without
             ``moving_seg``, an output suffix or ``warp_format`` is wrong, the ITK format cannot
             represent a 2D fixed grid (:func:`hyperreg.geometry.fields.check_itk_grid`), ``lam``
-            is out of range, ``refine`` is invalid (step count outside [0, 10000]), or
-            ``inverse_warp_out`` is asked of a model without a velocity field.
+            is out of range, ``refine`` is invalid (step count outside [0, 10000]),
+            ``inverse_warp_out`` is asked of a model without a velocity field, ``init`` is
+            unknown, or the affine stage fails (2D with 3D, images that do not overlap in world
+            space, a diverging registration).
     """
     fn = "register_files"
     if moved_seg is not None and moving_seg is None:
@@ -171,7 +202,16 @@ def register_files(
         warp_out=warp_out,
         moved_seg=moved_seg,
         inverse_warp_out=inverse_warp_out,
+        field_out=field_out,
     )
+    check_option(fn, "init", init, AFFINE_INITS)
+    check_transform_path(fn, "affine_out", affine_out)
+    if inverse_warp_out is not None and init != "none":
+        raise ValueError(
+            f"{fn}(): 'inverse_warp_out' inverts the deformable field of a pair registered as it "
+            f"lies; with init={init!r} the transform also holds an affine: give init='none' "
+            "(e.g. for a pair already aligned by 'hyperreg affine')"
+        )
     if refine is not None:
         check_refinement(fn, refine)
     if inverse_warp_out is not None and model.config.int_steps == 0:
@@ -185,6 +225,7 @@ def register_files(
     fixed_seg_v = load_volume(fixed_seg, label=True) if fixed_seg is not None else None
     if (warp_out is not None or inverse_warp_out is not None) and warp_format == "itk":
         check_itk_grid(fixed_v)
+    native = native_inputs(moving_v, fixed_v, moving_seg_v, init)
     run = register_pair
     if (refine is not None and refine.steps > 0) or inverse_warp_out is not None:
         run = functools.partial(
@@ -194,18 +235,29 @@ def register_files(
         )
     result = run(
         model,
-        moving_v,
+        native.moving,
         fixed_v,
         lam,
-        moving_seg=moving_seg_v,
-        fixed_seg=fixed_seg_v,
+        moving_seg=native.moving_seg,
+        fixed_seg=fixed_seg_v if native.moving_seg is not None else None,
         normalization=normalization,
         resample=resample,
     )
+    result, composed = native_outputs(
+        result, native, moving_v, fixed_v, moving_seg=moving_seg_v, fixed_seg=fixed_seg_v
+    )
     if moved is not None:
         save_volume(moved, result.moved, fixed_v)
-    if warp_out is not None:
-        save_displacement(warp_out, result.disp, fixed_v, format=warp_format)
+    save_chain(
+        result,
+        composed,
+        native.transform,
+        fixed_v,
+        warp_out=warp_out,
+        field_out=field_out,
+        affine_out=affine_out,
+        warp_format=warp_format,
+    )
     if inverse_warp_out is not None and result.inverse_disp is not None:
         save_displacement(inverse_warp_out, result.inverse_disp, fixed_v, format=warp_format)
     if moved_seg is not None and result.moved_seg is not None:

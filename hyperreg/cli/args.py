@@ -13,10 +13,13 @@ import math
 
 __all__ = [
     "DEVICE_HELP",
+    "INIT_HELP",
     "PROG",
     "Parser",
+    "add_affine_out_argument",
     "add_batching_arguments",
     "add_common",
+    "add_init_argument",
     "add_input_arguments",
     "add_label_arguments",
     "add_lambda_grid_argument",
@@ -286,4 +289,32 @@ def add_refine_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.05,
         metavar="LR",
         help="Adam learning rate for --refine, voxels per step (default 0.05)",
+    )
+
+
+INIT_HELP = (
+    "affine stage before the deformable one, in world space (SimpleITK, Mattes mutual "
+    "information, moments start, multi-resolution; works across contrasts): affine (default; "
+    "rigid first, then 12 degrees of freedom, 6 in 2D), rigid, or none (the moving image is "
+    "only resampled through the headers). A pair that is already aligned keeps the identity "
+    "when the stage does not improve mutual information"
+)
+
+
+def add_init_argument(parser: argparse.ArgumentParser) -> None:
+    """``--init {affine,rigid,none}``: the affine stage run once per pair (default affine)."""
+    parser.add_argument(
+        "--init", choices=("affine", "rigid", "none"), default="affine", help=INIT_HELP
+    )
+
+
+def add_affine_out_argument(parser: argparse.ArgumentParser) -> None:
+    """``--affine-out``: the ITK transform file of the affine stage."""
+    parser.add_argument(
+        "--affine-out",
+        metavar="FILE",
+        help="affine of the --init stage as an ITK transform file (.mat binary, .tfm/.txt "
+        "text): AffineTransform_double_3_3, LPS mm, fixed point -> moving point, as "
+        "antsApplyTransforms -t and SimpleITK ReadTransform take it (a 2D registration is "
+        "written as its 3D equivalent)",
     )

@@ -215,10 +215,21 @@ def add_parsers(sub: Any) -> None:
     )
     reg.add_argument(
         "--warp",
-        help="displacement field (voxels), NIfTI (I,J,K,3) channel last, i/j/k "
-        "order, fixed-image affine; moved[x] = moving(x + u(x)); see --warp-format",
+        help="displacement field (voxels) of the whole transform (the --init affine composed "
+        "with the deformable field: one field that 'hyperreg warp', ANTs and SimpleITK apply in "
+        "one step), NIfTI (I,J,K,3) channel last, i/j/k order, fixed-image affine; moved[x] = "
+        "moving(x + u(x)) with the moving image resampled through the headers; see --warp-format",
     )
     opts.add_warp_format_argument(reg, "--warp")
+    opts.add_init_argument(reg)
+    opts.add_affine_out_argument(reg)
+    reg.add_argument(
+        "--field-out",
+        metavar="FILE",
+        help="the deformable displacement field alone (voxels, fixed grid, --warp-format), "
+        "defined on the moving image after the affine: 'hyperreg warp --affine A --warp F' "
+        "applies the same transform as --warp",
+    )
     reg.add_argument(
         "--moved-seg",
         help="moved label map (needs --moving-seg), NIfTI, integer type, fixed affine",
@@ -234,30 +245,54 @@ def add_parsers(sub: Any) -> None:
     opts.add_common(reg)
 
     warp = sub.add_parser(
-        "warp", help="apply a saved displacement field to another image or label map"
+        "warp",
+        help="apply a saved transform (affine and/or displacement field) to images and label "
+        "maps, one interpolation each",
     )
     warp.add_argument(
         "--moving",
         required=True,
-        help="image or label map to warp (NIfTI, MGZ or npz); on another grid than the field "
-        "it is resampled onto the field's grid first",
-    )
-    warp.add_argument(
-        "--warp",
-        required=True,
-        help="displacement field written by 'hyperreg register --warp' (voxel or itk format, "
-        "detected from the file)",
+        nargs="+",
+        metavar="FILE",
+        help="images and label maps to warp (NIfTI, MGZ or npz), each sampled once from its "
+        "own grid through the whole transform",
     )
     warp.add_argument(
         "--moved",
         required=True,
-        help="warped output, NIfTI, on the field's (fixed) grid with its affine; float32, or "
-        "an unscaled integer type with --nearest",
+        nargs="+",
+        metavar="FILE",
+        help="one output per --moving, in order: NIfTI on the field's (or --fixed) grid with its "
+        "affine; float32, or an unscaled integer type for label maps",
+    )
+    warp.add_argument(
+        "--warp",
+        help="displacement field written by 'hyperreg register --warp' (the whole chain) or "
+        "--field-out (with --affine); voxel or itk format, detected from the file",
+    )
+    warp.add_argument(
+        "--affine",
+        metavar="FILE",
+        help="ITK affine transform file (hyperreg --affine-out, ANTs *GenericAffine.mat, "
+        "SimpleITK), fixed point -> moving point; applied before --warp",
+    )
+    warp.add_argument(
+        "--fixed",
+        help="output grid when there is no --warp (required then); with --warp it must be the "
+        "field's grid",
     )
     warp.add_argument(
         "--nearest",
         action="store_true",
-        help="label map: round to integer ids, nearest-neighbour interpolation, integer output",
+        help="every --moving is a label map: integer ids, nearest neighbour, integer output",
+    )
+    warp.add_argument(
+        "--labels",
+        nargs="+",
+        default=[],
+        metavar="FILE",
+        help="those of the --moving files that are label maps (nearest neighbour); the others "
+        "are images (linear)",
     )
     opts.add_resample_argument(warp)
     opts.add_common(warp, device=False)
@@ -377,7 +412,14 @@ def _cmd_register(args: argparse.Namespace) -> int:
 
     from hyperreg.cli.refining import refine_text, refinement_from
 
-    if not (args.moved or args.warp or args.moved_seg or args.inverse_warp):
+    if not (
+        args.moved
+        or args.warp
+        or args.moved_seg
+        or args.inverse_warp
+        or args.affine_out
+        or args.field_out
+    ):
         raise ValueError("nothing to write: give --moved, --warp and/or --moved-seg")
     if args.moved_seg and not args.moving_seg:
         raise ValueError("--moved-seg needs --moving-seg (the label map to warp)")
@@ -396,18 +438,37 @@ def _cmd_register(args: argparse.Namespace) -> int:
         warp_format=args.warp_format,
         refine=refinement_from(args),
         inverse_warp_out=args.inverse_warp,
+        init=args.init,
+        affine_out=args.affine_out,
+        field_out=args.field_out,
         **pair_options(args),
     )
     for message in result.resampled:
         print(f"{opts.PROG} register: {message}")
     if refine_text(result.extra):
         print(refine_text(result.extra))
-    written = [p for p in (args.moved, args.warp, args.moved_seg, args.inverse_warp) if p]
+    written = [
+        p
+        for p in (
+            args.moved,
+            args.warp,
+            args.moved_seg,
+            args.inverse_warp,
+            args.affine_out,
+            args.field_out,
+        )
+        if p
+    ]
     print(f"λ = {result.lam:g}: wrote {', '.join(written)}")
     if result.dice is not None:
         print(
             f"mean Dice {result.mean_dice:.4f} over {len(result.dice)} labels present in both "
-            f"label maps (before registration: {result.extra['dice_before']:.4f})"
+            f"label maps (before registration: {result.extra['dice_before']:.4f}"
+            + (
+                f", {args.init} alone: {result.extra['dice_affine']:.4f})"
+                if "dice_affine" in result.extra
+                else ")"
+            )
         )
     _print_field_summary(result.folding_fraction, result.log_jacobian_std)
     return 0
@@ -418,15 +479,26 @@ def _print_field_summary(folding_fraction: float, log_jacobian_std: float) -> No
 
 
 def _cmd_warp(args: argparse.Namespace) -> int:
-    from hyperreg.apps.inference import warp_file
+    from hyperreg.apps.native import warp_files
 
-    result = warp_file(
-        args.moving, args.warp, args.moved, nearest=args.nearest, resample=args.resample
+    if not (args.warp or args.affine):
+        raise ValueError("nothing to apply: give --warp and/or --affine")
+    unknown = [p for p in args.labels if p not in args.moving]
+    if unknown:
+        raise ValueError(f"--labels names files that are not among --moving: {', '.join(unknown)}")
+    labels = [args.nearest or path in args.labels for path in args.moving]
+    written = warp_files(
+        args.moving,
+        args.moved,
+        warp_field=args.warp,
+        affine=args.affine,
+        fixed=args.fixed,
+        nearest=labels,
+        resample=args.resample,
     )
-    if result.resampled:
-        print(f"{opts.PROG} warp: {result.resampled}")
-    kind = "label map (nearest neighbour)" if args.nearest else "image (linear)"
-    print(f"wrote {args.moved}: {kind}, shape {result.grid.spatial_shape}")
+    for out in written:
+        kind = "label map (nearest neighbour)" if out.label else "image (linear)"
+        print(f"wrote {out.moved}: {kind}, shape {out.shape}")
     return 0
 
 

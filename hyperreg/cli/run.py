@@ -12,13 +12,18 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from hyperreg.cli import commands, evaluate_command, lambda_commands
+from hyperreg.cli import commands, evaluate_command, lambda_commands, native_commands
 from hyperreg.cli.args import PROG, Parser
 from hyperreg.cli.messages import LogFormatter, UserWords
 
 __all__ = ["build_parser", "main"]
 
-COMMANDS = {**commands.COMMANDS, **lambda_commands.COMMANDS, **evaluate_command.COMMANDS}
+COMMANDS = {
+    **commands.COMMANDS,
+    **lambda_commands.COMMANDS,
+    **native_commands.COMMANDS,
+    **evaluate_command.COMMANDS,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     commands.add_parsers(sub)  # train, register, warp, jacobian, demo
     lambda_commands.add_parsers(sub)  # sweep, tune, batch
+    native_commands.add_parsers(sub)  # affine
     evaluate_command.add_parsers(sub)  # evaluate
     return parser
 

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hyperreg._checks import check_field, check_image, check_option
+from hyperreg._checks import check_field, check_float_tensor, check_image, check_option
 
 __all__ = [
     "SpatialTransformer",
@@ -25,6 +25,7 @@ __all__ = [
     "integrate_velocity",
     "jacobian_determinant",
     "resize_field",
+    "sample_at",
     "warp",
 ]
 
@@ -51,21 +52,23 @@ def identity_grid(
     return torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=0).unsqueeze(0)
 
 
-def _to_grid_sample_coords(points: Tensor) -> Tensor:
+def _to_grid_sample_coords(points: Tensor, grid_shape: Sequence[int] | None = None) -> Tensor:
     """Convert voxel coordinates to ``grid_sample``'s normalised, x-first layout.
 
     Args:
         points: ``(B, N, *S)`` voxel coordinates, channel ``n`` along array axis ``n``.
+        grid_shape: Spatial shape of the image that is sampled (length ``N``); default
+            ``points.shape[2:]`` (the points lie on the image's own grid, as in :func:`warp`).
 
     Returns:
-        ``(B, *S, N)`` with values in [-1, 1] at the first/last voxel centres
-        (``align_corners=True``) and the channels reversed (last array axis first), as
+        ``(B, *S, N)`` with values in [-1, 1] at the first/last voxel centres of the sampled
+        image (``align_corners=True``) and the channels reversed (last array axis first), as
         ``torch.nn.functional.grid_sample`` expects.
     """
-    spatial_shape = points.shape[2:]
+    shape = tuple(points.shape[2:]) if grid_shape is None else tuple(grid_shape)
     scale = torch.tensor(
-        [2.0 / max(s - 1, 1) for s in spatial_shape], device=points.device, dtype=points.dtype
-    ).view(1, -1, *([1] * len(spatial_shape)))
+        [2.0 / max(s - 1, 1) for s in shape], device=points.device, dtype=points.dtype
+    ).view(1, -1, *([1] * (points.ndim - 2)))
     normalised = points * scale - 1.0
     return normalised.movedim(1, -1).flip(-1)
 
@@ -120,6 +123,63 @@ def _warp(moving: Tensor, disp: Tensor, mode: str, padding: str) -> Tensor:
         moving.to(torch.float64), grid, mode=mode, padding_mode=padding, align_corners=True
     )
     return moved.to(moving.dtype)
+
+
+def sample_at(
+    moving: Tensor, points: Tensor, mode: str = "bilinear", padding: str = "zeros"
+) -> Tensor:
+    """Sample ``moving`` at arbitrary voxel coordinates of its own grid (one interpolation).
+
+    Output location ``x`` takes ``moving`` interpolated at ``points[:, :, x]``. Unlike
+    :func:`warp`, the points may form a grid of another shape than ``moving``'s (e.g. the fixed
+    grid, with ``points`` the moving-voxel position of every fixed voxel through an affine and a
+    displacement), so a chain of transforms costs a single interpolation.
+
+    Args:
+        moving: Image to sample, shape ``(B, C, *S)`` with ``S`` = ``(H, W)`` or ``(D, H, W)``.
+            Any floating dtype (label maps: cast to float and use ``mode="nearest"``).
+        points: Voxel coordinates in ``moving``'s grid, shape ``(B, N, *T)`` or ``(1, N, *T)``
+            with ``N = len(S)`` and ``T`` any spatial shape of the same length; channel ``n``
+            is the (fractional) index along array axis ``n`` (i, j, k order).
+        mode: ``"bilinear"`` (trilinear in 3D) for intensities or ``"nearest"`` for label maps.
+        padding: Value taken outside the image: ``"zeros"`` (default, as ITK and ANTs
+            resample) or ``"border"`` (edge value).
+
+    Returns:
+        The sampled image, shape ``(B, C, *T)``, with the dtype and device of ``moving``
+        (sampling itself runs in float64).
+
+    Raises:
+        TypeError: If ``moving`` or ``points`` is not a floating-point tensor.
+        ValueError: If ``points`` does not have ``N`` channels and ``N`` spatial axes, if its
+            batch size is neither 1 nor B, or if ``mode``/``padding`` is not a listed option.
+
+    References:
+        ``torch.nn.functional.grid_sample`` (``align_corners=True``); coordinate conversion in
+        ``_to_grid_sample_coords``.
+    """
+    check_image("sample_at", "moving", moving)
+    check_float_tensor("sample_at", "points", points)
+    ndim = moving.ndim - 2
+    if points.ndim != ndim + 2 or points.shape[1] != ndim:
+        raise ValueError(
+            f"sample_at(): 'points' must have shape (B, {ndim}, *T) with {ndim} spatial axes "
+            f"for a {ndim}D image, got {tuple(points.shape)}"
+        )
+    if points.shape[0] not in (1, moving.shape[0]):
+        raise ValueError(
+            f"sample_at(): 'points' must have batch size 1 or {moving.shape[0]}, "
+            f"got {points.shape[0]}"
+        )
+    check_option("sample_at", "mode", mode, WARP_MODES)
+    check_option("sample_at", "padding", padding, PADDING_MODES)
+    grid = _to_grid_sample_coords(points.to(torch.float64), moving.shape[2:])
+    if grid.shape[0] != moving.shape[0]:
+        grid = grid.expand(moving.shape[0], *grid.shape[1:])
+    sampled = F.grid_sample(
+        moving.to(torch.float64), grid, mode=mode, padding_mode=padding, align_corners=True
+    )
+    return sampled.to(moving.dtype)
 
 
 def integrate_velocity(velocity: Tensor, steps: int = 7) -> Tensor:

@@ -1,0 +1,371 @@
+"""Native-space pairs on files: the affine stage alone, and applying a saved chain.
+
+:func:`affine_files` runs only the affine stage (:func:`hyperreg.geometry.affine.register_affine`)
+and writes the moved image, the moved label map and the ITK transform file. :func:`warp_files`
+applies a saved chain (an ITK affine and/or a displacement field) to any number of images and
+label maps in one call, each sampled once from its own grid. :func:`native_inputs` and
+:func:`native_outputs` are the two steps :func:`hyperreg.apps.inference.register_files` (and the
+sweep, tune and batch commands) add around the deformable stage for ``init="affine"``/``"rigid"``.
+
+Frames and units: transforms are world maps from a **fixed** point to the **moving** point that
+lands on it (RAS mm in memory; LPS mm in the ITK file, as ``antsApplyTransforms`` and SimpleITK
+read it); displacement fields are hyperreg's voxel format or ITK's (see
+:mod:`hyperreg.geometry.fields`). Must not import cli.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from hyperreg.geometry.affine import (
+    AFFINE_INITS,
+    TRANSFORM_SUFFIXES,
+    AffineTransform,
+    load_affine,
+    register_affine,
+    save_affine,
+)
+from hyperreg.geometry.fields import load_displacement, save_displacement
+from hyperreg.geometry.io import Volume, check_same_grid, load_volume, same_grid, save_volume
+from hyperreg.geometry.resample import resample_to
+from hyperreg.method.metrics import mean_dice
+from hyperreg.registration.chain import (
+    align,
+    composed_displacement,
+    finish_chain,
+    is_identity,
+    sample_volume,
+)
+from hyperreg.registration.pairs import PathLike, RegistrationResult, check_outputs
+
+__all__ = [
+    "AffineResult",
+    "NativeInputs",
+    "WarpedFile",
+    "affine_files",
+    "check_transform_path",
+    "native_inputs",
+    "native_outputs",
+    "save_chain",
+    "warp_files",
+]
+
+logger = logging.getLogger(__name__)
+
+
+def check_transform_path(fn: str, name: str, path: PathLike | None) -> None:
+    """Raise unless ``path`` (an output) ends in one of ``TRANSFORM_SUFFIXES``."""
+    if path is not None and not str(path).lower().endswith(TRANSFORM_SUFFIXES):
+        raise ValueError(
+            f"{fn}(): '{name}' must end in one of {TRANSFORM_SUFFIXES} (an ITK transform file), "
+            f"got '{path}'"
+        )
+
+
+class AffineResult(NamedTuple):
+    """Output of :func:`affine_files`.
+
+    Attributes:
+        transform: The :class:`~hyperreg.geometry.affine.AffineTransform` (fixed RAS -> moving
+            RAS, mm), with its MI before/after and wall time.
+        dice: ``{label: Dice}`` of the moved and fixed label maps, or None.
+        dice_before: Mean Dice with no registration (both maps on the fixed grid), or None.
+    """
+
+    transform: AffineTransform
+    dice: dict[int, float] | None
+    dice_before: float | None
+
+    @property
+    def mean_dice(self) -> float | None:
+        """Mean Dice over the scored labels, or None without label maps."""
+        if self.dice is None:
+            return None
+        values = [v for v in self.dice.values() if not np.isnan(v)]
+        return float(np.mean(values)) if values else float("nan")
+
+
+def affine_files(
+    moving: PathLike,
+    fixed: PathLike,
+    *,
+    init: str = "affine",
+    moved: PathLike | None = None,
+    affine_out: PathLike | None = None,
+    moving_seg: PathLike | None = None,
+    fixed_seg: PathLike | None = None,
+    moved_seg: PathLike | None = None,
+    seed: int = 0,
+) -> AffineResult:
+    """Run only the affine stage on two files and write its outputs (``hyperreg affine``).
+
+    Every input is read and checked, and the registration runs, before anything is written.
+
+    Args:
+        moving: Moving image (NIfTI, MGZ or npz), any grid, orientation and spacing.
+        fixed: Fixed image; the outputs take its grid, affine, layout and header codes.
+        init: ``"affine"`` (default), ``"rigid"`` or ``"none"`` (identity: the moving image is
+            only resampled through the headers).
+        moved: Output for the moved image (float32, the moving image's intensities; 0 outside
+            it), or None.
+        affine_out: Output ITK transform (``.mat`` binary, ``.tfm``/``.txt`` text):
+            ``AffineTransform_double_3_3``, LPS mm, fixed point -> moving point, as
+            ``antsApplyTransforms -t`` and ``sitk.ReadTransform`` take it.
+        moving_seg: Moving label map, warped with nearest neighbour (for ``moved_seg``/Dice).
+        fixed_seg: Fixed label map: with ``moving_seg``, Dice over the labels present in both.
+        moved_seg: Output for the moved label map (integer type), or None.
+        seed: Seed of the metric sampling (3D).
+
+    Returns:
+        An :class:`AffineResult`.
+
+    Raises:
+        FileNotFoundError: If an input is missing.
+        ValueError: On unreadable inputs or bad output suffixes, 2D with 3D, images that do not
+            overlap in world space, or a diverging registration (see
+            :func:`~hyperreg.geometry.affine.register_affine`).
+    """
+    fn = "affine_files"
+    if init not in AFFINE_INITS:
+        raise ValueError(f"{fn}(): 'init' must be one of {AFFINE_INITS}, got {init!r}")
+    if moved_seg is not None and moving_seg is None:
+        raise ValueError(f"{fn}(): 'moved_seg' needs 'moving_seg' (the label map to warp)")
+    inputs = (moving, fixed, moving_seg, fixed_seg)
+    check_outputs(fn, inputs, moved=moved, moved_seg=moved_seg)
+    check_transform_path(fn, "affine_out", affine_out)
+    if affine_out is not None and Path(affine_out).resolve() in {
+        Path(p).resolve() for p in inputs if p is not None
+    }:
+        raise ValueError(f"{fn}(): 'affine_out' would overwrite the input '{affine_out}'")
+    moving_v = load_volume(moving)
+    fixed_v = load_volume(fixed)
+    moving_seg_v = load_volume(moving_seg, label=True) if moving_seg is not None else None
+    fixed_seg_v = load_volume(fixed_seg, label=True) if fixed_seg is not None else None
+    transform = register_affine(moving_v, fixed_v, init, seed=seed)
+    moved_v = sample_volume(moving_v, transform, None, fixed_v)
+    moved_seg_v = None
+    dice = dice_before = None
+    if moving_seg_v is not None:
+        moved_seg_v = sample_volume(moving_seg_v, transform, None, fixed_v, label=True)
+        if fixed_seg_v is not None:
+            from hyperreg.method.metrics import dice_per_label
+
+            if not same_grid(fixed_seg_v, fixed_v):
+                fixed_seg_v = resample_to(fixed_seg_v, fixed_v, label=True)
+            dice = dice_per_label(moved_seg_v.data, fixed_seg_v.data)
+            before = resample_to(moving_seg_v, fixed_v, label=True).data
+            dice_before = mean_dice(before, fixed_seg_v.data, list(dice))
+    if affine_out is not None:
+        save_affine(affine_out, transform)
+    if moved is not None:
+        save_volume(moved, moved_v.data, fixed_v)
+    if moved_seg is not None and moved_seg_v is not None:
+        save_volume(moved_seg, moved_seg_v.data, fixed_v, label=True)
+    return AffineResult(transform, dice, dice_before)
+
+
+class NativeInputs(NamedTuple):
+    """The deformable stage's inputs after the affine stage (see :func:`native_inputs`).
+
+    Attributes:
+        moving: Moving image for the model: on the fixed grid through ``transform``, or the
+            original when there is nothing to compose.
+        moving_seg: Moving label map for the model's own Dice: None when chained (the chain's
+            outputs recompute it from the original, :func:`native_outputs`), else the original.
+        transform: The affine (identity for ``init="none"``).
+        chained: Whether outputs must go through the chain (an affine other than the identity,
+            or an identity on another grid, with ``init`` other than ``"none"``).
+    """
+
+    moving: Volume
+    moving_seg: Volume | None
+    transform: AffineTransform
+    chained: bool
+
+
+def native_inputs(
+    moving: Volume,
+    fixed: Volume,
+    moving_seg: Volume | None,
+    init: str,
+    *,
+    seed: int = 0,
+) -> NativeInputs:
+    """Run the affine stage of ``init`` and return what the deformable stage should register.
+
+    ``init="none"`` changes nothing (inputs on other grids are then resampled through the
+    headers by the deformable stage, as without an affine stage).
+
+    Raises:
+        ValueError: As :func:`~hyperreg.geometry.affine.register_affine`.
+    """
+    transform = register_affine(moving, fixed, init, seed=seed)
+    chained = init != "none" and not is_identity(transform, moving, fixed)
+    if not chained:
+        return NativeInputs(moving, moving_seg, transform, False)
+    return NativeInputs(align(moving, fixed, transform), None, transform, True)
+
+
+def native_outputs(
+    result: RegistrationResult,
+    native: NativeInputs,
+    moving: Volume,
+    fixed: Volume,
+    *,
+    moving_seg: Volume | None = None,
+    fixed_seg: Volume | None = None,
+) -> tuple[RegistrationResult, np.ndarray]:
+    """The chain's outputs of a deformable result, and the composed field to write as ``--warp``.
+
+    Returns:
+        ``(result, composed)``: ``result`` with ``moved``/``moved_seg``/Dice from the original
+        files through the chain (when chained; :func:`~hyperreg.registration.chain.finish_chain`),
+        and the composed displacement ``(N, *S)`` in fixed voxels (``result.disp`` itself when
+        not chained). ``result.extra`` gains ``"affine_seconds"``, ``"affine_mi_before"`` and
+        ``"affine_mi_after"`` (Mattes MI, lower is better) when an affine stage ran.
+    """
+    if native.transform.kind != "none":
+        result.extra["affine_seconds"] = native.transform.seconds
+        result.extra["affine_mi_before"] = native.transform.metric_before
+        result.extra["affine_mi_after"] = native.transform.metric_after
+    if not native.chained:
+        return result, result.disp
+    result = finish_chain(
+        result, moving, fixed, native.transform, moving_seg=moving_seg, fixed_seg=fixed_seg
+    )
+    return result, composed_displacement(native.transform, result.disp, fixed)
+
+
+class WarpedFile(NamedTuple):
+    """One output of :func:`warp_files`.
+
+    Attributes:
+        moved: The path written.
+        label: Whether it was a label map (nearest neighbour, integer output).
+        shape: Its spatial shape (the target grid's).
+    """
+
+    moved: Path
+    label: bool
+    shape: tuple[int, ...]
+
+
+def warp_files(
+    moving: Sequence[PathLike],
+    moved: Sequence[PathLike],
+    *,
+    warp_field: PathLike | None = None,
+    affine: PathLike | None = None,
+    fixed: PathLike | None = None,
+    nearest: bool | Sequence[bool] = False,
+    resample: bool = True,
+) -> list[WarpedFile]:
+    """Apply a saved chain (affine, then displacement field) to several files, one interpolation.
+
+    Fixed voxel ``x`` takes each moving file at the world point ``M @ A_f @ (x + u(x))``
+    (``M`` the affine, identity without ``affine``; ``u`` the field in voxels of its grid, zero
+    without ``warp_field``), sampled from the file's own grid: a composed field written by
+    ``hyperreg register --warp`` alone, or ``--affine-out`` with ``--field-out``, give the same
+    result. Points outside a moving file take 0 (the edge value when there is no affine and the
+    file already lies on the field's grid, as ``warp`` always did).
+
+    Args:
+        moving: Images and/or label maps to warp (NIfTI, MGZ or npz), any grids.
+        moved: One output NIfTI per ``moving``, written with the target grid's affine, layout
+            and header codes: float32, or the smallest integer type for label maps.
+        warp_field: Displacement field (voxel or ITK format, detected); its grid is the target.
+        affine: ITK affine transform file (hyperreg, ANTs or SimpleITK), fixed -> moving.
+        fixed: Target grid when there is no field (required then); with a field it must lie on
+            the field's grid.
+        nearest: Label map(s): nearest neighbour, integer output; one bool for all, or one per
+            ``moving``.
+        resample: Without ``affine``, a moving file on another grid than the field's is an error
+            when False.
+
+    Returns:
+        One :class:`WarpedFile` per output, in order.
+
+    Raises:
+        FileNotFoundError: If an input is missing.
+        ValueError: If neither ``warp_field`` nor ``affine`` is given, the counts of
+            ``moving``/``moved``/``nearest`` differ, an output suffix is wrong or repeats, the
+            transform file is not a transform, a file's dimensionality differs from the target
+            grid's, or ``fixed`` is missing (no field) or off the field's grid.
+    """
+    fn = "warp_files"
+    if warp_field is None and affine is None:
+        raise ValueError(f"{fn}(): give 'warp_field' and/or 'affine' (the transform to apply)")
+    labels = [bool(nearest)] * len(moving) if isinstance(nearest, bool) else list(nearest)
+    if not (len(moving) == len(moved) == len(labels)) or not moving:
+        raise ValueError(
+            f"{fn}(): 'moving' and 'moved' must list the same number of files (at least one), "
+            f"got {len(moving)} and {len(moved)}"
+            + ("" if isinstance(nearest, bool) else f" ({len(labels)} 'nearest' flags)")
+        )
+    sources = (*moving, warp_field, affine, fixed)
+    check_outputs(fn, sources, **{f"moved[{n}]": path for n, path in enumerate(moved)})
+    transform = load_affine(affine) if affine is not None else AffineTransform.identity()
+    disp = None
+    if warp_field is not None:
+        field = load_displacement(warp_field)
+        grid = field.grid
+        disp = field.disp
+        if fixed is not None:
+            fixed_v = load_volume(fixed)
+            if not same_grid(fixed_v, grid):
+                raise ValueError(
+                    f"{fn}(): 'fixed' '{fixed}' must lie on the grid of the field '{warp_field}' "
+                    "(the field defines the output grid); drop 'fixed' or give the matching one"
+                )
+    elif fixed is None:
+        raise ValueError(
+            f"{fn}(): 'fixed' is needed to give the output grid when there is no field"
+        )
+    else:
+        grid = load_volume(fixed)
+    volumes = []
+    for path, label in zip(moving, labels):
+        volume = load_volume(path, label=label)
+        if volume.ndim != grid.ndim:
+            raise ValueError(
+                f"{fn}(): '{path}' is {volume.ndim}D but the target grid is {grid.ndim}D "
+                f"(shape {grid.spatial_shape}); both must be 2D or both 3D"
+            )
+        if affine is None and not resample:
+            check_same_grid(volume, grid)
+        volumes.append(volume)
+    outputs = []
+    for volume, out, label in zip(volumes, moved, labels):
+        border = is_identity(transform, volume, grid)
+        data = sample_volume(
+            volume, transform, disp, grid, label=label, padding="border" if border else "zeros"
+        ).data
+        save_volume(out, data, grid, label=label)
+        outputs.append(WarpedFile(Path(out), label, grid.spatial_shape))
+    return outputs
+
+
+def save_chain(
+    result: RegistrationResult,
+    composed: np.ndarray,
+    transform: AffineTransform,
+    fixed: Volume,
+    *,
+    warp_out: PathLike | None,
+    field_out: PathLike | None,
+    affine_out: PathLike | None,
+    warp_format: str,
+) -> None:
+    """Write the composed field (``warp_out``), the deformable field alone (``field_out``) and
+    the ITK affine (``affine_out``), each when given, in ``warp_format`` for the fields."""
+    if warp_out is not None:
+        save_displacement(warp_out, composed, fixed, format=warp_format)
+    if field_out is not None:
+        save_displacement(field_out, result.disp, fixed, format=warp_format)
+    if affine_out is not None:
+        save_affine(affine_out, transform)
