@@ -403,3 +403,41 @@ def test_bad_inputs_are_one_line_errors(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "the affine stage diverged" in err
     assert not out.exists()
+
+
+def test_sweep_tune_and_batch_take_init(tmp_path: Path, model_2d: Path) -> None:
+    """The affine stage runs once per pair; the λ work then sees the aligned pair."""
+    moving, fixed, _ = _pair(tmp_path, 2)
+    for volume, name in ((moving, "mseg"), (fixed, "fseg")):
+        seg = (volume.data > 0.35).astype(np.int16) + (volume.data > 0.65)
+        nib.save(
+            nib.Nifti1Image(seg.reshape(volume.disk_shape), volume.affine),
+            tmp_path / f"{name}.nii.gz",
+        )
+    csv = tmp_path / "pairs.csv"
+    csv.write_text(
+        "moving,fixed,moving_seg,fixed_seg\nmoving.nii.gz,fixed.nii.gz,mseg.nii.gz,fseg.nii.gz\n"
+    )
+    common = ["--model", str(model_2d), "--device", "cpu"]
+    sweep = ["sweep", *common, "--moving", str(moving.path), "--fixed", str(fixed.path)]
+    sweep += [
+        "--moving-seg",
+        str(tmp_path / "mseg.nii.gz"),
+        "--fixed-seg",
+        str(tmp_path / "fseg.nii.gz"),
+    ]
+    dice = {}
+    for init in ("none", "affine"):
+        assert (
+            main([*sweep, "--lambdas", "0.5,1", "--init", init, "--out", str(tmp_path / init)]) == 0
+        )
+        rows = (tmp_path / init / "sweep.csv").read_text().splitlines()
+        dice[init] = float(rows[-1].split(",")[1])  # λ = 1: (nearly) no deformation
+    assert dice["affine"] > dice["none"] + 0.1
+    tune = ["tune", *common, "--pairs", str(csv), "--lambdas", "0,1", "--refine-rounds", "0"]
+    assert main([*tune, "--out", str(tmp_path / "tune")]) == 0
+    batch = ["batch", *common, "--pairs", str(csv), "--lambda", "0.5", "--no-progress"]
+    assert main([*batch, "--out", str(tmp_path / "batch")]) == 0
+    folder = tmp_path / "batch" / "pairs"
+    (pair,) = list(folder.iterdir())
+    assert (pair / "affine.mat").is_file() and load_affine(pair / "affine.mat").kind == "affine"

@@ -153,7 +153,8 @@ def _sweep_args(files: dict[str, Path], *extra: str) -> list[str]:
 
 def test_sweep_cli_writes_csv_and_figures(files: dict[str, Path], capsys) -> None:
     segs = ["--moving-seg", str(files["moving_seg"]), "--fixed-seg", str(files["fixed_seg"])]
-    code = main(_sweep_args(files, *segs, "--lambdas", "0:1:5", "--chunk", "2", "--save-fields"))
+    grid = ["--lambdas", "0:1:5", "--chunk", "2", "--save-fields", "--init", "none"]
+    code = main(_sweep_args(files, *segs, *grid))
     assert code == 0, capsys.readouterr().err
     out = files["out"]
     with (out / "sweep.csv").open() as handle:

@@ -193,6 +193,8 @@ def _finished(folder: Path, identity: dict[str, Any]) -> bool:
         return False
     if any(record.get(k) != v for k, v in identity.items()):
         return False
+    if record.get("init", "none") != identity.get("init", "none"):
+        return False
     outputs = [record.get(k) for k in ("moved", "warp", "moved_seg")]
     return all((folder / o).is_file() for o in outputs if o)
 
@@ -210,6 +212,7 @@ def batch_register(
     desc: str = "pairs",
     rank: int = 0,
     refine: Any = None,
+    init: str = "none",
 ) -> BatchReport:
     """Register every pair of ``pairs`` (one shard) with per-pair records, resumably.
 
@@ -236,6 +239,10 @@ def batch_register(
         refine: A :class:`~hyperreg.registration.refine.Refinement` to refine each pair's field
             (its steps and similarity are part of a pair's identity: a rerun with other
             settings redoes the pair), or None.
+        init: ``"none"`` (default), ``"rigid"`` or ``"affine"``: the affine stage of
+            :func:`~hyperreg.apps.inference.register_files`, once per pair; its transform is
+            written as ``affine.mat`` and ``warp.nii.gz`` holds the composed transform. Part of
+            a pair's identity.
 
     Returns:
         A :class:`BatchReport`.
@@ -271,6 +278,8 @@ def batch_register(
         identity = _identity(pair, pair_lam)
         if refine is not None and refine.steps > 0:
             identity["refine"] = f"{refine.steps} {refine.sim} {refine.lr:g}"
+        if init != "none":
+            identity["init"] = init
         if _finished(folder, identity):
             report.skipped += 1
             continue
@@ -280,6 +289,8 @@ def batch_register(
             "warp": "warp.nii.gz",
             "moved_seg": "moved_seg.nii.gz" if pair.moving_seg else "",
         }
+        if init != "none":
+            outputs["affine"] = "affine.mat"
         tic = time.perf_counter()
         try:
             for column in ("moving_seg", "fixed_seg"):
@@ -299,6 +310,8 @@ def batch_register(
                 resample=resample,
                 warp_format=warp_format,
                 refine=refine,
+                init=init,
+                affine_out=folder / outputs["affine"] if init != "none" else None,
             )
         except KeyboardInterrupt:
             raise
@@ -449,6 +462,7 @@ def run_batch(
     progress: bool = False,
     load_model: Callable[[PathLike, Any], Any] | None = None,
     refine: Any = None,
+    init: str = "none",
 ) -> BatchRun:
     """One process of a batch job: read the pairs, run this rank's shard, merge.
 
@@ -475,6 +489,7 @@ def run_batch(
             :func:`hyperreg.method.model.load_checkpoint` (the CLI passes one that also takes a
             run folder and words its errors for ``--model``).
         refine: Test-time refinement per pair (see :func:`batch_register`), or None.
+        init: The affine stage per pair (see :func:`batch_register`).
 
     Returns:
         A :class:`BatchRun`.
@@ -524,6 +539,7 @@ def run_batch(
             desc=desc,
             rank=rank,
             refine=refine,
+            init=init,
         )
         merged = None
         if group:

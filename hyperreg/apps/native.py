@@ -48,6 +48,7 @@ __all__ = [
     "NativeInputs",
     "WarpedFile",
     "affine_files",
+    "align_pair",
     "check_transform_path",
     "native_inputs",
     "native_outputs",
@@ -369,3 +370,28 @@ def save_chain(
         save_displacement(field_out, result.disp, fixed, format=warp_format)
     if affine_out is not None:
         save_affine(affine_out, transform)
+
+
+def align_pair(
+    moving: Volume,
+    fixed: Volume,
+    moving_seg: Volume | None,
+    init: str,
+    *,
+    seed: int = 0,
+) -> tuple[Volume, Volume | None, AffineTransform]:
+    """The pair for λ work (sweep, tune): ``moving`` and ``moving_seg`` on the fixed grid through
+    the ``init`` affine, computed once (linear for the image, nearest neighbour for the label
+    map); unchanged for ``init="none"``.
+
+    Returns:
+        ``(moving, moving_seg, transform)``.
+
+    Raises:
+        ValueError: As :func:`~hyperreg.geometry.affine.register_affine`.
+    """
+    native = native_inputs(moving, fixed, moving_seg, init, seed=seed)
+    if not native.chained:
+        return moving, moving_seg, native.transform
+    seg = align(moving_seg, fixed, native.transform, label=True) if moving_seg is not None else None
+    return native.moving, seg, native.transform

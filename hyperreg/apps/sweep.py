@@ -408,6 +408,7 @@ def sweep_files(
     normalization: str = "minmax",
     resample: bool = True,
     refine: Refinement | None = None,
+    init: str = "none",
 ) -> SweepReport:
     """Load a pair, sweep λ (:func:`sweep_lambdas`) and write the report to ``out``.
 
@@ -439,6 +440,9 @@ def sweep_files(
         refine: Test-time refinement of each λ's field
             (:func:`hyperreg.registration.refine.refine_pair`, one optimisation per λ, after
             the batched pass); None or 0 steps: the network's fields.
+        init: ``"none"`` (default), ``"rigid"`` or ``"affine"``: an affine stage computed once
+            (:func:`hyperreg.apps.native.align_pair`); every λ then registers the aligned pair,
+            and Dice "before" is that of the aligned pair.
 
     Returns:
         A :class:`SweepReport`.
@@ -461,6 +465,10 @@ def sweep_files(
     fixed_v = load_volume(fixed)
     moving_seg_v = load_volume(moving_seg, label=True) if moving_seg is not None else None
     fixed_seg_v = load_volume(fixed_seg, label=True) if fixed_seg is not None else None
+    if init != "none":  # once per pair; the λ work then runs on the aligned pair
+        from hyperreg.apps.native import align_pair
+
+        moving_v, moving_seg_v, _ = align_pair(moving_v, fixed_v, moving_seg_v, init)
     moving_on, moving_seg_on, fixed_seg_on, notes = prepare_pair(
         "sweep_files", model, moving_v, fixed_v, moving_seg_v, fixed_seg_v, resample=resample
     )

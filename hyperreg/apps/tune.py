@@ -203,18 +203,33 @@ def _evaluate(
     amp: bool,
     normalization: str,
     resample: bool,
+    init: str = "none",
+    aligned: dict[int, tuple[Any, Any]] | None = None,
 ) -> tuple[list[dict[str, Any]], list[float]]:
     """Mean-over-pairs Dice/folding per λ (one batched sweep per pair), and the mean Dice
-    without registration of each pair."""
+    without (deformable) registration of each pair. With ``init``, each pair's affine stage
+    runs once and is kept in ``aligned`` (position -> (moving, moving_seg)) for later rounds."""
     per_lam: list[list[RegistrationResult]] = [[] for _ in lambdas]
     before: list[float] = []
-    for pair in pairs:
+    aligned = {} if aligned is None else aligned
+    for position, pair in enumerate(pairs):
+        moving, moving_seg = aligned.get(position, (None, None))
+        if moving is None:
+            moving = load_volume(pair.moving)
+            moving_seg = load_volume(pair.moving_seg, label=True)  # type: ignore[arg-type]
+            if init != "none":  # once per pair, kept for the later rounds
+                from hyperreg.apps.native import align_pair
+
+                moving, moving_seg, _ = align_pair(
+                    moving, load_volume(pair.fixed), moving_seg, init
+                )
+                aligned[position] = (moving, moving_seg)
         results = sweep_lambdas(
             model,
-            load_volume(pair.moving),
+            moving,
             load_volume(pair.fixed),
             list(lambdas),
-            moving_seg=load_volume(pair.moving_seg, label=True),  # type: ignore[arg-type]
+            moving_seg=moving_seg,
             fixed_seg=load_volume(pair.fixed_seg, label=True),  # type: ignore[arg-type]
             chunk=chunk,
             amp=amp,
@@ -268,6 +283,7 @@ def tune_lambda(
     amp: bool = False,
     normalization: str = "minmax",
     resample: bool = True,
+    init: str = "none",
 ) -> TuneResult:
     """Find λ* maximising mean validation Dice, optionally under a folding limit.
 
@@ -280,7 +296,9 @@ def tune_lambda(
 
     Per-label λ* is the best feasible value for each label over all evaluated λ, so it has the
     coarse grid's resolution away from the global λ* (the refinement brackets that one only).
-    Each pair is reloaded per round, so memory stays that of one pair.
+    Each pair is reloaded per round, so memory stays that of one pair (with ``init``, the
+    affinely aligned moving image and label map of every pair are kept instead: the affine stage
+    runs once per pair).
 
     Args:
         model: A trained :class:`~hyperreg.method.model.HyperMorph`.
@@ -293,6 +311,9 @@ def tune_lambda(
         amp: See :func:`sweep_lambdas`.
         normalization: Intensity normalisation.
         resample: Resample inputs on other grids onto the fixed grid (default True).
+        init: ``"none"`` (default), ``"rigid"`` or ``"affine"``: an affine stage per pair
+            (:func:`hyperreg.apps.native.align_pair`) before the λ work; Dice "before" is then
+            that of the aligned pair.
 
     Returns:
         A :class:`TuneResult`. If no evaluated λ meets ``max_folding``, λ* is the value with the
@@ -326,7 +347,14 @@ def tune_lambda(
             f"{fn}(): 'refine_rounds' must be >= 0 and 'refine_points' >= 1, got "
             f"{refine_rounds} and {refine_points}"
         )
-    options = dict(chunk=chunk, amp=amp, normalization=normalization, resample=resample)
+    options = dict(
+        chunk=chunk,
+        amp=amp,
+        normalization=normalization,
+        resample=resample,
+        init=init,
+        aligned={},
+    )
 
     def feasible(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for row in rows:

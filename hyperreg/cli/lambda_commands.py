@@ -51,6 +51,7 @@ def _add_sweep(sub: Any) -> None:
     )
     opts.add_batching_arguments(sweep)
     opts.add_refine_arguments(sweep)
+    opts.add_init_argument(sweep)
     opts.add_preprocessing_arguments(sweep)
     opts.add_common(sweep)
 
@@ -81,6 +82,7 @@ def _add_tune(sub: Any) -> None:
         help="new λ values per refinement round (default 8)",
     )
     opts.add_batching_arguments(tune)
+    opts.add_init_argument(tune)
     opts.add_common(tune)
 
 
@@ -92,7 +94,8 @@ def _add_batch(sub: Any) -> None:
     opts.add_pairs_csv_argument(batch, "moving, fixed, optional moving_seg, fixed_seg, lambda")
     opts.add_out_argument(
         batch,
-        "pairs/pairNNNNN/{moved,warp,moved_seg}.nii.gz, summary.csv, "
+        "pairs/pairNNNNN/{moved,warp,moved_seg}.nii.gz (and affine.mat with --init affine or "
+        "rigid; warp.nii.gz is then the composed transform), summary.csv, "
         "failures.csv. A rerun skips finished pairs. Under torchrun each process takes rows "
         "RANK::WORLD_SIZE",
     )
@@ -104,6 +107,7 @@ def _add_batch(sub: Any) -> None:
     )
     opts.add_warp_format_argument(batch, "warp.nii.gz")
     opts.add_refine_arguments(batch)
+    opts.add_init_argument(batch)
     opts.add_preprocessing_arguments(batch, then="then a failed pair")
     batch.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm bar")
     opts.add_common(batch)
@@ -126,6 +130,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         chunk=args.chunk,
         amp=args.amp,
         refine=refinement_from(args),
+        init=args.init,
         **pair_options(args),
     )
     for message in report.results[0].resampled:
@@ -140,7 +145,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         if refine_text(r.extra):
             print(f"{'':8} {refine_text(r.extra)}")
     if report.baseline_dice is not None:
-        print(f"no registration: mean Dice {report.baseline_dice:.4f}")
+        stage = "no registration" if args.init == "none" else f"{args.init} alone"
+        print(f"{stage}: mean Dice {report.baseline_dice:.4f}")
     print(f"wrote {len(report.files)} files to {args.out}")
     return 0
 
@@ -167,6 +173,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         refine_points=args.refine_points,
         chunk=args.chunk,
         amp=args.amp,
+        init=args.init,
     )
     paths = write_tune_report(result, args.out)
     limit = "" if args.max_folding is None else f" (folding limit {args.max_folding:g} %)"
@@ -198,6 +205,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
         progress=args.progress,
         load_model=load_model,
         refine=refinement_from(args),
+        init=args.init,
         **preprocessing_options(args),
     )
     report = run.report
