@@ -120,6 +120,17 @@ def test_refine_flow_rejects_non_finite_images() -> None:
         refine_flow(model, moving, torch.rand(1, 1, *SHAPE), 0.5, Refinement(steps=2))
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_refinement_runs_on_the_models_cuda_device() -> None:
+    model = tiny_model(2).cuda()
+    moving = torch.rand(1, 1, *SHAPE, device="cuda")
+    fixed = torch.roll(moving, 1, 2)
+    refined = refine_flow(model, moving, fixed, 0.2, Refinement(steps=10))
+    assert refined.flow.device.type == "cuda" and refined.output.disp.device.type == "cuda"
+    assert refined.loss_after < refined.loss_before
+
+
 # --- inverse ---------------------------------------------------------------------------------
 
 
