@@ -445,6 +445,11 @@ def _cmd_register(args: argparse.Namespace) -> int:
     )
     for message in result.resampled:
         print(f"{opts.PROG} register: {message}")
+    if "affine_seconds" in result.extra:
+        print(
+            f"{args.init} stage: {result.extra['affine_seconds']:.1f} s, Mattes MI "
+            f"{result.extra['affine_mi_before']:.4f} -> {result.extra['affine_mi_after']:.4f}"
+        )
     if refine_text(result.extra):
         print(refine_text(result.extra))
     written = [

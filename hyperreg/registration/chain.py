@@ -213,7 +213,7 @@ def finish_chain(
             result.extra["dice_before"] = mean_dice(before, fixed_seg.data, labels)
             result.extra["dice_affine"] = mean_dice(affine_only, fixed_seg.data, labels)
     result.resampled.append(
-        f"moving '{moving.path}' sampled once through the {transform.kind} affine and the field "
+        f"moving '{moving.path}' sampled once through the {transform.kind} stage and the field "
         "onto the fixed grid"
     )
     return result
