@@ -91,22 +91,33 @@ def _hyperreg(model, pair: dict, lambdas: Sequence[float]) -> dict:
     return {"results": results, "seconds": seconds, "fixed": fixed.data}
 
 
+def _ants_read(path: Path):
+    """An ANTs image; a 2D slice stored (I, J, 1) becomes a 2D image (ANTs cannot register a
+    one-slice 3D image): its array and in-plane spacing, both images of a pair alike."""
+    import ants
+
+    image = ants.image_read(str(path))
+    if image.dimension == 3 and image.shape[2] == 1:
+        image = ants.from_numpy(image.numpy()[:, :, 0].copy(), spacing=image.spacing[:2])
+    return image
+
+
 def _ants(pair: dict, metric: str | None) -> dict:
     import ants
 
     from hyperreg.method.metrics import mean_dice
 
-    fixed = ants.image_read(str(pair["fixed"]))
-    moving = ants.image_read(str(pair["moving"]))
+    fixed = _ants_read(pair["fixed"])
+    moving = _ants_read(pair["moving"])
     kwargs = {} if metric is None else {"syn_metric": metric}
     start = time.perf_counter()
     reg = ants.registration(fixed, moving, type_of_transform="SyNOnly", **kwargs)
     seconds = time.perf_counter() - start
     out = {"seconds": seconds, "moved": reg["warpedmovout"].numpy()}
     if pair.get("moving_seg"):
-        fixed_seg = ants.image_read(str(pair["fixed_seg"]))
+        fixed_seg = _ants_read(pair["fixed_seg"])
         moved_seg = ants.apply_transforms(
-            fixed, ants.image_read(str(pair["moving_seg"])), reg["fwdtransforms"],
+            fixed, _ants_read(pair["moving_seg"]), reg["fwdtransforms"],
             interpolator="genericLabel",
         )
         out["dice"] = mean_dice(
@@ -196,8 +207,8 @@ def _multicontrast(model, args) -> None:
     pair = {"moving": folder / "structInSpaceOfTemplateCoronalSlice.nii.gz",
             "fixed": folder / "T2_structInSpaceOfTemplateCoronalSlice.nii.gz"}
     ours = _hyperreg(model, pair, args.lambdas)
-    fixed = ants.image_read(str(pair["fixed"])).numpy()
-    moving = ants.image_read(str(pair["moving"])).numpy()
+    fixed = _ants_read(pair["fixed"]).numpy()
+    moving = _ants_read(pair["moving"]).numpy()
     syn = _ants(pair, None)
     before = mutual_information(moving, fixed)
     gains = [(r.lam, mutual_information(r.moved, ours["fixed"]) - before)

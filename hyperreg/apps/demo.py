@@ -1,4 +1,4 @@
-"""``hyperreg demo``: train a small 2D HyperMorph on built-in anatomy and report across λ.
+"""``hyperreg demo``: register built-in anatomy with the bundled model (or train one), across λ.
 
 Default input: the MNI152 2009a T1 template and its grey/white-matter maps that nilearn's wheel
 ships (read with nibabel; nilearn itself is not imported). Training pairs are coronal slices of
@@ -6,10 +6,11 @@ the template, each warped by its own random smooth diffeomorphism (a Gaussian-sm
 velocity, integrated) with random gamma, bias field and noise. Held-back pairs use slices never
 seen in training: the fixed image is the template slice, the moving image a known random warp of
 it, so Dice on the tissue labels (1 grey matter, 2 white matter) and the true displacement are
-known. With ``data=`` (neurite-oasis layout) the model trains on real subject slices and is
-evaluated on real subject pairs with their label maps.
+known. With ``data=`` (neurite-oasis layout) the pairs are real subject slices with their label
+maps. By default the pairs are registered with the bundled pretrained 2D model, which never saw
+the template; with ``steps > 0`` a model is first trained on the demo's training pairs.
 
-Outputs in ``out``: ``model/`` (checkpoint, log), ``nifti/`` (fixed, moving, moved, moved labels
+Outputs in ``out``: ``model/`` (checkpoint and log, when trained here), ``nifti/`` (fixed, moving, moved, moved labels
 and displacement at each λ for the first held-back pair), ``demo_figure.png`` (moved images and
 field magnitudes across λ; Dice and folding against λ), ``results.csv`` and ``results.md``.
 """

@@ -1,0 +1,68 @@
+"""The bundled pretrained models: listed, chosen by dimensionality, used without --model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from lambda_helpers import write_pair
+
+from hyperreg.apps.pretrained import bundled_models, default_model, load_pretrained
+from hyperreg.cli import main
+
+
+def test_a_2d_model_is_bundled_with_its_card() -> None:
+    models = bundled_models()
+    two_d = [m for m in models if m.ndim == 2]
+    assert two_d, f"no bundled 2D model: {models}"
+    for m in models:
+        assert m.path.stat().st_size <= 10_000_000, f"{m.path} is over 10 MB"
+        card = m.card.read_text()
+        for section in ("command", "people", "steps", "λ"):
+            assert section in card, f"model card {m.card} has no '{section}'"
+    assert default_model(2).ndim == 2
+    model = load_pretrained(2)
+    assert model.config.ndim == 2 and not model.training
+
+
+def test_no_bundled_model_for_a_dimensionality_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="no bundled model registers 3D images"):
+        default_model(3, folder=tmp_path)  # an empty folder: nothing shipped
+
+
+def test_a_malformed_index_is_a_packaging_error(tmp_path: Path) -> None:
+    (tmp_path / "index.json").write_text(json.dumps({"models": [{"name": "x"}]}))
+    with pytest.raises(RuntimeError, match="malformed"):
+        bundled_models(tmp_path)
+
+
+def test_register_without_model_uses_the_bundled_one(tmp_path: Path, capsys) -> None:
+    pair = write_pair(tmp_path, "p")
+    moved = tmp_path / "moved.nii.gz"
+    args = ["register", "--moving", str(pair["moving"]), "--fixed", str(pair["fixed"])]
+    code = main([*args, "--lambda", "0.3", "--moved", str(moved), "--device", "cpu"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "using the bundled model" in out.out
+    assert moved.is_file()
+
+
+def test_models_command_lists_them(capsys) -> None:
+    assert main(["models"]) == 0
+    printed = capsys.readouterr().out
+    assert all(m.name in printed for m in bundled_models())
+    assert "model card" in printed
+
+
+def test_demo_registers_with_the_bundled_model(tmp_path: Path) -> None:
+    from hyperreg.apps.demo import run_demo
+
+    report = run_demo(tmp_path / "demo", device="cpu", eval_pairs=1, progress=False)
+    assert "bundled pretrained model" in report
+    import csv
+
+    with (tmp_path / "demo" / "results.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows and all(0 <= float(r["dice"]) <= 1 for r in rows)
+    assert not (tmp_path / "demo" / "model").exists()  # nothing was trained
