@@ -10,8 +10,8 @@ known. With ``data=`` (neurite-oasis layout) the pairs are real subject slices w
 maps. By default the pairs are registered with the bundled pretrained 2D model, which never saw
 the template; with ``steps > 0`` a model is first trained on the demo's training pairs.
 
-Outputs in ``out``: ``model/`` (checkpoint and log, when trained here), ``nifti/`` (fixed, moving, moved, moved labels
-and displacement at each λ for the first held-back pair), ``demo_figure.png`` (moved images and
+Outputs in ``out``: ``model/`` (checkpoint and log, when trained here), ``nifti/`` (fixed,
+moving, moved, moved labels and displacement at each λ for the first held-back pair), ``demo_figure.png`` (moved images and
 field magnitudes across λ; Dice and folding against λ), ``results.csv`` and ``results.md``.
 """
 

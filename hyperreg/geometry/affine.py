@@ -32,7 +32,7 @@ import SimpleITK as sitk
 
 from hyperreg._files import atomic_write
 from hyperreg.geometry.io import Volume
-from hyperreg.geometry.resample import grid_geometry, to_sitk
+from hyperreg.geometry.resample import resample_through, to_sitk
 
 __all__ = [
     "AFFINE_INITS",
@@ -403,28 +403,7 @@ def resample_affine(
             f"resample_affine(): '{_name(moving, 'moving')}' and '{_name(fixed, 'fixed')}' "
             "must both be 2D or both 3D"
         )
-    data = moving.data.astype(np.int32 if label else np.float32)
-    image = to_sitk(Volume(data=data, affine=moving.affine, disk_shape=moving.disk_shape))
-    size, origin, spacing, direction = grid_geometry("resample_affine", fixed)
-    resampled = sitk.Resample(
-        image,
-        size,
-        transform.to_sitk(),
-        sitk.sitkNearestNeighbor if label else sitk.sitkLinear,
-        origin,
-        spacing,
-        direction,
-        0,
-        sitk.sitkInt32 if label else sitk.sitkFloat32,
-    )
-    out = sitk.GetArrayFromImage(resampled).transpose(2, 1, 0).reshape(fixed.spatial_shape)
-    return Volume(
-        data=np.ascontiguousarray(out, dtype=np.int32 if label else np.float32),
-        affine=fixed.affine,
-        disk_shape=fixed.disk_shape,
-        path=moving.path,
-        codes=fixed.codes,
-    )
+    return resample_through(moving, fixed, transform.to_sitk(), label=label, fn="resample_affine")
 
 
 def save_affine(path: str | os.PathLike[str], transform: AffineTransform) -> Path:

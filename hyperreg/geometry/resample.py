@@ -23,7 +23,14 @@ from nibabel.orientations import aff2axcodes
 
 from hyperreg.geometry.io import Volume
 
-__all__ = ["affine_3d", "describe_grid", "grid_geometry", "resample_to", "to_sitk"]
+__all__ = [
+    "affine_3d",
+    "describe_grid",
+    "grid_geometry",
+    "resample_through",
+    "resample_to",
+    "to_sitk",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -174,13 +181,44 @@ def resample_to(moving: Volume, fixed: Volume, *, label: bool = False) -> Volume
         )
     if moving.ndim == 2:
         _check_same_plane(moving, fixed)
+    logger.debug("%s(): '%s' -> %s", fn, moving.path, describe_grid(fixed))
+    return resample_through(moving, fixed, sitk.Transform(), label=label, fn=fn)
+
+
+def resample_through(
+    moving: Volume,
+    fixed: Volume,
+    transform: sitk.Transform,
+    *,
+    label: bool = False,
+    fn: str = "resample_through",
+) -> Volume:
+    """``moving`` sampled on ``fixed``'s grid through an ITK transform, one interpolation.
+
+    Fixed voxel ``x`` takes ``moving`` at the physical point ``transform(p)``, where ``p`` is the
+    LPS point of ``x`` (ITK transforms map fixed points to moving points); points outside
+    ``moving`` get 0. The one place where hyperreg calls ``sitk.Resample``.
+
+    Args:
+        moving: Image (float) or label map (integer), 2D or 3D.
+        fixed: Volume whose grid (shape, affine, disk layout, header codes) the result takes.
+        transform: A 3D ITK transform in LPS mm (``sitk.Transform()`` is the identity).
+        label: Nearest neighbour, int32 out; otherwise linear, float32 out.
+        fn: Caller name for error messages.
+
+    Returns:
+        A :class:`~hyperreg.geometry.io.Volume` on ``fixed``'s grid with ``moving``'s path.
+
+    Raises:
+        ValueError: If an affine is singular.
+    """
     data = moving.data.astype(np.int32 if label else np.float32)
     image = to_sitk(Volume(data=data, affine=moving.affine, disk_shape=moving.disk_shape))
     size, origin, spacing, direction = grid_geometry(fn, fixed)
     resampled = sitk.Resample(
         image,
         size,
-        sitk.Transform(),
+        transform,
         sitk.sitkNearestNeighbor if label else sitk.sitkLinear,
         origin,
         spacing,
@@ -189,7 +227,6 @@ def resample_to(moving: Volume, fixed: Volume, *, label: bool = False) -> Volume
         sitk.sitkInt32 if label else sitk.sitkFloat32,
     )
     out = sitk.GetArrayFromImage(resampled).transpose(2, 1, 0).reshape(fixed.spatial_shape)
-    logger.debug("%s(): '%s' -> %s", fn, moving.path, describe_grid(fixed))
     return Volume(
         data=np.ascontiguousarray(out, dtype=np.int32 if label else np.float32),
         affine=fixed.affine,

@@ -230,7 +230,7 @@ def _isotropic_grid(volume: Volume, spacing: float) -> Volume | None:
     if np.all(np.abs(current - spacing) <= _SPACING_TOL):
         return None
     shape = tuple(
-        max(1, int(round(n * s / spacing))) for n, s in zip(volume.spatial_shape, current)
+        max(1, round(n * s / spacing)) for n, s in zip(volume.spatial_shape, current)
     )
     affine = volume.affine.copy()
     for axis, size in enumerate(current):
