@@ -2,14 +2,14 @@
 
 On 2D coronal slices (axis 2) of the shared OASIS volumes, trains one HyperMorph model (λ per
 sample from :class:`hyperreg.training.data.LambdaSampler`) and, for each ``--lambdas`` value, one
-model of the identical pipeline (padding, U-Net, scaling and squaring at half resolution, resize, warp)
-whose U-Net weights are ordinary trainable parameters initialised from ``UNet.init_std`` (as
+model of the identical pipeline (padding, U-Net, scaling and squaring at half resolution, resize,
+warp) whose U-Net weights are ordinary trainable parameters initialised from ``UNet.init_std`` (as
 ``FixedWeightUNet``), trained at that constant λ. Every model goes through the same loop
 (:func:`_train`): the same pair stream (its own generator, seeded by ``--seed``), steps, batch,
 Adam lr, loss (:func:`hyperreg.training.train.hypermorph_loss`, NCC) and default
-``ModelConfig(ndim=2)``; only the λ source differs. Evaluation runs :func:`hyperreg.training.validation.evaluate` (so
-:func:`hyperreg.registration.pairs.register_pair`) on the held-out brain slices (every 10th, as
-``PairSampler(holdout_every=10)`` sets aside) in both directions: HyperMorph on the λ grid 0,
+``ModelConfig(ndim=2)``; only the λ source differs. Evaluation runs
+:func:`hyperreg.training.validation.evaluate` (so :func:`hyperreg.registration.pairs.register_pair`)
+on the held-out brain slices (every 10th, as ``PairSampler(holdout_every=10)`` sets aside) in both directions: HyperMorph on the λ grid 0,
 0.05, …, 1 and at each fixed λ, each fixed model at its own λ. Reports mean Dice and folding %
 (J ≤ 0) per λ, the target HyperMorph Dice ≥ fixed Dice − 0.01, and λ* (best HyperMorph grid
 Dice). Writes ``accuracy_vs_lambda.png`` into ``--plot-dir``, and ``accuracy.json`` (with the

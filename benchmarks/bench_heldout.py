@@ -201,7 +201,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _multicontrast(model, args) -> None:
     """S8 T1 -> S8 T2: mutual information gain, hyperreg (λ grid) vs ANTs SyN (Mattes MI)."""
-    import ants
 
     folder = args.data / "multicontrast-2d" / "S8"
     pair = {"moving": folder / "structInSpaceOfTemplateCoronalSlice.nii.gz",

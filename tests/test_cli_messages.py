@@ -102,7 +102,10 @@ def _intensity(pair: dict[str, Path]) -> Path:
         (("--moved", "{out}/a.nii.gz", "--warp", "{out}/a.nii.gz"), "--warp and --moved are the "),
         (("--moved", "{moving}"), "--moved would overwrite the input"),
         (("--moved", "{out}/a.txt"), "--moved must end in ('.nii.gz', '.nii')"),
-        (("--warp", "{out}/w.nii.gz", "--affine-out", "{out}/a.nii.gz"), "--affine-out must end in"),
+        (
+            ("--warp", "{out}/w.nii.gz", "--affine-out", "{out}/a.nii.gz"),
+            "--affine-out must end in",
+        ),
     ],
 )
 def test_register_output_messages_name_options(

@@ -11,8 +11,9 @@ maps. By default the pairs are registered with the bundled pretrained 2D model, 
 the template; with ``steps > 0`` a model is first trained on the demo's training pairs.
 
 Outputs in ``out``: ``model/`` (checkpoint and log, when trained here), ``nifti/`` (fixed,
-moving, moved, moved labels and displacement at each λ for the first held-back pair), ``demo_figure.png`` (moved images and
-field magnitudes across λ; Dice and folding against λ), ``results.csv`` and ``results.md``.
+moving, moved, moved labels and displacement at each λ for the first held-back pair),
+``demo_figure.png`` (moved images and field magnitudes across λ; Dice and folding against λ),
+``results.csv`` and ``results.md``.
 """
 
 from __future__ import annotations
