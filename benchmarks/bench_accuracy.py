@@ -12,8 +12,9 @@ Adam lr, loss (:func:`hyperreg.training.train.hypermorph_loss`, NCC) and default
 on the held-out brain slices (every 10th, as ``PairSampler(holdout_every=10)`` sets aside) in
 both directions: HyperMorph on the λ grid 0, 0.05, …, 1 and at each fixed λ, each fixed model
 at its own λ. Reports mean Dice and folding % (J ≤ 0) per λ, the target HyperMorph Dice ≥
-fixed Dice − 0.01, and λ* (best HyperMorph grid Dice). Writes ``accuracy_vs_lambda.png`` into ``--plot-dir``, and ``accuracy.json`` (with the
-saved HyperMorph checkpoint and λ*) into ``--work``.
+fixed Dice − 0.01, and λ* (best HyperMorph grid Dice). Writes ``accuracy_vs_lambda.png`` into
+``--plot-dir``, and ``accuracy.json`` (with the saved HyperMorph checkpoint and λ*) into
+``--work``.
 
     python benchmarks/bench_accuracy.py --steps 1500 --batch-size 4 --lr 1e-3 \\
         --lambdas 0.1 0.3 0.5 0.7 0.9 --device cpu --threads 1 --work runs/accuracy
