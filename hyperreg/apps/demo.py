@@ -18,7 +18,6 @@ moving, moved, moved labels and displacement at each λ for the first held-back 
 
 from __future__ import annotations
 
-import csv
 import importlib.util
 import logging
 from pathlib import Path
@@ -29,6 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from hyperreg._checks import resolve_device
+from hyperreg._files import atomic_text, write_csv
 from hyperreg.apps.pretrained import default_model
 from hyperreg.apps.plotting import oriented_slice, pyplot, save_figure, show_slice
 from hyperreg.config import ModelConfig, TrainConfig
@@ -413,10 +413,7 @@ def _report(
     """Register the pairs, write results.csv / results.md / demo_figure.png; the report."""
     rows = _evaluate(model, pairs, out)
     table = _table(rows)
-    with (out / "results.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(out / "results.csv", rows, list(rows[0]))
     _figure(pairs[0], table, out / "demo_figure.png", len(pairs), label_names)
     keys = [k for k in table[0] if k != "lambda"]
     lines = [
@@ -437,5 +434,5 @@ def _report(
         f"outputs in {out}: demo_figure.png, results.md, results.csv, nifti/; model: {model_file}",
     ]
     report = "\n".join(lines)
-    (out / "results.md").write_text(report + "\n")
+    atomic_text(out / "results.md", lambda handle: handle.write(report + "\n"))
     return report

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import json
 import logging
 import math
 import os
@@ -41,6 +40,7 @@ import torch.distributed as dist
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from hyperreg._files import write_json
 from hyperreg.training import distributed
 from hyperreg.training.checkpointing import (
     StopSignals,
@@ -395,9 +395,9 @@ def _train(
     resolved = to_dict(config)
     if main:
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "config.json").write_text(json.dumps(resolved, indent=2) + "\n")
+        write_json(out_dir / "config.json", resolved, indent=2)
         if record is not None:
-            (out_dir / "split.json").write_text(json.dumps(record, indent=2) + "\n")
+            write_json(out_dir / "split.json", record, indent=2)
 
     torch.manual_seed(config.seed)
     generator = torch.Generator().manual_seed(config.seed)
