@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 from _common import DATA_ROOT, DEFAULT_PLOTS, log, pyplot, table, verdict
-from bench_heldout import _ants, _mindboggle_pairs, _oasis_pair, mutual_information
+from bench_heldout import ants_syn, mindboggle_pairs, mutual_information, oasis_pair
 
 
 def _ours(model, pair: dict, lam: float, steps: int, lr: float, sim: str = "ncc") -> dict:
@@ -63,36 +63,6 @@ def _ours(model, pair: dict, lam: float, steps: int, lr: float, sim: str = "ncc"
     }
 
 
-def _ants_pair(pair: dict, metric: str | None) -> dict:
-    """``bench_heldout._ants``; a file ANTs cannot register as read (a 2D slice stored as
-    ``(I, J, 1)``, e.g. the OASIS coronal slice) is registered as its 2D array (unit spacing)."""
-    try:
-        return _ants(pair, metric)
-    except RuntimeError as err:
-        log(f"ANTs on the files failed ({err}); registering the 2D arrays")
-    import ants
-
-    from hyperreg.geometry.io import load_volume
-    from hyperreg.method.metrics import mean_dice
-
-    def image(key: str, label: bool = False):
-        return ants.from_numpy(load_volume(pair[key], label=label).data.astype("float32"))
-
-    fixed, moving = image("fixed"), image("moving")
-    kwargs = {} if metric is None else {"syn_metric": metric}
-    start = time.perf_counter()
-    reg = ants.registration(fixed, moving, type_of_transform="SyNOnly", **kwargs)
-    out = {"seconds": time.perf_counter() - start, "moved": reg["warpedmovout"].numpy()}
-    if pair.get("moving_seg"):
-        moved_seg = ants.apply_transforms(fixed, image("moving_seg", True), reg["fwdtransforms"],
-                                          interpolator="genericLabel")
-        out["dice"] = mean_dice(np.rint(moved_seg.numpy()).astype(np.int32),
-                                np.rint(image("fixed_seg", True).numpy()).astype(np.int32))
-    jacobian = ants.create_jacobian_determinant_image(fixed, reg["fwdtransforms"][0]).numpy()
-    out["folding"] = 100.0 * float((jacobian <= 0).mean())
-    return out
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", type=Path, required=True, help="2D hyperreg checkpoint")
@@ -108,16 +78,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     from hyperreg.method.model import load_checkpoint
 
     model, _ = load_checkpoint(args.model)
-    pairs = _mindboggle_pairs(args.data)
+    pairs = mindboggle_pairs(args.data)
     if args.max_pairs:
         pairs = pairs[: args.max_pairs]
-    pairs.append(_oasis_pair(args.data))
+    pairs.append(oasis_pair(args.data))
     _ours(model, pairs[0], args.lam, 2, args.lr)  # warm-up
     rows = []
     for index, pair in enumerate(pairs):
         log(f"pair {index + 1}/{len(pairs)}: {pair['name']}")
         ours = {n: _ours(model, pair, args.lam, n, args.lr) for n in args.steps}
-        rows.append({"pair": pair, "ours": ours, "syncc": _ants_pair(pair, "CC")})
+        rows.append({"pair": pair, "ours": ours, "syncc": ants_syn(pair, "CC")})
 
     threads = os.environ.get("ITK_GLOBAL_DEFAULT_NUMBER_OF_THREADS", "ITK default (all cores)")
     print("## Test-time refinement vs ANTs SyN-CC\n")
@@ -183,7 +153,7 @@ def _multicontrast(model, args) -> None:
         gain = mutual_information(ours["moved"], ours["fixed"]) - before
         rows.append([f"hyperreg, {n} steps MI", f"{gain:+.4f}", f"{ours['folding']:.3f}",
                      f"{ours['seconds']:.2f}"])
-    syn = _ants_pair(pair, None)
+    syn = ants_syn(pair, None)
     syn_gain = mutual_information(syn["moved"], fixed) - before
     rows.append(["ANTs SyNOnly (Mattes MI)", f"{syn_gain:+.4f}", f"{syn['folding']:.3f}",
                  f"{syn['seconds']:.2f}"])
