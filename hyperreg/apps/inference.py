@@ -28,7 +28,7 @@ from hyperreg.geometry.fields import (
     load_displacement,
     save_displacement,
 )
-from hyperreg.geometry.io import Volume, load_volume, save_volume
+from hyperreg.geometry.io import Volume, check_same_grid, load_volume, save_volume
 from hyperreg.method.metrics import field_summary
 from hyperreg.method.model import HyperMorph
 from hyperreg.geometry.affine import AFFINE_INITS
@@ -208,9 +208,9 @@ def register_files(
     check_transform_path(fn, "affine_out", affine_out)
     if inverse_warp_out is not None and init != "none":
         raise ValueError(
-            f"{fn}(): 'inverse_warp_out' inverts the deformable field of a pair registered as it "
-            f"lies; with init={init!r} the transform also holds an affine: give init='none' "
-            "(e.g. for a pair already aligned by 'hyperreg affine')"
+            f"{fn}(): 'inverse_warp_out' inverts only the deformable field; with 'init' "
+            f"{init!r} the transform also holds an affine: use 'init' 'none' (for a pair that is "
+            "already aligned, e.g. by 'hyperreg affine')"
         )
     if refine is not None:
         check_refinement(fn, refine)
@@ -225,6 +225,8 @@ def register_files(
     fixed_seg_v = load_volume(fixed_seg, label=True) if fixed_seg is not None else None
     if (warp_out is not None or inverse_warp_out is not None) and warp_format == "itk":
         check_itk_grid(fixed_v)
+    if not resample:  # differing grids are an error whatever the init (no silent resampling)
+        check_same_grid(moving_v, fixed_v)
     native = native_inputs(moving_v, fixed_v, moving_seg_v, init)
     run = register_pair
     if (refine is not None and refine.steps > 0) or inverse_warp_out is not None:

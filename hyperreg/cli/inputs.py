@@ -10,6 +10,7 @@ and exit code 2). torch and the library are imported inside the functions.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +115,9 @@ def bundled_model_for(args: Any) -> Any:
         from hyperreg.apps.batch import read_pairs
 
         fixed = read_pairs(args.pairs)[0].fixed
-    ndim = load_volume(fixed).ndim
+    with warnings.catch_warnings():  # the command loads the file again and warns then
+        warnings.simplefilter("ignore")
+        ndim = load_volume(fixed).ndim
     try:
         bundled = default_model(ndim)
     except ValueError as err:

@@ -251,7 +251,7 @@ def load_displacement(path: str | os.PathLike[str]) -> Displacement:
         spatial = spatial_shape_of(path, grid_disk)
     except ValueError:
         spatial = ()
-    layout_ok = raw.dtype.kind in "biuf" and len(spatial) == channels
+    layout_ok = raw.dtype.kind in "biuf" and channels in (2, 3) and len(spatial) == channels
     if itk:  # 3D: 3 vectors; 2D: 3 (one-slice 3D field, hyperreg) or 2 (x-y plane)
         layout_ok = (
             raw.dtype.kind in "biuf"
