@@ -108,16 +108,13 @@ def bundled_model_for(args: Any) -> Any:
         ValueError: If none registers images of that dimensionality.
     """
     from hyperreg.apps.pretrained import default_model
-    from hyperreg.geometry.io import load_volume
 
     fixed = getattr(args, "fixed", None)
     if fixed is None:
         from hyperreg.apps.batch import read_pairs
 
         fixed = read_pairs(args.pairs)[0].fixed
-    with warnings.catch_warnings():  # the command loads the file again and warns then
-        warnings.simplefilter("ignore")
-        ndim = load_volume(fixed).ndim
+    ndim = _image_ndim(fixed)
     try:
         bundled = default_model(ndim)
     except ValueError as err:
@@ -127,6 +124,21 @@ def bundled_model_for(args: Any) -> Any:
         ) from err
     print(f"hyperreg {args.command}: using the bundled model {bundled.name} (card: {bundled.card})")
     return bundled
+
+
+def _image_ndim(path: str | os.PathLike[str]) -> int:
+    """Spatial dimensions of an image from its header alone (the command reads the data later);
+    a file whose header does not tell is read whole, so its error is load_volume's."""
+    from hyperreg.geometry.io import load_volume, spatial_shape_of
+
+    try:
+        import nibabel as nib
+
+        return len(spatial_shape_of(Path(path), tuple(nib.load(path).shape)))
+    except Exception:  # npz, unreadable, 4D, ...: let load_volume say what it is
+        with warnings.catch_warnings():  # the command loads the file again and warns then
+            warnings.simplefilter("ignore")
+            return load_volume(path).ndim
 
 
 def check_label_maps(**maps: str | os.PathLike[str] | None) -> None:
