@@ -67,8 +67,7 @@ def write_json(path: str | os.PathLike[str], payload: Any, indent: int = 1) -> P
 def _cell(value: Any) -> Any:
     if isinstance(value, float):
         return f"{value:.6g}"  # NaN as 'nan'
-
-    return value
+    return value  # None is written as an empty cell by the csv module
 
 
 def write_csv(
@@ -76,7 +75,7 @@ def write_csv(
 ) -> Path:
     """Write ``rows`` under the header ``columns`` atomically; floats as ``%.6g``, NaN as ``nan``.
 
-    A key missing from a row gives an empty cell.
+    A key missing from a row, or a None value, gives an empty cell.
     """
 
     def write(handle: IO[str]) -> None:

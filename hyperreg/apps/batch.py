@@ -372,14 +372,6 @@ SUMMARY_COLUMNS = (
 FAILURE_COLUMNS = ("index", "name", "moving", "fixed", "moving_seg", "fixed_seg", "lambda", "error")
 
 
-def _cell(value: Any) -> Any:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return value
-
-
 def merge_records(out: PathLike) -> tuple[Path, Path, int, int]:
     """Merge every ``pairs/*/record.json`` into ``summary.csv`` and every ``failure.json`` of a
     pair without a record into ``failures.csv`` (both sorted by index, written atomically).
@@ -416,16 +408,8 @@ def merge_records(out: PathLike) -> tuple[Path, Path, int, int]:
     labels = sorted(
         {k for r in records for k in r if k.startswith("dice_")}, key=lambda k: int(k[5:])
     )
-    summary = write_csv(
-        root / "summary.csv",
-        [{k: _cell(v) for k, v in r.items()} for r in records],
-        [*SUMMARY_COLUMNS, *labels],
-    )
-    failed = write_csv(
-        root / "failures.csv",
-        [{k: _cell(v) for k, v in r.items()} for r in failures],
-        FAILURE_COLUMNS,
-    )
+    summary = write_csv(root / "summary.csv", records, [*SUMMARY_COLUMNS, *labels])
+    failed = write_csv(root / "failures.csv", failures, FAILURE_COLUMNS)
     return summary, failed, len(records), len(failures)
 
 
