@@ -34,6 +34,11 @@ class ModelConfig:
     # (benchmarks/RESULTS_hypernet.md). 0 = the legacy full-width head of hyperreg 0.1.0, which is
     # what a checkpoint without this key holds.
     hyper_rank: int = 4
+    # Voxel size (mm) the model works at, that of its training data (TrainConfig.spacing): an
+    # input pair with other voxels is resampled to isotropic voxels of this size for the network
+    # and the field brought back to the fixed grid (hyperreg.registration.pairs.network_grid).
+    # 0 = the input's own voxels. Not part of the architecture: the weights do not depend on it.
+    spacing: float = 0.0
 
     def __post_init__(self) -> None:
         if self.ndim not in (2, 3):
@@ -53,6 +58,13 @@ class ModelConfig:
             )
         if self.int_steps < 0:
             raise ValueError(f"ModelConfig(): 'int_steps' must be >= 0, got {self.int_steps}")
+        if not self.spacing >= 0:
+            raise ValueError(f"ModelConfig(): 'spacing' must be >= 0 (mm), got {self.spacing}")
+
+    def architecture(self) -> dict[str, Any]:
+        """Every setting the weights depend on (all but ``spacing``), as a plain dict: what a
+        resumed or fine-tuned run must share with its checkpoint."""
+        return {k: v for k, v in to_dict(self).items() if k != "spacing"}
 
 
 @dataclass(frozen=True)

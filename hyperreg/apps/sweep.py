@@ -43,7 +43,7 @@ from hyperreg.method.model import HyperMorph
 from hyperreg.registration.pairs import (
     RegistrationResult,
     check_outputs,
-    model_input,
+    network_inputs,
     prepare_pair,
     result_from_output,
 )
@@ -191,8 +191,7 @@ def sweep_lambdas(
     before = None
     if labels is not None and moving_seg is not None and fixed_seg is not None:
         before = mean_dice(moving_seg.data, fixed_seg.data, labels)
-    moving_t = model_input(moving, normalization, device)
-    fixed_t = model_input(fixed, normalization, device)
+    moving_t, fixed_t, grid = network_inputs(model, moving, fixed, normalization, device, notes)
     step = count if chunk is None else chunk
     results: list[RegistrationResult] = []
     for start in range(0, count, step):
@@ -205,7 +204,8 @@ def sweep_lambdas(
         similarity = -ncc_loss(out.moved.float(), fixed_t.expand(shape), reduction="none")
         for index in range(size):
             result = result_from_output(
-                out, index, float(lam[index]), moving_seg, fixed_seg, notes, labels, moving=moving
+                out, index, float(lam[index]), moving_seg, fixed_seg, notes, labels,
+                moving=moving, grid=grid,
             )
             result.extra["ncc"] = float(similarity[index])
             if before is not None:

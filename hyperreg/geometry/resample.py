@@ -27,6 +27,7 @@ __all__ = [
     "affine_3d",
     "describe_grid",
     "grid_geometry",
+    "isotropic_grid",
     "resample_through",
     "resample_to",
     "to_sitk",
@@ -36,6 +37,7 @@ logger = logging.getLogger(__name__)
 
 _RAS_TO_LPS = np.diag([-1.0, -1.0, 1.0])
 _PLANE_TOL = 1e-3  # voxels: how far a 2D grid may lie off the other's slice plane
+SPACING_TOL = 1e-3  # mm: voxels this close to a target spacing are not resampled
 
 
 def affine_3d(volume: Volume) -> np.ndarray:
@@ -79,6 +81,38 @@ def grid_geometry(fn: str, volume: Volume) -> tuple[tuple[int, ...], tuple, tupl
         tuple(float(v) for v in spacing),
         tuple(float(v) for v in direction.ravel()),
     )
+
+
+def isotropic_grid(volume: Volume, spacing: float) -> Volume | None:
+    """The grid of ``volume`` with isotropic ``spacing`` mm voxels, or None when its voxels
+    already have that size (within :data:`SPACING_TOL` on every axis).
+
+    The new grid keeps the array axis order, orientation and the world position of voxel 0;
+    axis ``n`` has ``max(1, round(shape[n] · spacing[n] / spacing))`` voxels, so it covers the
+    same field of view up to one voxel. Used for training at a voxel size
+    (``TrainConfig.spacing``) and for running a model at the voxel size it was trained at
+    (``ModelConfig.spacing``).
+
+    Args:
+        volume: Any volume (only its shape and affine are used).
+        spacing: Target voxel size in mm, > 0.
+
+    Returns:
+        A :class:`~hyperreg.geometry.io.Volume` of zeros (float32) on the new grid, or None.
+
+    Raises:
+        ValueError: If ``spacing`` is not positive.
+    """
+    if not spacing > 0:
+        raise ValueError(f"isotropic_grid(): 'spacing' must be > 0 mm, got {spacing}")
+    current = np.asarray(volume.spacing)
+    if np.all(np.abs(current - spacing) <= SPACING_TOL):
+        return None
+    shape = tuple(max(1, round(n * s / spacing)) for n, s in zip(volume.spatial_shape, current))
+    affine = volume.affine.copy()
+    for axis, size in enumerate(current):
+        affine[:3, axis] *= spacing / size
+    return Volume(np.zeros(shape, np.float32), affine, shape)
 
 
 def to_sitk(volume: Volume) -> sitk.Image:

@@ -40,6 +40,7 @@ __all__ = [
     "FORMAT_VERSION",
     "HyperMorph",
     "RegistrationOutput",
+    "checkpoint_config",
     "load_checkpoint",
     "save_checkpoint",
 ]
@@ -251,6 +252,22 @@ def save_checkpoint(model: HyperMorph, path: str | os.PathLike[str], **extra: An
     return path
 
 
+def checkpoint_config(payload: dict[str, Any]) -> ModelConfig:
+    """The :class:`~hyperreg.config.ModelConfig` a checkpoint payload describes.
+
+    Files written before a field existed were written by the architecture its legacy value
+    describes (no ``hyper_rank``: the full-width head of hyperreg 0.1.0); one without
+    ``spacing`` works at the voxel size its training recorded (``train_config.spacing``).
+
+    Raises:
+        ValueError: If the stored config has unknown keys or invalid values.
+    """
+    values = {**LEGACY_MODEL_DEFAULTS, **payload["model_config"]}
+    if "spacing" not in values:
+        values["spacing"] = float(payload.get("train_config", {}).get("spacing", 0.0) or 0.0)
+    return from_dict(ModelConfig, values)
+
+
 def load_checkpoint(
     path: str | os.PathLike[str], map_location: str | torch.device = "cpu"
 ) -> tuple[HyperMorph, dict[str, Any]]:
@@ -287,11 +304,7 @@ def load_checkpoint(
             f"load_checkpoint(): '{path}' has format_version {payload['format_version']}, "
             f"this hyperreg ({__version__}) reads format_version {FORMAT_VERSION}"
         )
-    # Files written before a field existed were written by the architecture its legacy value
-    # describes (e.g. no 'hyper_rank': the full-width head of hyperreg 0.1.0).
-    values = {**LEGACY_MODEL_DEFAULTS, **payload["model_config"]}
-    config = from_dict(ModelConfig, values)
-    model = HyperMorph(config)
+    model = HyperMorph(checkpoint_config(payload))
     model.load_state_dict(payload["state_dict"], strict=True)
     model.to(map_location)
     model.eval()

@@ -23,18 +23,21 @@ import torch
 from hyperreg._checks import as_lambda_tensor
 from hyperreg.geometry.intensity import normalize_intensity
 from hyperreg.geometry.io import SAVE_SUFFIXES, Volume, check_same_grid, same_grid
-from hyperreg.geometry.resample import describe_grid, resample_to
+from hyperreg.geometry.resample import describe_grid, isotropic_grid, resample_to
 from hyperreg.method.losses import gradient_loss
 from hyperreg.method.metrics import dice_per_label, field_summary, mean_dice
 from hyperreg.method.model import HyperMorph, RegistrationOutput
-from hyperreg.method.spatial import warp
+from hyperreg.method.spatial import identity_grid, sample_at, warp
 
 __all__ = [
     "OUTPUT_SUFFIXES",
+    "NetworkGrid",
     "PathLike",
     "RegistrationResult",
     "check_outputs",
     "model_input",
+    "network_grid",
+    "network_inputs",
     "onto_grid",
     "prepare_pair",
     "register_pair",
@@ -125,6 +128,100 @@ def model_input(volume: Volume, normalization: str, device: torch.device) -> tor
     return torch.from_numpy(data)[None, None].to(device)
 
 
+@dataclass(frozen=True)
+class NetworkGrid:
+    """The grid a model's network runs on for a pair, when it is not the fixed grid.
+
+    A model trained at a voxel size (:attr:`hyperreg.config.ModelConfig.spacing`, e.g. the 3D
+    bundled model at 2 mm) sees every pair at that size, as SynthMorph conforms its inputs to
+    the 1 mm grid it was trained on: the pair is resampled (linear, as in training) to
+    isotropic voxels of that size on the fixed image's axes and origin
+    (:func:`hyperreg.geometry.resample.isotropic_grid`), and the predicted displacement is
+    brought back to the fixed grid (:meth:`to_fixed`) before anything is warped, so every
+    output is on the fixed grid at full resolution.
+
+    Attributes:
+        fixed: The fixed image (outputs are on its grid).
+        grid: The network's grid (data: zeros).
+    """
+
+    fixed: Volume
+    grid: Volume
+
+    @property
+    def ratio(self) -> np.ndarray:
+        """Network voxel size / fixed voxel size, per array axis."""
+        return np.asarray(self.grid.spacing) / np.asarray(self.fixed.spacing)
+
+    def note(self, model_spacing: float) -> str:
+        """One line for :attr:`RegistrationResult.resampled`."""
+        return (
+            f"registered at the model's {model_spacing:g} mm voxels (shape "
+            f"{self.grid.spatial_shape}); the field is upsampled to the fixed grid "
+            f"({describe_grid(self.fixed)})"
+        )
+
+    def to_fixed(self, field: torch.Tensor) -> torch.Tensor:
+        """A field on the network grid as a field on the fixed grid.
+
+        Both grids share the world position of voxel 0 and the axis directions, so fixed voxel
+        ``p`` lies at network voxel ``p / ratio``; the field is interpolated there (linear,
+        edge values beyond the last network voxel) and its vectors multiplied by ``ratio``
+        (a displacement of 1 network voxel is ``ratio`` fixed voxels).
+
+        Args:
+            field: ``(B, N, *S_net)`` displacement in network voxels, i/j/k order.
+
+        Returns:
+            ``(B, N, *S_fixed)`` displacement in fixed voxels, same dtype and device.
+        """
+        ratio = torch.as_tensor(self.ratio, dtype=torch.float64, device=field.device)
+        view = (1, -1) + (1,) * len(self.fixed.spatial_shape)
+        points = identity_grid(self.fixed.spatial_shape, device=field.device, dtype=torch.float64)
+        points = points / ratio.view(view)
+        fine = sample_at(field.to(torch.float64), points, padding="border")
+        return (fine * ratio.view(view)).to(field.dtype)
+
+
+def network_grid(model: HyperMorph, fixed: Volume) -> NetworkGrid | None:
+    """Where ``model`` registers a pair on ``fixed``'s grid: None for the fixed grid itself
+    (a model without a voxel size, or voxels already of that size), else a
+    :class:`NetworkGrid`."""
+    spacing = float(model.config.spacing)
+    grid = isotropic_grid(fixed, spacing) if spacing > 0 else None
+    return None if grid is None else NetworkGrid(fixed, grid)
+
+
+def network_inputs(
+    model: HyperMorph,
+    moving: Volume,
+    fixed: Volume,
+    normalization: str,
+    device: torch.device,
+    notes: list[str] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, NetworkGrid | None]:
+    """The model's ``(moving, fixed)`` input tensors for a pair on the fixed grid.
+
+    On the fixed grid itself, or resampled to the network's grid (:func:`network_grid`; a line
+    saying so is appended to ``notes``). Shapes ``(1, 1, *S)``; intensities normalised after
+    resampling (:func:`model_input`).
+
+    Returns:
+        ``(moving_t, fixed_t, grid)``: pass ``grid`` to :func:`result_from_output` so the field
+        comes back to the fixed grid.
+    """
+    grid = network_grid(model, fixed)
+    if grid is not None:
+        moving, fixed = resample_to(moving, grid.grid), resample_to(fixed, grid.grid)
+        if notes is not None:
+            notes.append(grid.note(model.config.spacing))
+    return (
+        model_input(moving, normalization, device),
+        model_input(fixed, normalization, device),
+        grid,
+    )
+
+
 def prepare_pair(
     fn: str,
     model: HyperMorph,
@@ -179,13 +276,22 @@ def result_from_output(
     notes: list[str],
     labels: Sequence[int] | None = None,
     moving: Volume | None = None,
+    grid: NetworkGrid | None = None,
 ) -> RegistrationResult:
     """The :class:`RegistrationResult` of sample ``index`` of a model output (fixed grid).
 
     With ``moving`` (on the fixed grid), ``moved`` is ``moving`` warped in its own intensity
-    units, as ANTs and VoxelMorph write it; otherwise the model's normalised moved image.
+    units, as ANTs and VoxelMorph write it; otherwise the model's normalised moved image (which
+    needs ``grid`` None). With ``grid`` (from :func:`network_inputs`), the displacement is
+    brought from the network's grid to the fixed grid first.
     """
     disp = out.disp[index : index + 1].float()
+    if grid is not None:
+        if moving is None:
+            raise ValueError(
+                "result_from_output(): a field on a network grid needs 'moving' to warp"
+            )
+        disp = grid.to_fixed(disp)
     if moving is not None:
         raw = torch.from_numpy(moving.data.astype(np.float32))[None, None].to(disp.device)
         moved = warp(raw, disp)[0, 0].cpu().numpy()
@@ -258,11 +364,10 @@ def register_pair(
     )
     device = next(model.parameters()).device
     lam_t = as_lambda_tensor(fn, lam, 1, device)
-    out = model(
-        model_input(moving, normalization, device), model_input(fixed, normalization, device), lam_t
-    )
+    moving_t, fixed_t, grid = network_inputs(model, moving, fixed, normalization, device, notes)
+    out = model(moving_t, fixed_t, lam_t)
     result = result_from_output(
-        out, 0, float(lam_t.item()), moving_seg, fixed_seg, notes, moving=moving
+        out, 0, float(lam_t.item()), moving_seg, fixed_seg, notes, moving=moving, grid=grid
     )
     regularised = out.velocity if out.velocity is not None else out.disp
     # as in training: VoxelMorph's loss_mult = int_downsize for a half-resolution velocity

@@ -36,7 +36,7 @@ from hyperreg.method.metrics import mean_dice
 from hyperreg.method.model import HyperMorph, RegistrationOutput
 from hyperreg.registration.pairs import (
     RegistrationResult,
-    model_input,
+    network_inputs,
     prepare_pair,
     result_from_output,
 )
@@ -292,12 +292,11 @@ def refine_pair(
         fn, model, moving, fixed, moving_seg, fixed_seg, resample=resample
     )
     device = next(model.parameters()).device
-    moving_t = model_input(moving, normalization, device)
-    fixed_t = model_input(fixed, normalization, device)
+    moving_t, fixed_t, grid = network_inputs(model, moving, fixed, normalization, device, notes)
     refined = refine_flow(model, moving_t, fixed_t, lam, refinement)
     out = refined.output
     result = result_from_output(
-        out, 0, float(lam), moving_seg, fixed_seg, notes, labels, moving=moving
+        out, 0, float(lam), moving_seg, fixed_seg, notes, labels, moving=moving, grid=grid
     )
     regularised = out.velocity if out.velocity is not None else out.disp
     result.extra.update(
@@ -315,5 +314,6 @@ def refine_pair(
         result.extra["dice_before"] = mean_dice(moving_seg.data, fixed_seg.data, list(result.dice))
     if inverse:
         inv = inverse_displacement(model, refined.flow, moving_t)
+        inv = grid.to_fixed(inv) if grid is not None else inv
         result.inverse_disp = inv[0].float().cpu().numpy().astype(np.float32)
     return result

@@ -32,7 +32,12 @@ import torch
 
 from hyperreg._files import atomic_write
 from hyperreg.config import TrainConfig, to_dict
-from hyperreg.method.model import HyperMorph, load_checkpoint, save_checkpoint
+from hyperreg.method.model import (
+    HyperMorph,
+    checkpoint_config,
+    load_checkpoint,
+    save_checkpoint,
+)
 
 __all__ = [
     "TRAINING_STATE_KEY",
@@ -260,10 +265,11 @@ def resume_training(
     """
     path = latest_checkpoint(folder)
     payload = load_training_checkpoint(path)
-    if payload["model_config"] != to_dict(config.model):
+    stored = checkpoint_config(payload)
+    if stored.architecture() != config.model.architecture():
         raise ValueError(
-            f"train(): cannot resume from '{path}': its model config {payload['model_config']} "
-            f"differs from this run's {to_dict(config.model)}"
+            f"train(): cannot resume from '{path}': its model config {stored.architecture()} "
+            f"differs from this run's {config.model.architecture()}"
         )
     step = int(payload["step"])
     if step >= config.steps:
@@ -319,7 +325,7 @@ def init_from_model(path: str | os.PathLike[str], model: HyperMorph) -> int:
         pretrained, payload = load_checkpoint(path)
     except RuntimeError as err:  # unknown format_version or weights not matching their config
         raise ValueError(f"train(): cannot use --init '{path}': {err}") from err
-    ours, theirs = to_dict(model.config), to_dict(pretrained.config)
+    ours, theirs = model.config.architecture(), pretrained.config.architecture()
     differing = [key for key in ours if ours[key] != theirs.get(key)]
     if differing:
         details = "; ".join(

@@ -30,7 +30,7 @@ import numpy as np
 
 from hyperreg.geometry.intensity import normalize_intensity
 from hyperreg.geometry.io import Volume, load_volume, same_grid, spatial_shape_of
-from hyperreg.geometry.resample import describe_grid, resample_to
+from hyperreg.geometry.resample import describe_grid, isotropic_grid, resample_to
 
 __all__ = [
     "LABEL_WORDS",
@@ -52,7 +52,6 @@ _OASIS_FILES = {
     3: ("aligned_norm.nii.gz", "aligned_seg35.nii.gz"),
     2: ("slice_norm.nii.gz", "slice_seg24.nii.gz"),
 }
-_SPACING_TOL = 1e-3  # mm: voxels this close to the target spacing are not resampled
 
 
 def _stem(path: Path) -> str:
@@ -223,21 +222,6 @@ def find_scans(source: str | Path, ndim: int) -> list[Scan]:
     return scans
 
 
-def _isotropic_grid(volume: Volume, spacing: float) -> Volume | None:
-    """The grid of ``volume`` with ``spacing`` mm voxels (same origin and axes), or None when
-    its voxels already have that size."""
-    current = np.asarray(volume.spacing)
-    if np.all(np.abs(current - spacing) <= _SPACING_TOL):
-        return None
-    shape = tuple(
-        max(1, round(n * s / spacing)) for n, s in zip(volume.spatial_shape, current)
-    )
-    affine = volume.affine.copy()
-    for axis, size in enumerate(current):
-        affine[:3, axis] *= spacing / size
-    return Volume(np.zeros(shape, np.float32), affine, shape)
-
-
 def load_scan(
     scan: Scan,
     *,
@@ -292,7 +276,7 @@ def load_scan(
         )
         seg = resample_to(seg, image, label=True)
     if spacing > 0:
-        grid = _isotropic_grid(image, spacing)
+        grid = isotropic_grid(image, spacing)
         if grid is not None:
             logger.info(
                 "resampling '%s' to %g mm voxels, shape %s", scan.image, spacing, grid.spatial_shape
@@ -332,7 +316,7 @@ def scan_shape(scan: Scan, spacing: float = 0.0) -> tuple[int, ...]:
     if spacing <= 0:
         return shape
     volume = Volume(np.zeros(shape, np.float32), affine, shape)
-    grid = _isotropic_grid(volume, spacing)
+    grid = isotropic_grid(volume, spacing)
     return shape if grid is None else grid.spatial_shape
 
 

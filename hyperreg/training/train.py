@@ -25,6 +25,7 @@ References:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import csv
 import logging
 import math
@@ -362,6 +363,10 @@ def train(
         RuntimeError: If the loss becomes non-finite.
     """
     _validate(config)
+    # the model works at the voxel size it is trained at (ModelConfig.spacing)
+    config = dataclasses.replace(
+        config, model=dataclasses.replace(config.model, spacing=float(config.spacing))
+    )
     context, device = distributed.setup(config.device)
     try:
         final = _train(config, pairs, progress, val_pairs, resume, context, device)
