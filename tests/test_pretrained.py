@@ -66,3 +66,25 @@ def test_demo_registers_with_the_bundled_model(tmp_path: Path) -> None:
         rows = list(csv.DictReader(handle))
     assert rows and all(0 <= float(r["dice"]) <= 1 for r in rows)
     assert not (tmp_path / "demo" / "model").exists()  # nothing was trained
+
+
+def test_export_model_stores_float16_weights_that_load_as_float32(tmp_path: Path) -> None:
+    import torch
+    from lambda_helpers import save_tiny_model
+
+    from hyperreg.apps.pretrained import export_model
+    from hyperreg.method.model import load_checkpoint
+
+    full = save_tiny_model(tmp_path / "full.pt")
+    slim = export_model(full, tmp_path / "slim.pt")
+    stored = torch.load(slim, weights_only=True)["state_dict"]
+    assert all(v.dtype == torch.float16 for v in stored.values() if v.is_floating_point())
+    (a, _), (b, _) = load_checkpoint(full), load_checkpoint(slim)
+    assert all(p.dtype == torch.float32 for p in b.parameters())
+    for name, value in a.state_dict().items():
+        torch.testing.assert_close(b.state_dict()[name], value, rtol=1e-3, atol=1e-6)
+    x = torch.rand(1, 1, 24, 20)
+    lam = torch.tensor([[0.3]])
+    with torch.no_grad():
+        torch.testing.assert_close(b(x, x.flip(2), lam).disp, a(x, x.flip(2), lam).disp,
+                                   rtol=0.02, atol=0.02)

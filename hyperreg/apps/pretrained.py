@@ -20,6 +20,7 @@ __all__ = [
     "BundledModel",
     "bundled_models",
     "default_model",
+    "export_model",
     "load_pretrained",
 ]
 
@@ -108,3 +109,30 @@ def load_pretrained(ndim: int = 2, device: Any = "cpu") -> Any:
 
     model, _ = load_checkpoint(default_model(ndim).path, map_location=device)
     return model.eval()
+
+
+def export_model(checkpoint: str | Path, out: str | Path) -> Path:
+    """Write a training checkpoint as a bundled model file: weights in float16, no optimiser.
+
+    Keeps what a model card cites (``step``, ``train_config``) and the model config with its
+    voxel size; drops the optimiser and random states. Weights are stored as float16 (half the
+    size; every weight within 2^-11 of its float32 value) and load back as float32.
+
+    Args:
+        checkpoint: Any hyperreg checkpoint (``best.pt``, ``model.pt``, ``checkpoint_*.pt``).
+        out: The ``.pt`` file to write (e.g. ``hyperreg/pretrained/hypermorph-3d.pt``).
+
+    Returns:
+        ``Path(out)``.
+
+    Raises:
+        FileNotFoundError, ValueError, RuntimeError: As
+            :func:`~hyperreg.method.model.load_checkpoint`.
+    """
+    import torch
+
+    from hyperreg.method.model import load_checkpoint, save_checkpoint
+
+    model, payload = load_checkpoint(checkpoint)
+    keep = {key: payload[key] for key in ("step", "train_config") if key in payload}
+    return save_checkpoint(model, out, weights_dtype=torch.float16, **keep)

@@ -230,22 +230,39 @@ class HyperMorph(nn.Module):
         return RegistrationOutput(moved, disp, velocity)
 
 
-def save_checkpoint(model: HyperMorph, path: str | os.PathLike[str], **extra: Any) -> Path:
+def save_checkpoint(
+    model: HyperMorph,
+    path: str | os.PathLike[str],
+    *,
+    weights_dtype: torch.dtype | None = None,
+    **extra: Any,
+) -> Path:
     """Write ``{format_version, hyperreg_version, model_config, state_dict, **extra}`` atomically.
 
     The file is written to a temporary name in the same folder and renamed, so an interrupted
     save never leaves a truncated checkpoint. Tensors are moved to the CPU first, so a checkpoint
     saved on a GPU loads anywhere.
 
+    Args:
+        model: The model.
+        path: Output file.
+        weights_dtype: Store floating-point weights in this dtype (e.g. ``torch.float16`` for
+            the bundled models: half the file, weights within 2^-11 relative); they are cast
+            back to the model's dtype on loading. Default: as they are.
+        **extra: More top-level entries (step, training config, ...).
+
     Returns:
         The checkpoint path.
     """
     path = Path(path)
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    if weights_dtype is not None:
+        state = {k: v.to(weights_dtype) if v.is_floating_point() else v for k, v in state.items()}
     payload = {
         "format_version": FORMAT_VERSION,
         "hyperreg_version": __version__,
         "model_config": to_dict(model.config),
-        "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        "state_dict": state,
         **extra,
     }
     atomic_write(path, lambda tmp: torch.save(payload, tmp))
