@@ -317,3 +317,22 @@ def test_jacobian_rejects_bad_input(shape) -> None:
         jacobian_determinant(torch.zeros(1, 1, *shape))
     with pytest.raises(TypeError, match=r"'disp' must be a floating-point"):
         jacobian_determinant(torch.zeros(1, ndim, *shape, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("shape", [(12, 10), (8, 9, 10)])
+def test_fast_warp_matches_the_exact_one(shape: tuple[int, ...]) -> None:
+    """warp(exact=False) (the model's own warp: input dtype, cached identity) samples where the
+    float64 warp does, to float32 rounding; float64 inputs stay float64."""
+    torch.manual_seed(0)
+    moving = torch.rand(2, 1, *shape)
+    disp = torch.randn(2, len(shape), *shape) * 2.0
+    exact = warp(moving, disp)
+    fast = warp(moving, disp, exact=False)
+    assert fast.dtype == torch.float32
+    torch.testing.assert_close(fast, exact, rtol=0, atol=1e-5)
+    again = warp(moving, disp, exact=False)  # the cached grid is not changed by use
+    torch.testing.assert_close(again, fast, rtol=0, atol=0)
+    double = warp(moving.double(), disp.double(), exact=False)
+    assert double.dtype == torch.float64
+    torch.testing.assert_close(double, exact.double(), rtol=0, atol=1e-5)
+    assert float((warp(moving, torch.zeros_like(disp), exact=False) - moving).abs().max()) < 1e-6

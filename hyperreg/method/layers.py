@@ -2,17 +2,46 @@
 
 A hypernetwork gives every sample its own λ and so its own weights. A per-sample convolution
 folds the batch into the channel axis and runs one grouped convolution (``groups = B``), which
-is exact and needs no Python loop. Must not import hyperreg modules other than ``_checks``.
+is exact and needs no Python loop. On the CPU, float32 convolutions go straight to oneDNN
+(``aten::mkldnn_convolution``): PyTorch's dispatcher sends batch-1 3D convolutions with few
+voxels × channels (``N·C·D·H`` ≤ 20480: the first layer at 80 × 96 × 112, the coarse levels) to
+its reference ``slow_conv3d``, 2-3× slower forward (benchmarks/RESULTS_speed.md). Must not
+import hyperreg modules other than ``_checks``.
 """
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = ["conv"]
 
 _CONV = {2: F.conv2d, 3: F.conv3d}
+
+
+def _onednn(x: Tensor, weight: Tensor) -> bool:
+    return (
+        x.device.type == "cpu"
+        and x.dtype == weight.dtype == torch.float32
+        and torch.backends.mkldnn.is_available()
+        and torch.backends.mkldnn.enabled
+    )
+
+
+def _convolve(x: Tensor, weight: Tensor, bias: Tensor | None, padding: int, groups: int) -> Tensor:
+    ndim = x.ndim - 2
+    if _onednn(x, weight):
+        return torch.ops.aten.mkldnn_convolution(
+            x.contiguous(),
+            weight.contiguous(),
+            None if bias is None else bias.contiguous(),
+            [padding] * ndim,
+            [1] * ndim,
+            [1] * ndim,
+            groups,
+        )
+    return _CONV[ndim](x, weight, bias, padding=padding, groups=groups)
 
 
 def conv(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -31,21 +60,20 @@ def conv(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         ValueError: If a per-sample ``weight`` has a batch size other than ``B``.
     """
     ndim = x.ndim - 2
-    op = _CONV[ndim]
     padding = weight.shape[-1] // 2
     if weight.ndim == ndim + 2:
-        return op(x, weight, bias, padding=padding)
+        return _convolve(x, weight, bias, padding, 1)
     batch = x.shape[0]
     if weight.shape[0] != batch:
         raise ValueError(
             f"conv(): per-sample 'weight' must have batch size {batch}, got {weight.shape[0]}"
         )
     out_channels = weight.shape[1]
-    grouped = op(
+    grouped = _convolve(
         x.reshape(1, batch * x.shape[1], *x.shape[2:]),
         weight.reshape(batch * out_channels, *weight.shape[2:]),
         None if bias is None else bias.reshape(batch * out_channels),
-        padding=padding,
-        groups=batch,
+        padding,
+        batch,
     )
     return grouped.reshape(batch, out_channels, *grouped.shape[2:])

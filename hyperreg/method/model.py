@@ -226,7 +226,7 @@ class HyperMorph(nn.Module):
                 factor = 2 if self.half_res else 1
                 crop = [slice(0, math.ceil(s / factor)) for s in spatial]
                 velocity = velocity[(slice(None), slice(None), *crop)]
-        moved = warp(moving, disp)
+        moved = warp(moving, disp, exact=False)
         return RegistrationOutput(moved, disp, velocity)
 
 

@@ -10,6 +10,7 @@ other than ``_checks``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
@@ -73,11 +74,23 @@ def _to_grid_sample_coords(points: Tensor, grid_shape: Sequence[int] | None = No
     return normalised.movedim(1, -1).flip(-1)
 
 
-def warp(moving: Tensor, disp: Tensor, mode: str = "bilinear", padding: str = "border") -> Tensor:
+def warp(
+    moving: Tensor,
+    disp: Tensor,
+    mode: str = "bilinear",
+    padding: str = "border",
+    *,
+    exact: bool = True,
+) -> Tensor:
     """Resample ``moving`` at voxel locations shifted by ``disp`` (backward warping).
 
     Output voxel ``x`` takes the value of ``moving`` interpolated at ``x + disp[:, :, x]``.
     ``disp`` therefore lives on the fixed-image grid and points into the moving image.
+
+    With ``exact`` (default, for outputs) sampling runs in float64, so a zero displacement
+    returns a float32 image bit for bit. ``exact=False`` (the model's own warp, in training and
+    inference) samples in the inputs' dtype (at least float32) on a cached identity grid: about
+    2× faster on a CPU, positions within ~1e-6 voxels of the float64 ones.
 
     Args:
         moving: Image to resample, shape ``(B, C, *S)`` with ``S`` = ``(H, W)`` or ``(D, H, W)``.
@@ -86,6 +99,7 @@ def warp(moving: Tensor, disp: Tensor, mode: str = "bilinear", padding: str = "b
             Channel ``n`` is the shift along array axis ``n`` (i, j, k order), in voxels.
         mode: ``"bilinear"`` (trilinear in 3D) for intensities or ``"nearest"`` for label maps.
         padding: Value taken outside the image: ``"border"`` (edge value) or ``"zeros"``.
+        exact: Sample in float64 (see above).
 
     Returns:
         The moved image, shape ``(B, C, *S)``, with the dtype and device of ``moving``.
@@ -108,7 +122,32 @@ def warp(moving: Tensor, disp: Tensor, mode: str = "bilinear", padding: str = "b
         raise ValueError(
             f"warp(): 'disp' must have batch size 1 or {moving.shape[0]}, got {disp.shape[0]}"
         )
+    if not exact:
+        return _warp_fast(moving, disp, mode, padding)
     return _warp(moving, disp, mode, padding)
+
+
+@functools.lru_cache(maxsize=16)
+def _identity_coords(shape: tuple[int, ...], device: torch.device, dtype: torch.dtype) -> Tensor:
+    """The identity grid in ``grid_sample`` layout ``(1, *S, N)``, cached per shape."""
+    return _to_grid_sample_coords(identity_grid(shape, device, dtype))
+
+
+def _warp_fast(moving: Tensor, disp: Tensor, mode: str, padding: str) -> Tensor:
+    """Unchecked :func:`warp` with ``exact=False``: in the inputs' dtype, cached identity."""
+    work = torch.promote_types(torch.promote_types(moving.dtype, disp.dtype), torch.float32)
+    shape = tuple(disp.shape[2:])
+    scale = torch.tensor(
+        [2.0 / max(s - 1, 1) for s in reversed(shape)], device=disp.device, dtype=work
+    )
+    shift = disp.to(work).movedim(1, -1).flip(-1) * scale
+    grid = _identity_coords(shape, disp.device, work) + shift
+    if grid.shape[0] != moving.shape[0]:
+        grid = grid.expand(moving.shape[0], *grid.shape[1:])
+    moved = F.grid_sample(
+        moving.to(work), grid, mode=mode, padding_mode=padding, align_corners=True
+    )
+    return moved.to(moving.dtype)
 
 
 def _warp(moving: Tensor, disp: Tensor, mode: str, padding: str) -> Tensor:
@@ -186,7 +225,8 @@ def integrate_velocity(velocity: Tensor, steps: int = 7) -> Tensor:
     """Integrate a stationary velocity field by scaling and squaring.
 
     ``disp = exp(velocity)``: the field is divided by ``2**steps`` and composed with itself
-    ``steps`` times (``u ← u + u∘(x + u)``).
+    ``steps`` times (``u ← u + u∘(x + u)``). Each composition samples in the velocity's dtype
+    (at least float32) on a cached identity grid (:func:`warp` with ``exact=False``).
 
     Args:
         velocity: Stationary velocity field, shape ``(B, N, *S)``, voxels per unit time,
@@ -209,7 +249,7 @@ def integrate_velocity(velocity: Tensor, steps: int = 7) -> Tensor:
         raise ValueError(f"integrate_velocity(): 'steps' must be >= 0, got {steps}")
     disp = velocity / (2**steps)
     for _ in range(steps):
-        disp = disp + _warp(disp, disp, "bilinear", "border")
+        disp = disp + _warp_fast(disp, disp, "bilinear", "border")
     return disp
 
 

@@ -408,7 +408,9 @@ def _train(
     generator = torch.Generator().manual_seed(config.seed)
     model = HyperMorph(config.model).to(device)
     model.train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+    # one fused kernel for every parameter instead of a Python loop of small ops
+    fused = device.type in ("cpu", "cuda")
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, fused=fused)
     lam_sampler = LambdaSampler(config.lam_endpoint_fraction)
     extra = {"train_config": resolved}
     start_step, best_score, elapsed = 0, -math.inf, 0.0
