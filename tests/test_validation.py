@@ -90,3 +90,20 @@ def test_validation_loss_is_the_training_objective(make_blobs, ndim, int_steps, 
     assert row["loss_1"] == row["smoothness_1"]
     assert row["val_loss"] == pytest.approx(np.mean(losses), rel=1e-5, abs=1e-7)
     assert math.isfinite(row["mean_dice"])  # one pair has label maps
+
+
+def test_a_model_trained_at_a_voxel_size_validates_its_pairs_as_loaded(make_blobs) -> None:
+    """Validation pairs are loaded at the training voxel size: a 2 mm model registers them as
+    they are (no network-grid resampling), giving what the same weights at spacing 0 give."""
+    import dataclasses
+
+    torch.manual_seed(0)
+    model = HyperMorph(ModelConfig(ndim=2, **TINY))
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(0.05 * torch.randn_like(param))
+    pairs = _pairs(make_blobs, (16, 20))
+    plain = evaluate(model, pairs, [0.3])
+    model.config = dataclasses.replace(model.config, spacing=2.0)
+    at_2mm = evaluate(model, pairs, [0.3])
+    assert at_2mm == pytest.approx(plain, nan_ok=True)

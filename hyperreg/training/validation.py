@@ -44,8 +44,11 @@ def validation_columns(lambdas: Sequence[float]) -> list[str]:
     return columns
 
 
-def _volume(array: np.ndarray) -> Volume:
-    return Volume(array, np.eye(4), array.shape)
+def _volume(array: np.ndarray, spacing: float) -> Volume:
+    """A validation array as a volume with the model's voxel size, so it is registered as it is
+    (validation pairs are loaded at the training voxel size; no network-grid resampling)."""
+    affine = np.diag([spacing or 1.0] * 3 + [1.0])
+    return Volume(array, affine, array.shape)
 
 
 @torch.no_grad()
@@ -79,6 +82,7 @@ def evaluate(
     """
     was_training = model.training
     model.eval()
+    spacing = float(model.config.spacing)
     row: dict[str, Any] = {}
     dice_all: list[float] = []
     sim_all: list[float] = []
@@ -90,11 +94,11 @@ def evaluate(
                 has_seg = pair.moving_seg is not None and pair.fixed_seg is not None
                 result = register_pair(
                     model,
-                    _volume(pair.moving),
-                    _volume(pair.fixed),
+                    _volume(pair.moving, spacing),
+                    _volume(pair.fixed, spacing),
                     lam,
-                    moving_seg=_volume(pair.moving_seg) if has_seg else None,
-                    fixed_seg=_volume(pair.fixed_seg) if has_seg else None,
+                    moving_seg=_volume(pair.moving_seg, spacing) if has_seg else None,
+                    fixed_seg=_volume(pair.fixed_seg, spacing) if has_seg else None,
                     normalization="none",
                 )
                 if has_seg:
