@@ -46,9 +46,14 @@ def test_demo_on_template(tmp_path: Path) -> None:
     assert "MNI152" in report
     rows = list(csv.DictReader((tmp_path / "results.csv").open()))
     assert all(float(r["field_error_before"]) > 0 for r in rows)
+    assert "field_error" in rows[0] and "field_error: mean end-point error" in report
 
 
 @pytest.mark.skipif(not OASIS.is_dir(), reason=f"shared OASIS data not found at {OASIS}")
 def test_demo_on_oasis(tmp_path: Path) -> None:
-    run_demo(tmp_path, data=str(OASIS), steps=2, progress=False, device="cpu")
+    report = run_demo(tmp_path, data=str(OASIS), steps=2, progress=False, device="cpu")
     _check_outputs(tmp_path, pairs=2)
+    # real pairs have no true field: neither the columns nor the legend name a field error
+    columns = next(csv.reader((tmp_path / "results.csv").open()))
+    assert not [c for c in columns if c.startswith("field_error")]
+    assert "field_error" not in report and "log_jacobian_std:" in report

@@ -290,12 +290,61 @@ def test_itk_vectors_are_lps_millimetres(tmp_path: Path) -> None:
     stored = np.asanyarray(nib.load(path).dataobj)
     assert stored.shape == (3, 4, 1, 1, 2)
     np.testing.assert_array_equal(stored[1, 2, 0, 0], [-2.0, 3.0])
-    # stored (I, J, 1): a 3D field of one slice, in-plane vectors (z component 0)
+    # stored (I, J, 1) in the x-y plane: the same 2D field (ANTs's 2D warp)
     like3 = Volume(np.zeros((3, 4), np.float32), np.diag([2.0, -3.0, 1.0, 1.0]), (3, 4, 1))
     path = save_displacement(tmp_path / "w3.nii", np.ones((2, 3, 4)), like3, format="itk")
     stored = np.asanyarray(nib.load(path).dataobj)
+    assert stored.shape == (3, 4, 1, 1, 2)
+    np.testing.assert_array_equal(stored[1, 2, 0, 0], [-2.0, 3.0])
+    # stored (I, J, 1) outside the x-y plane (coronal LIA): a 3D field of one slice, in-plane
+    lia = np.array([[-2.0, 0, 0, 0], [0, 0, 1, 0], [0, 3.0, 0, 0], [0, 0, 0, 1]])
+    like4 = Volume(np.zeros((3, 4), np.float32), lia, (3, 4, 1))
+    path = save_displacement(tmp_path / "w4.nii", np.ones((2, 3, 4)), like4, format="itk")
+    stored = np.asanyarray(nib.load(path).dataobj)
     assert stored.shape == (3, 4, 1, 1, 3)
-    np.testing.assert_array_equal(stored[1, 2, 0, 0], [-2.0, 3.0, 0.0])
+    np.testing.assert_array_equal(stored[1, 2, 0, 0], [2.0, 0.0, 3.0])
+
+
+@pytest.mark.parametrize("disk_shape", [(24, 20), (24, 20, 1)])
+def test_itk_field_of_a_2d_slice_keeps_the_fixed_layout(
+    tmp_path: Path, disk_shape: tuple[int, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A slice stored (I, J) (no third axis) or (I, J, 1): the 2D ITK field (I, J, 1, 1, 2) is
+    read back on a grid of that layout, and `hyperreg warp` writes its output in it."""
+    image, disp = _smooth(disk_shape[:2])
+    fixed = load_volume(_write(tmp_path / "fixed.nii.gz", image.reshape(disk_shape), _oblique_2d()))
+    field = save_displacement(tmp_path / "itk.nii.gz", disp, fixed, format="itk")
+    assert nib.load(field).shape == (24, 20, 1, 1, 2)
+    loaded = load_displacement(field)
+    assert loaded.grid.disk_shape == disk_shape and loaded.grid.spatial_shape == (24, 20)
+    np.testing.assert_allclose(loaded.disp, disp, atol=1e-5)
+    moved = tmp_path / "moved.nii.gz"
+    args = ["warp", "--moving", str(fixed.path), "--warp", str(field), "--moved", str(moved)]
+    assert main(args) == 0, capsys.readouterr().err
+    assert nib.load(moved).shape == disk_shape
+    jacobian = tmp_path / "jacobian.nii.gz"
+    assert main(["jacobian", "--warp", str(field), "--out", str(jacobian)]) == 0
+    assert nib.load(jacobian).shape == disk_shape
+
+
+def test_antspy_reads_the_itk_field_of_a_one_slice_file_as_a_2d_warp(tmp_path: Path) -> None:
+    """A slice in the world x-y plane stored (I, J, 1): ANTs reads its field as a 2D warp (2
+    components) and applies it to the slice (as a 2D image) as hyperreg warps."""
+    ants = pytest.importorskip("ants")
+    shape = (24, 20)
+    image, disp = _smooth(shape)
+    fixed = load_volume(_write(tmp_path / "fixed.nii.gz", image[..., None], _oblique_2d()))
+    field = save_displacement(tmp_path / "itk.nii.gz", disp, fixed, format="itk")
+    read = ants.image_read(str(field))
+    assert (read.dimension, read.components) == (2, 2)
+    # ITK reads an (I, J, 1) file into a 2D image without its direction: ANTs users hold 2D
+    # slices as (I, J) files
+    moving = ants.image_read(str(_write(tmp_path / "moving.nii.gz", image, _oblique_2d())))
+    moved = ants.apply_transforms(moving, moving, [str(field)], interpolator="linear").numpy()
+    expected = warp(torch.from_numpy(image)[None, None], torch.from_numpy(disp)[None])[0, 0]
+    grid = np.stack(np.meshgrid(*[np.arange(n) for n in shape], indexing="ij")) + disp
+    inside = np.all([(grid[n] >= 0) & (grid[n] <= shape[n] - 1) for n in range(2)], axis=0)
+    np.testing.assert_allclose(moved[inside], expected.numpy()[inside], atol=1e-3)
 
 
 @pytest.mark.parametrize("fmt", ["voxel", "itk"])

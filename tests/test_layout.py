@@ -140,6 +140,23 @@ def test_no_import_cycles() -> None:
             visit(module)
 
 
+def test_path_like_is_defined_once() -> None:
+    """The ``PathLike`` alias has one definition (``hyperreg.registration.pairs``); every other
+    module imports it instead of spelling out its own copy."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.parse(path.read_text(), str(path)).body:
+            if isinstance(node, ast.Assign):
+                targets = node.targets
+            elif isinstance(node, ast.AnnAssign):
+                targets = [node.target]
+            else:
+                continue
+            if any(isinstance(t, ast.Name) and t.id == "PathLike" for t in targets):
+                found.append(f"{_module_name(path)}:{node.lineno}")
+    assert len(found) == 1, f"PathLike is defined in {found}"
+
+
 def test_the_checks_fail_on_a_bad_layout(tmp_path: Path) -> None:
     """The helpers above see what they must: a private name, an upward import, a lazy import."""
     source = tmp_path / "bad.py"

@@ -19,6 +19,7 @@ import SimpleITK as sitk
 import torch
 
 import hyperreg.geometry.affine as affine_module
+from hyperreg.apps.inference import warp_file
 from hyperreg.apps.native import affine_files, warp_files
 from hyperreg.cli import main
 from hyperreg.config import ModelConfig
@@ -30,6 +31,7 @@ from hyperreg.geometry.affine import (
 )
 from hyperreg.geometry.fields import save_displacement
 from hyperreg.geometry.io import Volume, load_volume
+from hyperreg.geometry.resample import resample_to
 from hyperreg.method.model import HyperMorph, save_checkpoint
 from hyperreg.method.spatial import sample_at, warp
 from hyperreg.registration.chain import composed_displacement, sample_volume
@@ -302,6 +304,51 @@ def test_register_init_affine_writes_the_chain(tmp_path: Path, model_2d: Path) -
     assert main([*two, str(out / "field.nii.gz"), "--moved", str(out / "c.nii.gz")]) == 0
     for name in ("a", "b", "c"):
         np.testing.assert_allclose(load_volume(out / f"{name}.nii.gz").data, moved, atol=1e-4)
+
+
+def test_warp_of_the_register_warp_reproduces_moved_at_the_edges(
+    tmp_path: Path, model_2d: Path
+) -> None:
+    """A moving image on the fixed grid that needs an affine: register samples the chain with 0
+    outside the moving image (ITK/ANTs); `hyperreg warp` with the composed warp must too."""
+    _, fixed, truth = _pair(tmp_path, 2)
+    seen = _grid_world(np.linalg.inv(truth) @ fixed.affine, fixed.spatial_shape)
+    background = 0.2  # a non-zero edge, so that edge-value padding would differ from zeros
+    moving = _save(
+        tmp_path / "on_grid.nii.gz", _phantom(seen) + background, fixed.affine, (48, 48, 1)
+    )
+    out = tmp_path / "out"
+    args = ["register", "--model", str(model_2d), "--moving", str(moving.path)]
+    args += ["--fixed", str(fixed.path), "--lambda", "0.5", "--device", "cpu"]
+    args += ["--moved", str(out / "moved.nii.gz"), "--warp", str(out / "warp.nii.gz")]
+    assert main(args) == 0
+    moved = load_volume(out / "moved.nii.gz").data
+    assert (moved < background / 2).mean() > 0.01  # fixed voxels whose point leaves the image
+    args = ["warp", "--moving", str(moving.path), "--warp", str(out / "warp.nii.gz")]
+    assert main([*args, "--moved", str(out / "warped.nii.gz")]) == 0
+    np.testing.assert_allclose(load_volume(out / "warped.nii.gz").data, moved, atol=1e-4)
+
+
+def test_warp_file_samples_a_moving_image_on_another_grid_once(tmp_path: Path) -> None:
+    """The field's points are taken straight to the moving file's own grid: one interpolation,
+    not a resampling onto the field's grid followed by a warp."""
+    moving, fixed, _ = _pair(tmp_path, 2)  # other spacing, shape and origin, the same plane
+    disp = _smooth_field(fixed.spatial_shape)
+    field = save_displacement(tmp_path / "w.nii.gz", disp, fixed)
+    result = warp_file(moving.path, field, tmp_path / "moved.nii.gz")
+    assert result.resampled is not None and "once" in result.resampled
+    # direct: fixed voxel x + u(x) -> world (fixed affine) -> moving voxel, one bilinear sample
+    grid = np.stack(np.meshgrid(*[np.arange(n) for n in fixed.spatial_shape], indexing="ij"))
+    voxels = np.concatenate([grid + disp, np.zeros((1, *fixed.spatial_shape))])
+    matrix = np.linalg.inv(moving.affine) @ fixed.affine
+    points = np.einsum("rc,c...->r...", matrix[:2, :3], voxels) + matrix[:2, 3, None, None]
+    image = torch.from_numpy(moving.data.astype(np.float64))[None, None]
+    direct = sample_at(image, torch.from_numpy(points)[None])[0, 0].numpy()
+    np.testing.assert_allclose(result.moved, direct, atol=1e-5)
+    # a second interpolation (onto the fixed grid first, then the warp) differs measurably
+    aligned = torch.from_numpy(resample_to(moving, fixed).data.astype(np.float64))[None, None]
+    two_steps = warp(aligned, torch.from_numpy(disp.astype(np.float64))[None])[0, 0].numpy()
+    assert np.abs(two_steps - direct).max() > 1e-3
 
 
 def test_affine_command_and_warp_of_labels(tmp_path: Path) -> None:

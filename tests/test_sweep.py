@@ -7,6 +7,7 @@ import json
 import math
 from pathlib import Path
 
+import nibabel as nib
 import numpy as np
 import pytest
 import torch
@@ -183,6 +184,40 @@ def test_sweep_cli_writes_csv_and_figures(files: dict[str, Path], capsys) -> Non
             assert (out / f"{kind}_{tag}.nii.gz").is_file(), f"{kind}_{tag}"
     printed = capsys.readouterr().out
     assert "no registration: mean Dice" in printed
+
+
+def test_sweep_saves_what_register_saves_with_an_affine_stage(
+    files: dict[str, Path], capsys
+) -> None:
+    """Under --init affine (the default) warp_lam<λ> is the composed transform register --warp
+    writes at that λ (not the deformable field alone), and moved/moved_seg are register's."""
+    out = files["out"]
+    segs = ["--moving-seg", str(files["moving_seg"])]
+    sweep = [*segs, "--fixed-seg", str(files["fixed_seg"]), "--lambdas", "0.2,0.7"]
+    code = main(_sweep_args(files, *sweep, "--save-fields", "--device", "cpu"))
+    assert code == 0, capsys.readouterr().err
+    for lam in ("0.2", "0.7"):
+        reg = out / f"register_{lam}"
+        args = ["register", "--model", str(files["model"]), "--moving", str(files["moving"])]
+        args += ["--fixed", str(files["fixed"]), "--lambda", lam, "--device", "cpu", *segs]
+        args += ["--moved", str(reg / "moved.nii.gz"), "--warp", str(reg / "warp.nii.gz")]
+        args += ["--moved-seg", str(reg / "moved_seg.nii.gz")]
+        args += ["--field-out", str(reg / "field.nii.gz")]
+        assert main(args) == 0, capsys.readouterr().err
+        fields = (out / f"warp_lam{lam}.nii.gz", reg / "warp.nii.gz", reg / "field.nii.gz")
+        swept, composed, deformable = (nib.load(p).get_fdata() for p in fields)
+        assert np.abs(composed - deformable).max() > 0.5  # the affine stage is not the identity
+        # the same transform, up to grouped vs plain convolution rounding
+        np.testing.assert_allclose(swept, composed, atol=1e-3)
+        np.testing.assert_allclose(
+            nib.load(out / f"moved_lam{lam}.nii.gz").get_fdata(),
+            nib.load(reg / "moved.nii.gz").get_fdata(),
+            atol=1e-3,
+        )
+        same = np.asanyarray(nib.load(out / f"moved_seg_lam{lam}.nii.gz").dataobj) == (
+            np.asanyarray(nib.load(reg / "moved_seg.nii.gz").dataobj)
+        )
+        assert same.mean() > 0.99
 
 
 def test_sweep_field_names_keep_every_lambda_apart(files: dict[str, Path], capsys) -> None:

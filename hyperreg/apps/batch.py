@@ -28,9 +28,12 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hyperreg._files import write_csv, write_json
+
+if TYPE_CHECKING:  # annotations only: the module stays light to import (no torch)
+    from hyperreg.registration.pairs import PathLike
 
 __all__ = [
     "BatchReport",
@@ -44,7 +47,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-PathLike = str | os.PathLike[str]
 PAIR_COLUMNS = ("moving", "fixed", "moving_seg", "fixed_seg", "lambda")
 RECORD = "record.json"
 FAILURE = "failure.json"

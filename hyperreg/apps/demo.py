@@ -425,11 +425,16 @@ def _report(
     lines += [
         f"| {t['lambda']:.1f} | " + " | ".join(f"{t[k]:.4f}" for k in keys) + " |" for t in table
     ]
+    legend = [f"Dice: mean over the {label_names}"]
+    if "field_error" in keys:  # only pairs with a known true field (template mode) have it
+        legend.append(
+            "field_error: mean end-point error (voxels) inside the labelled tissue against the "
+            "known true field (before = no registration)"
+        )
+    legend.append("log_jacobian_std: spread of log J (0 = no local volume change)")
     lines += [
         "",
-        f"Dice: mean over the {label_names}; field_error: mean end-point error (voxels) inside "
-        "the labelled tissue against the known true field (before = no registration); "
-        "log_jacobian_std: spread of log J (0 = no local volume change).",
+        "; ".join(legend) + ".",
         "",
         f"outputs in {out}: demo_figure.png, results.md, results.csv, nifti/; model: {model_file}",
     ]

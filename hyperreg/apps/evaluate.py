@@ -19,7 +19,6 @@ from __future__ import annotations
 import csv
 import logging
 import math
-import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ from hyperreg.method.metrics import (
     hd95_per_label,
     labels_in_both,
 )
+from hyperreg.registration.pairs import PathLike
 
 __all__ = [
     "EvaluationReport",
@@ -52,8 +52,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-PathLike = str | os.PathLike[str]
 
 
 @dataclass(frozen=True)

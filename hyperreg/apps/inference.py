@@ -6,9 +6,10 @@ validates every input first, registers, and only then writes the outputs (each a
 bad input never leaves half-written files. Registration is voxel-to-voxel on the fixed grid: a
 moving image (or label map) on another grid is first resampled onto it through both affines
 (:func:`hyperreg.geometry.resample.resample_to`), unless resampling is turned off, in which case
-differing grids are an error. :func:`warp_file` applies a
-saved displacement field (either on-disk format) to another image or label map;
-:func:`jacobian_file` writes its Jacobian determinant map. Must not import train or cli.
+differing grids are an error. :func:`warp_file` applies a saved displacement field (either
+on-disk format) to another image or label map (one file through
+:func:`hyperreg.apps.native.warp_files`, one interpolation); :func:`jacobian_file` writes its
+Jacobian determinant map. Must not import train or cli.
 """
 
 from __future__ import annotations
@@ -32,12 +33,11 @@ from hyperreg.geometry.io import Volume, check_same_grid, load_volume, save_volu
 from hyperreg.method.metrics import field_summary
 from hyperreg.method.model import HyperMorph
 from hyperreg.geometry.affine import AFFINE_INITS
-from hyperreg.method.spatial import jacobian_determinant, warp
+from hyperreg.method.spatial import jacobian_determinant
 from hyperreg.registration.pairs import (
     PathLike,
     RegistrationResult,
     check_outputs,
-    onto_grid,
     register_pair,
 )
 from hyperreg.apps.native import (
@@ -45,6 +45,7 @@ from hyperreg.apps.native import (
     native_inputs,
     native_outputs,
     save_chain,
+    warp_files,
 )
 from hyperreg.registration.refine import Refinement, check_refinement, refine_pair
 
@@ -273,7 +274,8 @@ class WarpResult(NamedTuple):
     Attributes:
         moved: The warped image (float32) or label map (int32), on the field's grid.
         grid: The field's (fixed) grid; ``moved`` was written with its affine and layout.
-        resampled: Message if the input was first resampled onto the field's grid, else None.
+        resampled: Message if the input lay on another grid (sampled once onto the field's
+            grid through both affines), else None.
     """
 
     moved: np.ndarray
@@ -281,7 +283,6 @@ class WarpResult(NamedTuple):
     resampled: str | None
 
 
-@torch.no_grad()
 def warp_file(
     moving: PathLike,
     warp_field: PathLike,
@@ -292,12 +293,12 @@ def warp_file(
 ) -> WarpResult:
     """Apply a saved displacement field to an image or label map and write the result.
 
-    The field (either on-disk format, see :func:`hyperreg.geometry.fields.load_displacement`) lives
-    on the fixed grid and points into the moving image on that same grid (hyperreg registers on the
-    fixed grid), so ``moved[x] = moving(x + u(x))`` with ``u`` in voxels. A ``moving`` file on
-    another grid is first resampled onto the field's grid through both affines, as
-    :func:`register_files` does. Intensities are not normalised. Samples outside the image take
-    the edge value (``padding="border"``, as in registration).
+    One file through :func:`hyperreg.apps.native.warp_files` (which this calls): the field
+    (either on-disk format, see :func:`hyperreg.geometry.fields.load_displacement`) lives on the
+    fixed grid, ``moved[x] = moving(x + u(x))`` with ``u`` in voxels, and a ``moving`` file on
+    another grid is sampled **once**, through both affines at those points (not resampled onto
+    the field's grid first and then warped). Intensities are not normalised. Samples outside the
+    image take 0, as ITK and ANTs resample (and as ``register`` writes an affine chain).
 
     Args:
         moving: Image or label map to warp (NIfTI, MGZ or npz).
@@ -306,7 +307,7 @@ def warp_file(
             images; for label maps (``nearest``) the smallest integer type, unscaled.
         nearest: Treat ``moving`` as a label map: read with rounding to integers, warp with
             nearest neighbour (only input label ids appear), write as integers.
-        resample: Resample a ``moving`` on another grid (default); False makes that an error.
+        resample: Accept a ``moving`` on another grid (default); False makes that an error.
 
     Returns:
         A :class:`WarpResult`.
@@ -317,19 +318,10 @@ def warp_file(
             dimensionality of ``moving`` and the field differ, or the grids differ with
             ``resample=False``.
     """
-    fn = "warp_file"
-    check_outputs(fn, (moving, warp_field), moved=moved)
-    field_ = load_displacement(warp_field)
-    moving_v = load_volume(moving, label=nearest)
-    moving_v, note = onto_grid(
-        fn, moving_v, field_.grid, "moving", label=nearest, resample=resample, target="field"
-    )
-    image = torch.from_numpy(moving_v.data.astype(np.float64))[None, None]
-    disp = torch.from_numpy(field_.disp.astype(np.float64))[None]
-    out = warp(image, disp, mode="nearest" if nearest else "bilinear")[0, 0].numpy()
-    data = np.rint(out).astype(np.int32) if nearest else out.astype(np.float32)
-    save_volume(moved, data, field_.grid, label=nearest)
-    return WarpResult(moved=data, grid=field_.grid, resampled=note)
+    written = warp_files(
+        [moving], [moved], warp_field=warp_field, nearest=nearest, resample=resample
+    )[0]
+    return WarpResult(moved=written.data, grid=written.grid, resampled=written.resampled)
 
 
 class JacobianResult(NamedTuple):

@@ -32,7 +32,7 @@ from hyperreg.geometry.affine import (
 )
 from hyperreg.geometry.fields import load_displacement, save_displacement
 from hyperreg.geometry.io import Volume, check_same_grid, load_volume, same_grid, save_volume
-from hyperreg.geometry.resample import resample_to
+from hyperreg.geometry.resample import describe_grid, resample_to
 from hyperreg.method.metrics import mean_dice
 from hyperreg.registration.chain import (
     align,
@@ -249,11 +249,18 @@ class WarpedFile(NamedTuple):
         moved: The path written.
         label: Whether it was a label map (nearest neighbour, integer output).
         shape: Its spatial shape (the target grid's).
+        data: The array written: float32 for images, int32 for label maps, shape ``shape``.
+        grid: The target grid (the field's, or ``fixed``'s); ``data`` has its affine and layout.
+        resampled: A message when the file lay on another grid than the target (it was then
+            sampled once, through both headers and the chain), else None.
     """
 
     moved: Path
     label: bool
     shape: tuple[int, ...]
+    data: np.ndarray
+    grid: Volume
+    resampled: str | None
 
 
 def warp_files(
@@ -272,8 +279,8 @@ def warp_files(
     (``M`` the affine, identity without ``affine``; ``u`` the field in voxels of its grid, zero
     without ``warp_field``), sampled from the file's own grid: a composed field written by
     ``hyperreg register --warp`` alone, or ``--affine-out`` with ``--field-out``, give the same
-    result. Points outside a moving file take 0 (the edge value when there is no affine and the
-    file already lies on the field's grid, as ``warp`` always did).
+    result, which is ``register``'s ``--moved`` of an affine chain. Points outside a moving file
+    take 0, as the chain in ``register`` and ITK/ANTs resample, whatever the grids.
 
     Args:
         moving: Images and/or label maps to warp (NIfTI, MGZ or npz), any grids.
@@ -342,12 +349,15 @@ def warp_files(
         volumes.append(volume)
     outputs = []
     for volume, out, label in zip(volumes, moved, labels):
-        border = is_identity(transform, volume, grid)
-        data = sample_volume(
-            volume, transform, disp, grid, label=label, padding="border" if border else "zeros"
-        ).data
+        data = sample_volume(volume, transform, disp, grid, label=label).data
+        note = None
+        if not same_grid(volume, grid):
+            note = (
+                f"sampled '{volume.path}' ({describe_grid(volume)}) once through both headers "
+                f"onto the target grid ({describe_grid(grid)})"
+            )
         save_volume(out, data, grid, label=label)
-        outputs.append(WarpedFile(Path(out), label, grid.spatial_shape))
+        outputs.append(WarpedFile(Path(out), label, grid.spatial_shape, data, grid, note))
     return outputs
 
 

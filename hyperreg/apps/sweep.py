@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +39,9 @@ from hyperreg.geometry.io import Volume, load_volume, save_volume
 from hyperreg.method.losses import ncc_loss
 from hyperreg.method.metrics import labels_in_both, mean_dice
 from hyperreg.method.model import HyperMorph
+from hyperreg.registration.chain import composed_displacement, is_identity, sample_volume
 from hyperreg.registration.pairs import (
+    PathLike,
     RegistrationResult,
     check_outputs,
     network_inputs,
@@ -59,7 +60,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-PathLike = str | os.PathLike[str]
 _MONTAGE_MAX = 12  # at most this many λ columns in the montage (evenly chosen)
 
 
@@ -421,7 +421,11 @@ def sweep_files(
     image's affine, and the figures say so. With ``save_fields``, per λ also
     ``moved_lam<λ>.nii.gz``, ``warp_lam<λ>.nii.gz`` (voxel format, see
     :func:`hyperreg.geometry.fields.save_displacement`) and ``moved_seg_lam<λ>.nii.gz``, each with
-    the fixed image's affine. Every input is read and checked before anything is written.
+    the fixed image's affine: what :func:`hyperreg.apps.inference.register_files` writes at that
+    λ with the same options, so with an affine stage the warp is the **composed** transform
+    (affine then deformable field, :func:`hyperreg.registration.chain.composed_displacement`)
+    and the moved image and label map are sampled once from the original files through it.
+    Every input is read and checked before anything is written.
 
     Args:
         model: A trained :class:`~hyperreg.method.model.HyperMorph`.
@@ -465,10 +469,14 @@ def sweep_files(
     fixed_v = load_volume(fixed)
     moving_seg_v = load_volume(moving_seg, label=True) if moving_seg is not None else None
     fixed_seg_v = load_volume(fixed_seg, label=True) if fixed_seg is not None else None
+    chain = None  # (transform, original moving, original moving_seg) when the affine is chained
     if init != "none":  # once per pair; the λ work then runs on the aligned pair
         from hyperreg.apps.native import align_pair
 
-        moving_v, moving_seg_v, _ = align_pair(moving_v, fixed_v, moving_seg_v, init)
+        original = (moving_v, moving_seg_v)
+        moving_v, moving_seg_v, transform = align_pair(moving_v, fixed_v, moving_seg_v, init)
+        if not is_identity(transform, original[0], fixed_v):
+            chain = (transform, *original)
     moving_on, moving_seg_on, fixed_seg_on, notes = prepare_pair(
         "sweep_files", model, moving_v, fixed_v, moving_seg_v, fixed_seg_v, resample=resample
     )
@@ -525,12 +533,19 @@ def sweep_files(
                 "warp": out_dir / f"warp_{tag}.nii.gz",
             }
             check_outputs("sweep_files", **paths)
-            files.append(save_volume(paths["moved"], r.moved, fixed_v))
-            files.append(save_displacement(paths["warp"], r.disp, fixed_v))
-            if r.moved_seg is not None:
+            moved, disp, moved_seg = r.moved, r.disp, r.moved_seg
+            if chain is not None:  # as register writes a chain: one interpolation, composed warp
+                transform, original, original_seg = chain
+                moved = sample_volume(original, transform, r.disp, fixed_v).data
+                disp = composed_displacement(transform, r.disp, fixed_v)
+                if original_seg is not None:
+                    moved_seg = sample_volume(
+                        original_seg, transform, r.disp, fixed_v, label=True
+                    ).data
+            files.append(save_volume(paths["moved"], moved, fixed_v))
+            files.append(save_displacement(paths["warp"], disp, fixed_v))
+            if moved_seg is not None:
                 files.append(
-                    save_volume(
-                        out_dir / f"moved_seg_{tag}.nii.gz", r.moved_seg, fixed_v, label=True
-                    )
+                    save_volume(out_dir / f"moved_seg_{tag}.nii.gz", moved_seg, fixed_v, label=True)
                 )
     return SweepReport(results=results, baseline_dice=baseline, files=files)

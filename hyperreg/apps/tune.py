@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from hyperreg.apps.plotting import plot_lambda_curves, pyplot, save_figure
 from hyperreg.apps.sweep import parse_lambdas, sweep_lambdas
 from hyperreg.geometry.io import load_volume
 from hyperreg.method.model import HyperMorph
-from hyperreg.registration.pairs import RegistrationResult
+from hyperreg.registration.pairs import PathLike, RegistrationResult
 
 __all__ = [
     "DICE_NOISE_FLOOR",
@@ -38,8 +37,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-PathLike = str | os.PathLike[str]
 
 
 @dataclass

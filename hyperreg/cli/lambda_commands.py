@@ -47,7 +47,8 @@ def _add_sweep(sub: Any) -> None:
         "--save-fields",
         action="store_true",
         help="also write moved_lam<λ>.nii.gz, warp_lam<λ>.nii.gz (displacement field, voxels, "
-        "i/j/k order, fixed affine) and moved_seg_lam<λ>.nii.gz per λ",
+        "i/j/k order, fixed affine; the whole transform, the --init affine composed with the "
+        "deformable field, as register --warp) and moved_seg_lam<λ>.nii.gz per λ",
     )
     opts.add_batching_arguments(sweep)
     opts.add_refine_arguments(sweep)

@@ -7,15 +7,20 @@ Two formats, both NIfTI with the fixed image's affine:
   ``moved[x] = moving(x + u(x))``;
 * ``"itk"``: ``(I, J, K, 1, 3)``, vector intent (1007), vectors in world millimetres in LPS
   (``diag(-1, -1, 1) · A[:3, :N] · u``), which SimpleITK's ``DisplacementFieldTransform`` and
-  ANTs' ``antsApplyTransforms`` apply directly. A 2D slice stored ``(I, J, 1)`` (any
-  orientation, e.g. the coronal LIA neurite-oasis slices; ITK reads such a file as a 3D image
-  of one slice) is written as a 3D field of one slice, ``(I, J, 1, 1, 3)``, whose vectors lie in
-  the slice plane; a slice stored ``(I, J)`` (a 2D image for ITK) as ``(I, J, 1, 1, 2)``.
-  Caveat: ITK's NIfTI reader (SimpleITK ``ReadImage``, ANTs) drops the size-1 slice axis of a
-  *vector* file, so it reads such a one-slice field as 2D and, for a slice outside the x-y
-  plane, cannot keep its direction; in SimpleITK build the 3D field from the array and the
-  fixed slice's 3D geometry (``GetImageFromArray(..., isVector=True)`` + ``CopyInformation``).
-  ``hyperreg warp`` reads both layouts.
+  ANTs' ``antsApplyTransforms`` apply directly. A 2D slice in the world x-y plane, stored
+  ``(I, J)`` or ``(I, J, 1)``, gets what ANTs writes for a 2D warp and reads back as one: a 2D
+  vector image with 2 components, ``(I, J, 1, 1, 2)`` (``diag(-1, -1) · A[:2, :2] · u``); the
+  ``descrip`` field records a fixed grid stored ``(I, J, 1)``, so that :func:`load_displacement`
+  gives back the fixed image's layout (ITK reads an ``(I, J, 1)`` *image* file into a 2D image
+  without its direction, so ANTs applies this field to the slice stored ``(I, J)``). A slice
+  outside that plane (e.g. the coronal LIA neurite-oasis slices) stored ``(I, J, 1)`` is
+  written as a 3D field of one slice, ``(I, J, 1, 1, 3)``, with in-plane vectors. Caveat: ITK's
+  NIfTI reader (SimpleITK ``ReadImage``, ANTs) drops the size-1 slice axis of a *vector* file
+  and keeps only the upper-left ``2 x 2`` of its direction, which for such a slice is singular
+  or not the slice's own, so ITK and ANTs cannot read that field (nor any field with that
+  header); in SimpleITK build the 3D field from the array and the fixed slice's 3D geometry
+  (``GetImageFromArray(..., isVector=True)`` + ``CopyInformation``). ``hyperreg warp`` reads
+  every layout.
 
 :func:`load_displacement` reads either and returns voxels. Uses numpy and nibabel only (through
 :mod:`hyperreg.geometry.io`); must not import torch or model code.
@@ -55,6 +60,8 @@ logger = logging.getLogger(__name__)
 DISPLACEMENT_FORMATS: tuple[str, ...] = ("voxel", "itk")
 _NIFTI_INTENT_VECTOR = 1007
 _RAS_TO_LPS = np.array([-1.0, -1.0, 1.0])  # x and y change sign between RAS and LPS
+_ITK_DESCRIP = b"hyperreg displacement: ITK, LPS mm, fixed grid"
+_STORED_ONE_SLICE = b"stored (I, J, 1)"  # in descrip: a 2D field's fixed grid had a third axis
 
 
 def _volume_name(volume: Volume, role: str) -> str:
@@ -64,11 +71,11 @@ def _volume_name(volume: Volume, role: str) -> str:
 def check_itk_grid(like: Volume) -> None:
     """Raise unless a displacement field on ``like``'s grid can be written in ITK format.
 
-    Every 3D grid can, and every 2D slice stored ``(I, J, 1)``: it is written as a 3D field of
-    one slice, ``(I, J, 1, 1, 3)``, so its orientation (axial, coronal LIA, oblique) does not
-    matter. A slice stored ``(I, J)`` is a 2D image for ITK, which keeps only the upper-left
-    ``2 x 2`` of its direction, so its field is 2D, ``(I, J, 1, 1, 2)``, and the slice must lie
-    in the world x-y plane.
+    Every 3D grid can, and every 2D slice stored ``(I, J, 1)``: in the world x-y plane as a 2D
+    field ``(I, J, 1, 1, 2)``, otherwise as a 3D field of one slice, ``(I, J, 1, 1, 3)`` (see
+    the module docstring for what ITK reads of that). A slice stored ``(I, J)`` is a 2D image
+    for ITK, which keeps only the upper-left ``2 x 2`` of its direction, so its field is 2D,
+    ``(I, J, 1, 1, 2)``, and the slice must lie in the world x-y plane.
 
     Args:
         like: The fixed image the field is defined on.
@@ -76,24 +83,28 @@ def check_itk_grid(like: Volume) -> None:
     Raises:
         ValueError: If a 2D slice stored ``(I, J)`` leaves the world x-y plane.
     """
-    if not _itk_2d(like):
+    if like.ndim != 2 or len(like.disk_shape) != 2 or _in_xy_plane(like):
         return
+    codes = "".join(str(c) for c in nib.aff2axcodes(like.affine))
+    raise ValueError(
+        f"check_itk_grid(): the 2D grid of '{_volume_name(like, 'fixed')}' (orientation "
+        f"{codes}, stored {like.disk_shape}) must lie in the world x-y plane for a 2D ITK "
+        "displacement field: ITK reads a 2D image with only the upper-left 2x2 of its "
+        "direction; store the slice as (I, J, 1) (a 3D field of one slice is then written) "
+        "or use the default 'voxel' format"
+    )
+
+
+def _in_xy_plane(like: Volume) -> bool:
+    """Whether the in-plane axes of the 2D grid ``like`` lie in the world x-y plane."""
     columns = like.affine[:3, :2]
-    tilt = np.abs(columns[2]) / np.linalg.norm(columns, axis=0)
-    if np.any(tilt > 1e-6):
-        codes = "".join(str(c) for c in nib.aff2axcodes(like.affine))
-        raise ValueError(
-            f"check_itk_grid(): the 2D grid of '{_volume_name(like, 'fixed')}' (orientation "
-            f"{codes}, stored {like.disk_shape}) must lie in the world x-y plane for a 2D ITK "
-            "displacement field: ITK reads a 2D image with only the upper-left 2x2 of its "
-            "direction; store the slice as (I, J, 1) (a 3D field of one slice is then written) "
-            "or use the default 'voxel' format"
-        )
+    return bool(np.all(np.abs(columns[2]) <= 1e-6 * np.linalg.norm(columns, axis=0)))
 
 
 def _itk_2d(like: Volume) -> bool:
-    """Whether ``like``'s ITK field is 2D (a 2D slice stored ``(I, J)``), not 3D."""
-    return like.ndim == 2 and len(like.disk_shape) == 2
+    """Whether ``like``'s ITK field is 2D with 2 components (ANTs's 2D warp), not 3D: a 2D slice
+    stored ``(I, J)``, or stored ``(I, J, 1)`` in the world x-y plane."""
+    return like.ndim == 2 and (len(like.disk_shape) == 2 or _in_xy_plane(like))
 
 
 def _voxel_to_itk(disp: np.ndarray, like: Volume) -> np.ndarray:
@@ -111,7 +122,7 @@ def _itk_to_voxel(vectors: np.ndarray, affine: np.ndarray, ndim: int) -> np.ndar
     """Inverse of :func:`_voxel_to_itk`: ``(*S, C)`` LPS mm -> ``(N, *S)`` voxels.
 
     ``C = 3`` (3D, or a 2D slice written as a 3D field: the in-plane part is kept, by least
-    squares) or ``C = 2`` (older 2D files in the world x-y plane).
+    squares) or ``C = 2`` (a 2D field in the world x-y plane, as ANTs writes one).
     """
     channels = vectors.shape[-1]
     matrix = affine[:channels, :ndim]
@@ -134,9 +145,11 @@ def save_displacement(
     ``format="itk"``: the displacement field ITK applies directly (SimpleITK
     ``DisplacementFieldTransform``, ANTs ``antsApplyTransforms``): vectors in world millimetres
     in LPS, ``d = diag(-1, -1, 1) @ A[:3, :N] @ u`` with ``A`` the fixed affine, NIfTI intent
-    ``NIFTI_INTENT_VECTOR`` (1007), 5D shape ``(I, J, K, 1, 3)``; a 2D slice stored ``(I, J, 1)``
-    (any orientation) gives a 3D field of one slice, ``(I, J, 1, 1, 3)``, with in-plane vectors;
-    one stored ``(I, J)`` a 2D field ``(I, J, 1, 1, 2)`` (``diag(-1, -1) @ A[:2, :2] @ u``).
+    ``NIFTI_INTENT_VECTOR`` (1007), 5D shape ``(I, J, K, 1, 3)``; a 2D slice in the world x-y
+    plane, stored ``(I, J)`` or ``(I, J, 1)``, a 2D field ``(I, J, 1, 1, 2)``
+    (``diag(-1, -1) @ A[:2, :2] @ u``, ANTs's 2D warp; ``descrip`` ends in ``stored (I, J, 1)``
+    for the latter); any other slice stored ``(I, J, 1)`` a 3D field of one slice,
+    ``(I, J, 1, 1, 3)``, with in-plane vectors (ITK cannot read it, see the module docstring).
     It maps a fixed-grid point ``p`` to the moving point ``p + d(p)``, the same backward
     mapping as the voxel format.
 
@@ -188,7 +201,8 @@ def save_displacement(
         out = _voxel_to_itk(arr, like)
         img = to_nifti(out, like)
         img.header.set_intent("vector")
-        img.header["descrip"] = b"hyperreg displacement: ITK, LPS mm, fixed grid"
+        one_slice = _itk_2d(like) and len(like.disk_shape) == 3
+        img.header["descrip"] = _ITK_DESCRIP + (b" " + _STORED_ONE_SLICE if one_slice else b"")
     else:
         out = np.moveaxis(arr.astype(np.float32), 0, -1)
         out = np.ascontiguousarray(out).reshape(like.disk_shape + (like.ndim,))
@@ -222,7 +236,10 @@ def load_displacement(path: str | os.PathLike[str]) -> Displacement:
     other tools write it); otherwise the array must be ``disk_shape + (N,)`` in voxels
     (hyperreg's default). ``N`` is the number of spatial dimensions left after dropping
     trailing size-1 axes of the grid, as in :func:`load_volume`: an ITK field of one slice
-    ``(I, J, 1, 1, 3)`` is a 2D field.
+    ``(I, J, 1, 1, 3)`` is a 2D field. The grid keeps the fixed image's disk layout: ``(I, J)``
+    for a 2D ITK field ``(I, J, 1, 1, 2)`` (a 2D image, as ANTs writes one) unless its
+    ``descrip`` says ``stored (I, J, 1)`` (written by :func:`save_displacement`), ``(I, J, 1)``
+    for a one-slice 3D field.
 
     Args:
         path: ``.nii`` or ``.nii.gz`` file.
@@ -242,11 +259,14 @@ def load_displacement(path: str | os.PathLike[str]) -> Displacement:
     if not path.is_file():
         raise FileNotFoundError(f"{fn}(): no such file: '{path}'")
     raw, affine, codes = read_raw(path, suffix)
-    intent = int(nib.load(path).header["intent_code"])
+    header = nib.load(path).header
+    intent = int(header["intent_code"])
     shape = tuple(int(n) for n in raw.shape)
     itk = intent == _NIFTI_INTENT_VECTOR or raw.ndim == 5
     grid_disk = shape[:3] if itk else shape[:-1]
     channels = shape[-1] if raw.ndim >= 3 else 0
+    if itk and raw.ndim == 5 and channels == 2 and shape[2] == 1:  # a 2D ITK field
+        grid_disk = shape[:3] if _STORED_ONE_SLICE in bytes(header["descrip"]) else shape[:2]
     try:
         spatial = spatial_shape_of(path, grid_disk)
     except ValueError:
@@ -260,7 +280,11 @@ def load_displacement(path: str | os.PathLike[str]) -> Displacement:
             and (channels == 3 if len(spatial) == 3 else len(spatial) == 2 and channels in (2, 3))
         )
     if not layout_ok:
-        expected = "(I, J, K, 1, 3) or (I, J, 1, 1, 3)" if itk else "(I, J, K, 3) or (I, J, 1, 2)"
+        expected = (
+            "(I, J, K, 1, 3), (I, J, 1, 1, 3) or (I, J, 1, 1, 2)"
+            if itk
+            else "(I, J, K, 3) or (I, J, 1, 2)"
+        )
         kind = "an ITK vector field" if itk else "a voxel displacement field"
         raise ValueError(
             f"{fn}(): '{path}' must hold {kind} of shape {expected}, got shape {shape} "
