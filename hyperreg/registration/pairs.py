@@ -56,7 +56,8 @@ class RegistrationResult:
 
     Attributes:
         moved: Moved image, spatial shape of ``fixed``, float32, in the moving image's own
-            intensity units (the model sees normalised intensities; the output does not).
+            intensity units (the model sees normalised intensities; the output does not); 0
+            where the field points outside the moving image, as ANTs and ITK resample.
         disp: Displacement ``(N, *S)`` in voxels, i/j/k order, ``moved[x] = moving(x + disp(x))``.
         moved_seg: Moved label map (int32, nearest neighbour) or None.
         lam: The λ used.
@@ -294,13 +295,14 @@ def result_from_output(
         disp = grid.to_fixed(disp)
     if moving is not None:
         raw = torch.from_numpy(moving.data.astype(np.float32))[None, None].to(disp.device)
-        moved = warp(raw, disp)[0, 0].cpu().numpy()
+        moved = warp(raw, disp, padding="zeros")[0, 0].cpu().numpy()
     else:
         moved = out.moved[index, 0].float().cpu().numpy()
     moved_seg = None
     if moving_seg is not None:
         seg = torch.from_numpy(moving_seg.data.astype(np.float32))[None, None].to(disp.device)
-        moved_seg = warp(seg, disp, mode="nearest").round().to(torch.int32)[0, 0].cpu().numpy()
+        moved_seg = warp(seg, disp, mode="nearest", padding="zeros").round().to(torch.int32)
+        moved_seg = moved_seg[0, 0].cpu().numpy()
     summary = field_summary(disp)
     dice = None
     if moved_seg is not None and fixed_seg is not None:

@@ -25,6 +25,7 @@ from hyperreg.geometry.io import Volume
 from hyperreg.method.losses import mse_loss, ncc_loss
 from hyperreg.method.metrics import mean_dice
 from hyperreg.method.model import HyperMorph
+from hyperreg.method.spatial import warp
 
 __all__ = ["evaluate", "validation_columns"]
 
@@ -104,7 +105,10 @@ def evaluate(
                 if has_seg:
                     dices.append(mean_dice(result.moved_seg, pair.fixed_seg))
                 folds.append(100.0 * result.folding_fraction)
-                moved = torch.from_numpy(result.moved)[None, None]
+                # the moved image as training sees it (the model's warp, edge values outside;
+                # result.moved pads with zeros as ANTs does)
+                disp = torch.from_numpy(result.disp)[None]
+                moved = warp(torch.from_numpy(pair.moving)[None, None], disp, exact=False)
                 fixed = torch.from_numpy(pair.fixed)[None, None]
                 if sim == "ncc":
                     sims.append(float(ncc_loss(moved, fixed, window=ncc_window)))
