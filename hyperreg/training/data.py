@@ -158,10 +158,14 @@ class PairSampler:
                 f"PairSampler(): 'crop' must give {ndim} sizes within the image shape "
                 f"{self.spatial_shape}, got {self.crop}"
             )
+        # shapes in the scans' own axis order (the slice axis was moved first above)
+        shown = volumes[0].shape
+        if self.slices is not None:
+            shown = np.moveaxis(volumes[0], 0, slice_axis).shape
         logger.info(
             "pairs from %d scans of shape %s%s",
             len(volumes),
-            volumes[0].shape,
+            shown,
             "" if self.slices is None else f", {len(self.slices)} slices along axis {slice_axis}",
         )
 
