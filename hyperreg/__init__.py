@@ -59,7 +59,7 @@ _EXPORTS = {
     "register_files": "hyperreg.apps.inference",
     "warp_file": "hyperreg.apps.inference",
     "sweep_files": "hyperreg.apps.sweep",
-    "sweep_lambdas": "hyperreg.apps.sweep",
+    "sweep_lambdas": "hyperreg.registration.lambdas",
     "tune_lambda": "hyperreg.apps.tune",
 }
 

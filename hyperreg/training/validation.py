@@ -1,11 +1,11 @@
 """Validation during training: Dice, folding, similarity and loss on held-out pairs at a few λ.
 
-Each pair is registered with :func:`hyperreg.registration.pairs.register_pair` (the inference code
-path, on already-normalised arrays), Dice and folding come from :mod:`hyperreg.method.metrics`. The
+Each pair is registered at every λ in one batched pass with
+:func:`hyperreg.registration.lambdas.sweep_lambdas` (the inference code path, on
+already-normalised arrays), Dice and folding come from :mod:`hyperreg.method.metrics`. The
 validation loss at each λ is the HyperMorph training objective ``(1 − λ)·similarity +
 λ·smoothness``, with smoothness the :func:`~hyperreg.method.losses.gradient_loss` of the field
-training
-regularises (the velocity when the model integrates one, else the displacement). The score that
+training regularises (the velocity when the model integrates one, else the displacement). The score that
 picks the best checkpoint is the mean Dice over pairs and λ values, or, for pairs without label
 maps, minus the mean similarity loss. Must not import train or cli.
 """
@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from hyperreg.training.data import ValidationPair
-from hyperreg.registration.pairs import register_pair
+from hyperreg.registration.lambdas import sweep_lambdas
 from hyperreg.geometry.io import Volume
 from hyperreg.method.losses import mse_loss, ncc_loss
 from hyperreg.method.metrics import mean_dice
@@ -89,19 +89,24 @@ def evaluate(
     sim_all: list[float] = []
     loss_all: list[float] = []
     try:
-        for lam in lambdas:
+        # one batched pass per pair registers it at every λ (sweep_lambdas)
+        per_pair = []
+        for pair in pairs:
+            has_seg = pair.moving_seg is not None and pair.fixed_seg is not None
+            results = sweep_lambdas(
+                model,
+                _volume(pair.moving, spacing),
+                _volume(pair.fixed, spacing),
+                list(lambdas),
+                moving_seg=_volume(pair.moving_seg, spacing) if has_seg else None,
+                fixed_seg=_volume(pair.fixed_seg, spacing) if has_seg else None,
+                normalization="none",
+            )
+            per_pair.append((pair, has_seg, results))
+        for index, lam in enumerate(lambdas):
             dices, folds, sims, smooths = [], [], [], []
-            for pair in pairs:
-                has_seg = pair.moving_seg is not None and pair.fixed_seg is not None
-                result = register_pair(
-                    model,
-                    _volume(pair.moving, spacing),
-                    _volume(pair.fixed, spacing),
-                    lam,
-                    moving_seg=_volume(pair.moving_seg, spacing) if has_seg else None,
-                    fixed_seg=_volume(pair.fixed_seg, spacing) if has_seg else None,
-                    normalization="none",
-                )
+            for pair, has_seg, results in per_pair:
+                result = results[index]
                 if has_seg:
                     dices.append(mean_dice(result.moved_seg, pair.fixed_seg))
                 folds.append(100.0 * result.folding_fraction)

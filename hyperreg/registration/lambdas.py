@@ -1,0 +1,150 @@
+"""One pair at many λ in batched forward passes: the core of λ sweeps, λ* tuning and validation.
+
+:func:`sweep_lambdas` repeats the pair K times and gives the model a λ tensor of shape ``(K,)``,
+so the hypernetwork generates K weight sets **once** and the U-Net runs them as grouped
+convolutions (:func:`hyperreg.method.layers.conv`); ``chunk`` bounds memory by running at most
+that many λ per pass. Grids and label maps are handled as in
+:func:`hyperreg.registration.pairs.register_pair` (same helpers). Used by
+:mod:`hyperreg.apps.sweep`, :mod:`hyperreg.apps.tune` and :mod:`hyperreg.training.validation`.
+Must not import training, apps or cli.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Sequence
+
+import torch
+
+from hyperreg._checks import as_lambda_tensor
+from hyperreg.geometry.io import Volume
+from hyperreg.method.losses import gradient_loss, ncc_loss
+from hyperreg.method.metrics import labels_in_both, mean_dice
+from hyperreg.method.model import HyperMorph
+from hyperreg.registration.pairs import (
+    RegistrationResult,
+    network_inputs,
+    prepare_pair,
+    result_from_output,
+)
+
+__all__ = ["labels_scored", "sweep_lambdas"]
+
+logger = logging.getLogger(__name__)
+
+
+def labels_scored(moving_seg: Volume | None, fixed_seg: Volume | None) -> list[int] | None:
+    """Label ids scored in a sweep: non-zero ids present in both input label maps."""
+    if moving_seg is None or fixed_seg is None:
+        return None
+    return labels_in_both(moving_seg.data, fixed_seg.data)
+
+
+@torch.no_grad()
+def sweep_lambdas(
+    model: HyperMorph,
+    moving: Volume,
+    fixed: Volume,
+    lambdas: Sequence[float] | torch.Tensor,
+    *,
+    moving_seg: Volume | None = None,
+    fixed_seg: Volume | None = None,
+    chunk: int | None = None,
+    amp: bool = False,
+    normalization: str = "minmax",
+    resample: bool = False,
+) -> list[RegistrationResult]:
+    """Register one pair at every λ of ``lambdas`` in batched forward passes.
+
+    The pair is repeated K times and run with a λ tensor of shape ``(K,)`` (per-sample generated
+    weights, grouped convolutions), in passes of at most ``chunk`` values. Each result equals
+    :func:`hyperreg.registration.pairs.register_pair` at that λ up to float rounding (grouped and
+    plain convolutions sum in a different order). Dice is scored on the non-zero labels present in
+    **both input** label maps, the same set for every λ (a label that vanishes scores 0 instead
+    of dropping out of the mean). ``extra["ncc"]`` holds the local NCC similarity (window 9, in
+    [0, 1], float32) between the moved and the fixed image; with label maps,
+    ``extra["dice_before"]`` holds the mean Dice without registration (same labels), as
+    :func:`~hyperreg.registration.pairs.register_pair` reports it.
+
+    Args:
+        model: A trained :class:`~hyperreg.method.model.HyperMorph`.
+        moving: Moving image, on the fixed grid unless ``resample`` is True.
+        fixed: Fixed image.
+        lambdas: K values in [0, 1] (a sequence or a ``(K,)`` tensor), K >= 1, in any order.
+        moving_seg: Optional moving label map (warped with nearest neighbour).
+        fixed_seg: Optional fixed label map; with ``moving_seg`` it enables Dice.
+        chunk: Largest number of λ per forward pass (bounds memory: activations grow linearly
+            with it); None runs all K at once.
+        amp: Run the forward pass under bfloat16 autocast (CUDA only). Sampling, integration
+            warps, metrics and outputs stay float32 or wider.
+        normalization: Intensity normalisation, see
+        :func:`hyperreg.geometry.intensity.normalize_intensity`.
+        resample: Resample inputs not on the fixed grid onto it (see ``register_pair``).
+
+    Returns:
+        One :class:`~hyperreg.registration.pairs.RegistrationResult` per λ, in the order given.
+
+    Raises:
+        TypeError: If ``lambdas`` is neither a sequence of numbers nor a tensor.
+        ValueError: If ``lambdas`` is empty or has values outside [0, 1], ``chunk`` is not a
+            positive integer, ``amp`` is asked for on a model that is not on CUDA, or the inputs
+            are invalid as for ``register_pair``.
+    """
+    fn = "sweep_lambdas"
+    device = next(model.parameters()).device
+    if isinstance(lambdas, torch.Tensor):
+        lam_all = lambdas.detach().reshape(-1).to(torch.float32)
+    elif isinstance(lambdas, Sequence) and not isinstance(lambdas, str):
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in lambdas):
+            raise TypeError(f"{fn}(): 'lambdas' must hold numbers, got {list(lambdas)[:4]}")
+        lam_all = torch.tensor([float(v) for v in lambdas], dtype=torch.float32)
+    else:
+        raise TypeError(
+            f"{fn}(): 'lambdas' must be a sequence of floats or a tensor, "
+            f"got {type(lambdas).__name__}"
+        )
+    count = lam_all.numel()
+    if count == 0:
+        raise ValueError(f"{fn}(): 'lambdas' must hold at least one value, got none")
+    lam_all = as_lambda_tensor(fn, lam_all, count, device)[:, 0]
+    if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
+        raise ValueError(f"{fn}(): 'chunk' must be a positive integer or None, got {chunk!r}")
+    if amp and device.type != "cuda":
+        raise ValueError(
+            f"{fn}(): 'amp' (bfloat16 autocast) needs a model on CUDA, got device '{device}'"
+        )
+    moving, moving_seg, fixed_seg, notes = prepare_pair(
+        fn, model, moving, fixed, moving_seg, fixed_seg, resample=resample
+    )
+    labels = labels_scored(moving_seg, fixed_seg)
+    before = None
+    if labels is not None and moving_seg is not None and fixed_seg is not None:
+        before = mean_dice(moving_seg.data, fixed_seg.data, labels)
+    moving_t, fixed_t, grid = network_inputs(model, moving, fixed, normalization, device, notes)
+    step = count if chunk is None else chunk
+    results: list[RegistrationResult] = []
+    for start in range(0, count, step):
+        lam = lam_all[start : start + step]
+        size = lam.numel()
+        shape = (size, *moving_t.shape[1:])
+        context = torch.autocast("cuda", dtype=torch.bfloat16) if amp else contextlib.nullcontext()
+        with context:
+            out = model(moving_t.expand(shape), fixed_t.expand(shape), lam)
+        similarity = -ncc_loss(out.moved.float(), fixed_t.expand(shape), reduction="none")
+        regularised = (out.velocity if out.velocity is not None else out.disp).float()
+        # as in training: VoxelMorph's loss_mult = int_downsize for a half-resolution velocity
+        scale = model.config.int_downsize if regularised.shape[2] < out.disp.shape[2] else 1
+        smoothness = scale * gradient_loss(regularised, reduction="none")
+        for index in range(size):
+            result = result_from_output(
+                out, index, float(lam[index]), moving_seg, fixed_seg, notes, labels,
+                moving=moving, grid=grid,
+            )
+            result.extra["ncc"] = float(similarity[index])
+            result.extra["smoothness"] = float(smoothness[index])
+            if before is not None:
+                result.extra["dice_before"] = before
+            results.append(result)
+        logger.debug("%s(): λ %d-%d of %d done", fn, start + 1, start + size, count)
+    return results
