@@ -128,7 +128,13 @@ def add_parsers(sub: Any) -> None:
         default=None,
         help="hypernetwork parametrisation (default mip, or that of --init)",
     )
-    train.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
+    train.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help="Adam learning rate (default 1e-3 for 2D, 1e-4 for 3D: at 1e-3 a 3D run on brain "
+        "volumes at 80 x 96 x 112, batch 1, diverged at step 1283; benchmarks/RESULTS_hypernet.md)",
+    )
     train.add_argument(
         "--batch-size",
         type=opts.positive_int,
@@ -371,7 +377,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         out=args.out or args.resume,
         steps=args.steps,
         batch_size=args.batch_size,
-        lr=args.lr,
+        lr=args.lr if args.lr is not None else (1e-4 if model.ndim == 3 else 1e-3),
         sim=args.sim,
         atlas=args.atlas,
         atlas_seg=args.atlas_seg,
