@@ -451,3 +451,25 @@ def test_register_prints_dice_before_and_moved_keeps_intensity_units(
     assert "before registration:" in capsys.readouterr().out
     moved = nib.load(files["out"] / "moved.nii.gz").get_fdata()
     assert 100 < moved.max() <= 200 + 1e-3
+
+
+@pytest.mark.parametrize(("ndim", "extra", "lr"), [("2", [], 1e-3), ("3", [], 1e-4),
+                                                   ("3", ["--lr", "5e-4"], 5e-4)])
+def test_train_default_lr_depends_on_dimensionality(
+    tmp_path: Path, monkeypatch, ndim: str, extra: list[str], lr: float
+) -> None:
+    """3D trains at 1e-4 unless told otherwise (1e-3 diverged on brain volumes)."""
+    import hyperreg.training.train as training
+
+    seen = {}
+
+    def fake_train(config, *args, **kwargs):
+        seen["config"] = config
+        return tmp_path / "run" / "model.pt"
+
+    monkeypatch.setattr(training, "train", fake_train)
+    data = tmp_path / "scans"
+    data.mkdir()
+    args = ["train", "--data", str(data), "--ndim", ndim, "--out", str(tmp_path / "run")]
+    assert main([*args, "--device", "cpu", *extra]) == 0
+    assert seen["config"].lr == lr and seen["config"].model.ndim == int(ndim)
