@@ -488,3 +488,17 @@ def test_sweep_tune_and_batch_take_init(tmp_path: Path, model_2d: Path) -> None:
     folder = tmp_path / "batch" / "pairs"
     (pair,) = list(folder.iterdir())
     assert (pair / "affine.mat").is_file() and load_affine(pair / "affine.mat").kind == "affine"
+
+
+def test_affine_of_slices_in_different_planes_is_a_clear_error() -> None:
+    """An axial 2D slice against a coronal one: one line naming the file, no ITK exception."""
+    from hyperreg.geometry.affine import register_affine
+    from hyperreg.geometry.io import Volume
+
+    grid = np.meshgrid(np.arange(32.0), np.arange(40.0), indexing="ij")
+    image = np.exp(-((grid[0] - 15) ** 2 + (grid[1] - 19) ** 2) / 50.0).astype(np.float32)
+    axial = Volume(image, np.eye(4), (32, 40, 1))
+    coronal_affine = np.array([[-1.0, 0, 0, 16], [0, 0, 1, 10], [0, -1, 0, 20], [0, 0, 0, 1]])
+    coronal = Volume(image, coronal_affine, (32, 40, 1))
+    with pytest.raises(ValueError, match=r"different world planes \(90° apart"):
+        register_affine(axial, coronal, "affine")

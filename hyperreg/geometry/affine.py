@@ -21,6 +21,7 @@ References:
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 import warnings
@@ -128,9 +129,26 @@ def _plane_frame(fixed: Volume) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _plane_image(volume: Volume, origin: np.ndarray, axes: np.ndarray) -> sitk.Image:
-    """A 2D SimpleITK image of a slice in the plane frame ``(origin, axes)`` (mm)."""
+    """A 2D SimpleITK image of a slice in the plane frame ``(origin, axes)`` (mm).
+
+    Raises:
+        ValueError: If the slice's plane is tilted by more than 60° against the frame's (e.g.
+            an axial slice against a coronal one): its projection would squash an axis.
+    """
     linear = axes.T @ volume.affine[:3, :2]  # plane coordinates per voxel step
     spacing = np.linalg.norm(linear, axis=0)
+    own = np.linalg.norm(volume.affine[:3, :2], axis=0)
+    if np.any(spacing < 0.5 * own):
+        normal = np.cross(axes[:, 0], axes[:, 1])
+        theirs = np.cross(volume.affine[:3, 0], volume.affine[:3, 1])
+        cosine = abs(float(normal @ theirs)) / float(np.linalg.norm(theirs))
+        angle = math.degrees(math.acos(min(1.0, cosine)))
+        raise ValueError(
+            f"register_affine(): the 2D slice '{_name(volume, 'moving')}' and the fixed 2D "
+            f"slice lie in different world planes ({angle:.0f}° apart, e.g. axial against "
+            "coronal); a 2D registration needs slices of the same plane: register the 3D "
+            "volumes instead"
+        )
     image = sitk.GetImageFromArray(np.ascontiguousarray(volume.data.astype(np.float32).T))
     image.SetSpacing(tuple(float(s) for s in spacing))
     image.SetOrigin(tuple(float(v) for v in axes.T @ (volume.affine[:3, 3] - origin)))
