@@ -506,3 +506,31 @@ def test_tune_cli_writes_json_and_figure(tmp_path: Path, capsys) -> None:
     bad_csv.write_text("moving,fixed\na_moving.nii.gz,a_fixed.nii.gz\n")
     assert main(["tune", "--model", str(model), "--pairs", str(bad_csv), "--out", str(out)]) == 2
     assert "moving_seg" in capsys.readouterr().err
+
+
+def test_sweep_qc_figure_shows_the_moved_image_on_the_fixed_images_scale(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Raw intensities 0-2000: the QC 'after' image is normalised like the 'before' one."""
+    import nibabel as nib
+
+    import hyperreg.apps.sweep as sweep_module
+
+    raw = write_pair(tmp_path / "raw", "r")
+    for key in ("moving", "fixed"):
+        img = nib.load(raw[key])
+        scaled = np.asarray(img.dataobj, dtype=np.float32) * 2000.0
+        nib.save(nib.Nifti1Image(scaled, img.affine, img.header), raw[key])
+    shown = []
+    real = sweep_module.checkerboard
+    monkeypatch.setattr(
+        sweep_module, "checkerboard", lambda a, b, *k, **kw: shown.append(a) or real(a, b, *k, **kw)
+    )
+    model = save_tiny_model(tmp_path / "model.pt")
+    args = ["sweep", "--model", str(model), "--moving", str(raw["moving"]), "--fixed"]
+    args += [str(raw["fixed"]), "--out", str(tmp_path / "out"), "--lambdas", "0.3"]
+    args += ["--init", "none"]
+    assert main(args) == 0
+    before, after = shown
+    assert float(before.max()) <= 1.0 + 1e-6
+    assert 0.5 < float(after.max()) <= 1.0 + 1e-3

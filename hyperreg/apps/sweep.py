@@ -133,9 +133,12 @@ def _sweep_figures(
     results: Sequence[RegistrationResult],
     baseline: float | None,
     affine: np.ndarray,
+    moved_units: tuple[float, float] = (0.0, 1.0),
 ) -> list[Path]:
     """Write sweep_curves.png, sweep_montage.png and sweep_qc.png; slices are shown in
-    :data:`~hyperreg.apps.plotting.DISPLAY_CONVENTION` from the fixed image's ``affine``."""
+    :data:`~hyperreg.apps.plotting.DISPLAY_CONVENTION` from the fixed image's ``affine``.
+    ``moving``/``fixed`` are normalised; ``moved_units`` ``(low, high)`` maps the results'
+    moved images (in the moving image's own units) to the same scale for the QC figure."""
     plt = pyplot()
     curves = out / "sweep_curves.png"
     fig, ax = plt.subplots(figsize=(5.5, 4.2), layout="constrained")
@@ -187,7 +190,7 @@ def _sweep_figures(
     )
     montage = out / "sweep_montage.png"
     save_figure(fig, montage, dpi=100)
-    return [curves, montage, _qc_figure(out, moving, fixed, results, affine)]
+    return [curves, montage, _qc_figure(out, moving, fixed, results, affine, moved_units)]
 
 
 def _qc_pick(results: Sequence[RegistrationResult]) -> RegistrationResult:
@@ -204,17 +207,20 @@ def _qc_figure(
     fixed: np.ndarray,
     results: Sequence[RegistrationResult],
     affine: np.ndarray,
+    moved_units: tuple[float, float],
 ) -> Path:
     """sweep_qc.png: checkerboard, fixed edges and |difference| of moving (before) and of the
-    moved image at the chosen λ (after) against the fixed image."""
+    moved image at the chosen λ (after) against the fixed image, all on the normalised scale."""
     plt = pyplot()
     pick = _qc_pick(results)
+    low, high = moved_units
+    moved = (pick.moved - low) / (high - low) if high > low else pick.moved * 0.0
     fixed_view = oriented_slice(fixed, affine)
     edges = edge_mask(fixed_view.data)
     why = "best mean Dice" if pick.dice is not None else "middle λ"
     rows = [
         ("before", "moving", oriented_slice(moving, affine).data),
-        (f"after, λ = {pick.lam:.3g}", "moved", oriented_slice(pick.moved, affine).data),
+        (f"after, λ = {pick.lam:.3g}", "moved", oriented_slice(moved, affine).data),
     ]
     fig, axes = plt.subplots(2, 3, figsize=(8.4, 6.6), squeeze=False, layout="constrained")
     scale = dict(cmap="gray", vmin=min(float(fixed_view.data.min()), 0.0), vmax=1.0)
@@ -399,13 +405,16 @@ def sweep_files(
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = [write_sweep_csv(out_dir / "sweep.csv", results)]
+    raw = moving_on.data
+    units = (float(raw.min()), float(raw.max())) if normalization == "minmax" else (0.0, 1.0)
     files += _sweep_figures(
         out_dir,
-        normalize_intensity(moving_on.data, normalization),
+        normalize_intensity(raw, normalization),
         normalize_intensity(fixed_v.data, normalization),
         results,
         baseline,
         fixed_v.affine,
+        units,
     )
     if save_fields:
         for r, lam in zip(results, lambdas):
