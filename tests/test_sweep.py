@@ -218,6 +218,18 @@ def test_sweep_saves_what_register_saves_with_an_affine_stage(
             np.asanyarray(nib.load(reg / "moved_seg.nii.gz").dataobj)
         )
         assert same.mean() > 0.99
+    # sweep.csv scores the label maps it writes (one interpolation through the chain)
+    from hyperreg.method.metrics import labels_in_both, mean_dice
+
+    with (out / "sweep.csv").open() as handle:
+        rows = {f"{float(r['lambda']):g}": float(r["mean_dice"]) for r in csv.DictReader(handle)}
+    moving_seg, fixed_seg = (
+        np.asanyarray(nib.load(files[k]).dataobj)[..., 0] for k in ("moving_seg", "fixed_seg")
+    )
+    labels = labels_in_both(moving_seg, fixed_seg)
+    for lam in ("0.2", "0.7"):
+        written = np.asanyarray(nib.load(out / f"moved_seg_lam{lam}.nii.gz").dataobj)[..., 0]
+        assert rows[lam] == pytest.approx(mean_dice(written, fixed_seg, labels), abs=2e-6)
 
 
 def test_sweep_field_names_keep_every_lambda_apart(files: dict[str, Path], capsys) -> None:

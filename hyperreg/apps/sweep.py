@@ -31,7 +31,7 @@ from hyperreg.apps.plotting import (
 )
 from hyperreg.geometry.fields import save_displacement
 from hyperreg.geometry.io import load_volume, save_volume
-from hyperreg.method.metrics import mean_dice
+from hyperreg.method.metrics import dice_per_label, mean_dice
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.chain import composed_displacement, is_identity, sample_volume
 from hyperreg.registration.lambdas import labels_scored, sweep_lambdas
@@ -397,6 +397,17 @@ def sweep_files(
         ]
     for result in results:
         result.resampled = list(notes)
+    if chain is not None:  # outputs and Dice as register writes a chain: one interpolation
+        transform, original, original_seg = chain
+        labels = labels_scored(moving_seg_on, fixed_seg_on)
+        for r in results:
+            r.moved = sample_volume(original, transform, r.disp, fixed_v).data
+            if original_seg is not None:
+                r.moved_seg = sample_volume(
+                    original_seg, transform, r.disp, fixed_v, label=True
+                ).data
+                if fixed_seg_on is not None:
+                    r.dice = dice_per_label(r.moved_seg, fixed_seg_on.data, labels)
     baseline = None
     if moving_seg_on is not None and fixed_seg_on is not None:
         baseline = mean_dice(
@@ -424,19 +435,10 @@ def sweep_files(
                 "warp": out_dir / f"warp_{tag}.nii.gz",
             }
             check_outputs("sweep_files", **paths)
-            moved, disp, moved_seg = r.moved, r.disp, r.moved_seg
-            if chain is not None:  # as register writes a chain: one interpolation, composed warp
-                transform, original, original_seg = chain
-                moved = sample_volume(original, transform, r.disp, fixed_v).data
-                disp = composed_displacement(transform, r.disp, fixed_v)
-                if original_seg is not None:
-                    moved_seg = sample_volume(
-                        original_seg, transform, r.disp, fixed_v, label=True
-                    ).data
-            files.append(save_volume(paths["moved"], moved, fixed_v))
+            disp = r.disp if chain is None else composed_displacement(chain[0], r.disp, fixed_v)
+            files.append(save_volume(paths["moved"], r.moved, fixed_v))
             files.append(save_displacement(paths["warp"], disp, fixed_v))
-            if moved_seg is not None:
-                files.append(
-                    save_volume(out_dir / f"moved_seg_{tag}.nii.gz", moved_seg, fixed_v, label=True)
-                )
+            if r.moved_seg is not None:
+                seg_path = out_dir / f"moved_seg_{tag}.nii.gz"
+                files.append(save_volume(seg_path, r.moved_seg, fixed_v, label=True))
     return SweepReport(results=results, baseline_dice=baseline, files=files)
