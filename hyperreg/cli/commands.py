@@ -12,7 +12,7 @@ from typing import Any
 
 from hyperreg.cli import args as opts
 from hyperreg.cli.inputs import check_out_folder, model_for, pair_options
-from hyperreg.cli.messages import folding_text
+from hyperreg.cli.messages import folding_text, mi_text
 
 __all__ = ["COMMANDS", "add_parsers"]
 
@@ -453,8 +453,8 @@ def _cmd_register(args: argparse.Namespace) -> int:
         print(f"{opts.PROG} register: {message}")
     if "affine_seconds" in result.extra:
         print(
-            f"{args.init} stage: {result.extra['affine_seconds']:.1f} s, Mattes MI "
-            f"{result.extra['affine_mi_before']:.4f} -> {result.extra['affine_mi_after']:.4f}"
+            f"{args.init} stage: {result.extra['affine_seconds']:.1f} s, "
+            + mi_text(result.extra["affine_mi_before"], result.extra["affine_mi_after"])
         )
     if refine_text(result.extra):
         print(refine_text(result.extra))

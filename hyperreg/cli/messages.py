@@ -11,6 +11,7 @@ rewrites each error, warning and log line that reaches the terminal: it drops th
 from __future__ import annotations
 
 import argparse
+import math
 import logging
 import re
 from pathlib import Path
@@ -95,3 +96,13 @@ class LogFormatter(logging.Formatter):
 def folding_text(percent: float) -> str:
     """``"folding 0.088 % of voxels (J ≤ 0)"``: how every command prints folding."""
     return f"folding {percent:.3f} % of voxels (J ≤ 0)"
+
+
+def mi_text(before: float, after: float) -> str:
+    """``"Mattes MI -0.1316 -> -0.6261"``; ``n/a`` where the metric is undefined (a constant
+    image has no intensity histogram to match), never ``nan``."""
+
+    def shown(value: float) -> str:
+        return f"{value:.4f}" if math.isfinite(value) else "n/a"
+
+    return f"Mattes MI {shown(before)} -> {shown(after)}"

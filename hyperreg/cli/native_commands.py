@@ -11,6 +11,7 @@ import argparse
 from typing import Any
 
 from hyperreg.cli import args as opts
+from hyperreg.cli.messages import mi_text
 
 __all__ = ["COMMANDS", "add_parsers"]
 
@@ -70,8 +71,7 @@ def _cmd_affine(args: argparse.Namespace) -> int:
     kept = t.kind != "none" and t.metric_after == t.metric_before
     kept_text = " (identity kept: no MI gain)" if kept else ""
     print(
-        f"{args.init}: {t.seconds:.1f} s, Mattes MI {t.metric_before:.4f} -> "
-        f"{t.metric_after:.4f}{kept_text}"
+        f"{args.init}: {t.seconds:.1f} s, {mi_text(t.metric_before, t.metric_after)}{kept_text}"
     )
     written = [p for p in (args.moved, args.affine_out, args.moved_seg) if p]
     if written:
