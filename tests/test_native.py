@@ -502,3 +502,11 @@ def test_affine_of_slices_in_different_planes_is_a_clear_error() -> None:
     coronal = Volume(image, coronal_affine, (32, 40, 1))
     with pytest.raises(ValueError, match=r"different world planes \(90° apart"):
         register_affine(axial, coronal, "affine")
+
+
+def test_warp_count_mismatch_names_only_what_was_given(tmp_path: Path) -> None:
+    """Two moving files and one moved: the message says so and invents no --nearest flags."""
+    paths = [tmp_path / f"{n}.nii.gz" for n in "ab"]
+    with pytest.raises(ValueError, match=r"got 2 and 1$"):
+        warp_files(paths, [tmp_path / "out.nii.gz"], warp_field=tmp_path / "w.nii.gz",
+                   nearest=[False, False])

@@ -88,3 +88,43 @@ def test_export_model_stores_float16_weights_that_load_as_float32(tmp_path: Path
     with torch.no_grad():
         torch.testing.assert_close(b(x, x.flip(2), lam).disp, a(x, x.flip(2), lam).disp,
                                    rtol=0.02, atol=0.02)
+
+
+def test_a_3d_model_is_bundled_and_registers_a_1mm_pair_at_its_2mm(tmp_path: Path, capsys) -> None:
+    import nibabel as nib
+    import numpy as np
+
+    bundled = default_model(3)
+    assert bundled.ndim == 3 and bundled.path.stat().st_size <= 10_000_000
+    model = load_pretrained(3)
+    assert model.config.ndim == 3 and model.config.spacing == 2.0
+    grid = np.stack(np.meshgrid(*[np.arange(40.0)] * 3, indexing="ij"))
+    paths = {}
+    for name, centre in (("moving", (18.0, 20.0, 21.0)), ("fixed", (20.0, 20.0, 19.0))):
+        image = np.exp(-((grid - np.array(centre)[:, None, None, None]) ** 2).sum(0) / 60.0)
+        paths[name] = tmp_path / f"{name}.nii.gz"
+        nib.save(nib.Nifti1Image(image.astype(np.float32), np.eye(4)), paths[name])
+    moved = tmp_path / "moved.nii.gz"
+    args = ["register", "--moving", str(paths["moving"]), "--fixed", str(paths["fixed"])]
+    code = main([*args, "--init", "none", "--moved", str(moved), "--device", "cpu"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "using the bundled model" in out.out and "hypermorph-3d" in out.out
+    assert "model's 2 mm voxels" in out.out + out.err
+    assert nib.load(moved).shape == (40, 40, 40)
+
+
+def test_bundled_models_are_named_for_model_and_init(tmp_path: Path, monkeypatch) -> None:
+    """--model hypermorph-2d and --init hypermorph-2d work from any folder."""
+    import hyperreg.training.train as training
+
+    from hyperreg.cli.inputs import model_path
+
+    assert model_path("hypermorph-2d") == default_model(2).path
+    seen = {}
+    monkeypatch.setattr(training, "train", lambda config, *a, **k: seen.setdefault("c", config))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "scans").mkdir()
+    args = ["train", "--data", "scans", "--init", "hypermorph-2d", "--out", "run"]
+    assert main([*args, "--device", "cpu"]) == 0
+    assert Path(seen["c"].init) == default_model(2).path

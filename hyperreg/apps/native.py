@@ -313,7 +313,7 @@ def warp_files(
         raise ValueError(
             f"{fn}(): 'moving' and 'moved' must list the same number of files (at least one), "
             f"got {len(moving)} and {len(moved)}"
-            + ("" if isinstance(nearest, bool) else f" ({len(labels)} 'nearest' flags)")
+            + ("" if len(labels) == len(moving) else f" ({len(labels)} 'nearest' flags)")
         )
     sources = (*moving, warp_field, affine, fixed)
     check_outputs(fn, sources, **{f"moved[{n}]": path for n, path in enumerate(moved)})

@@ -136,14 +136,15 @@ def add_model_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--moving`` and ``--fixed``."""
+def add_pair_arguments(parser: argparse.ArgumentParser, *, resample_flag: bool = True) -> None:
+    """``--moving`` and ``--fixed`` (``resample_flag``: the command has ``--no-resample``)."""
     parser.add_argument("--moving", required=True, help="moving image (NIfTI, MGZ or npz)")
     parser.add_argument(
         "--fixed",
         required=True,
         help="fixed image; every output is on its grid with its affine (a moving image on "
-        "another grid is resampled onto it first, see --no-resample)",
+        "another grid is resampled onto it first"
+        + (", see --no-resample)" if resample_flag else ")"),
     )
 
 

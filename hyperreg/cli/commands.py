@@ -11,7 +11,7 @@ import argparse
 from typing import Any
 
 from hyperreg.cli import args as opts
-from hyperreg.cli.inputs import check_out_folder, model_for, pair_options
+from hyperreg.cli.inputs import check_out_folder, model_for, model_path, pair_options
 from hyperreg.cli.messages import folding_text, mi_text
 
 __all__ = ["COMMANDS", "add_parsers"]
@@ -91,7 +91,8 @@ def add_parsers(sub: Any) -> None:
         "--init",
         metavar="MODEL",
         default="",
-        help="start from the weights of a pretrained model (.pt) and fine-tune; its "
+        help="start from the weights of a pretrained model and fine-tune: a .pt file, a run "
+        "folder, or a bundled model's name ('hyperreg models', e.g. hypermorph-2d); its "
         "architecture is used, and --ndim/--int-steps/--parametrization must match it",
     )
     train.add_argument(
@@ -355,6 +356,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     given = {key: value for key, value in flags.items() if value is not None}
     model = ModelConfig(**given)
     # the architecture of a run continued (--resume) or fine-tuned (--init) is the model's own
+    if args.init:
+        args.init = str(model_path(args.init, "--init"))  # a file, run folder or bundled name
     source = latest_checkpoint(args.resume) if args.resume else args.init
     if source:
         from hyperreg.method.model import load_checkpoint

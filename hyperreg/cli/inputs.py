@@ -30,13 +30,20 @@ _IMAGE_SUFFIXES = (".nii.gz", ".nii", ".mgz", ".mgh", ".npz")
 
 
 def model_path(value: str, option: str = "--model") -> Path:
-    """The checkpoint file ``value`` names: the file itself, or ``model.pt`` in a run folder.
+    """The checkpoint file ``value`` names: the file itself, ``model.pt`` in a run folder, or
+    a bundled model by name (``hypermorph-2d``, as ``hyperreg models`` lists them).
 
     Raises:
         FileNotFoundError: If ``value`` does not exist.
         ValueError: If it is a folder without ``model.pt``.
     """
     path = Path(value)
+    if not path.exists():
+        from hyperreg.apps.pretrained import bundled_models
+
+        named = {m.name: m.path for m in bundled_models()}
+        if value in named:
+            return named[value]
     if path.is_dir():
         if (path / MODEL_FILE).is_file():
             return path / MODEL_FILE

@@ -23,7 +23,7 @@ def add_parsers(sub: Any) -> None:
         help="affine (or rigid) registration alone, in world space: moved image and ITK "
         "transform file",
     )
-    opts.add_pair_arguments(affine)
+    opts.add_pair_arguments(affine, resample_flag=False)
     opts.add_label_arguments(affine)
     affine.add_argument(
         "--init",
