@@ -481,8 +481,14 @@ def test_sweep_tune_and_batch_take_init(tmp_path: Path, model_2d: Path) -> None:
         rows = (tmp_path / init / "sweep.csv").read_text().splitlines()
         dice[init] = float(rows[-1].split(",")[1])  # λ = 1: (nearly) no deformation
     assert dice["affine"] > dice["none"] + 0.1
-    tune = ["tune", *common, "--pairs", str(csv), "--lambdas", "0,1", "--refine-rounds", "0"]
+    tune = ["tune", *common, "--pairs", str(csv), "--lambdas", "0.1,0.9", "--refine-rounds", "0"]
     assert main([*tune, "--out", str(tmp_path / "tune")]) == 0
+    # tune scores the chain as sweep and register write it (one interpolation), same Dice
+    import json
+
+    grid = json.loads((tmp_path / "tune" / "tune.json").read_text())["grid"]
+    at_one = next(row for row in grid if row["lambda"] == 1.0)
+    assert at_one["mean_dice"] == pytest.approx(dice["affine"], abs=2e-6)
     batch = ["batch", *common, "--pairs", str(csv), "--lambda", "0.5", "--no-progress"]
     assert main([*batch, "--out", str(tmp_path / "batch")]) == 0
     folder = tmp_path / "batch" / "pairs"
@@ -510,3 +516,41 @@ def test_warp_count_mismatch_names_only_what_was_given(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"got 2 and 1$"):
         warp_files(paths, [tmp_path / "out.nii.gz"], warp_field=tmp_path / "w.nii.gz",
                    nearest=[False, False])
+
+
+def test_tune_dice_under_the_affine_stage_is_registers(tmp_path: Path) -> None:
+    """Real pair (Mindboggle 9 -> 3): tune's Dice at a λ is that of the label map register
+    writes (sampled once through affine and field), not of the aligned map warped again."""
+    import json
+
+    from shared_paths import DATA
+
+    from hyperreg.method.metrics import labels_in_both, mean_dice
+
+    root = DATA / "mindboggle-trt20-2d"
+    if not root.is_dir():
+        pytest.skip(f"shared data not found at {root} (set HYPERREG_DATA)")
+    files = {}
+    for role, person in (("moving", "OASIS-TRT-20-9"), ("fixed", "OASIS-TRT-20-3")):
+        files[role] = root / person / f"{person}_slice118.nii.gz"
+        files[f"{role}_seg"] = root / person / f"{person}_DKT31_CMA_labels_slice118.nii.gz"
+    csv = tmp_path / "pairs.csv"
+    csv.write_text("moving,fixed,moving_seg,fixed_seg\n" + ",".join(
+        str(files[k]) for k in ("moving", "fixed", "moving_seg", "fixed_seg")) + "\n")
+    common = ["--device", "cpu"]
+    tune = ["tune", *common, "--pairs", str(csv), "--lambdas", "0.1,0.9", "--refine-rounds", "0"]
+    assert main([*tune, "--out", str(tmp_path / "tune")]) == 0
+    grid = json.loads((tmp_path / "tune" / "tune.json").read_text())["grid"]
+    reg = ["register", *common, "--moving", str(files["moving"]), "--fixed", str(files["fixed"])]
+    reg += ["--moving-seg", str(files["moving_seg"]), "--lambda", "0.1"]
+    reg += ["--moved-seg", str(tmp_path / "moved_seg.nii.gz")]
+    assert main(reg) == 0
+    moved = np.asanyarray(nib.load(tmp_path / "moved_seg.nii.gz").dataobj).squeeze()
+    moving_seg, fixed_seg = (
+        np.rint(nib.load(files[k]).get_fdata()).astype(np.int32).squeeze()
+        for k in ("moving_seg", "fixed_seg")
+    )
+    expected = mean_dice(moved, fixed_seg, labels_in_both(moving_seg, fixed_seg))
+    at = next(row for row in grid if abs(row["lambda"] - 0.1) < 1e-6)
+    assert at["mean_dice"] == pytest.approx(expected, abs=1e-4)
+

@@ -23,8 +23,11 @@ from hyperreg._files import write_json
 from hyperreg.apps.batch import PairSpec
 from hyperreg.apps.plotting import plot_lambda_curves, pyplot, save_figure
 from hyperreg.apps.sweep import parse_lambdas, sweep_lambdas
-from hyperreg.geometry.io import load_volume
+from hyperreg.geometry.io import load_volume, same_grid
+from hyperreg.geometry.resample import resample_to
+from hyperreg.method.metrics import dice_per_label
 from hyperreg.method.model import HyperMorph
+from hyperreg.registration.chain import is_identity, sample_volume
 from hyperreg.registration.pairs import PathLike, RegistrationResult
 
 __all__ = [
@@ -201,38 +204,51 @@ def _evaluate(
     normalization: str,
     resample: bool,
     init: str = "none",
-    aligned: dict[int, tuple[Any, Any]] | None = None,
+    aligned: dict[int, tuple[Any, ...]] | None = None,
 ) -> tuple[list[dict[str, Any]], list[float]]:
     """Mean-over-pairs Dice/folding per λ (one batched sweep per pair), and the mean Dice
     without (deformable) registration of each pair. With ``init``, each pair's affine stage
-    runs once and is kept in ``aligned`` (position -> (moving, moving_seg)) for later rounds."""
+    runs once and is kept in ``aligned`` (position -> (moving, moving_seg, transform, original
+    moving_seg)) for later rounds; Dice then scores the original label map sampled once through
+    the affine and the field, as ``register`` writes it."""
     per_lam: list[list[RegistrationResult]] = [[] for _ in lambdas]
     before: list[float] = []
     aligned = {} if aligned is None else aligned
     for position, pair in enumerate(pairs):
-        moving, moving_seg = aligned.get(position, (None, None))
+        moving, moving_seg, transform, original_seg = aligned.get(position, (None,) * 4)
+        fixed = load_volume(pair.fixed)
         if moving is None:
             moving = load_volume(pair.moving)
             moving_seg = load_volume(pair.moving_seg, label=True)  # type: ignore[arg-type]
             if init != "none":  # once per pair, kept for the later rounds
                 from hyperreg.apps.native import align_pair
 
-                moving, moving_seg, _ = align_pair(
-                    moving, load_volume(pair.fixed), moving_seg, init
-                )
-                aligned[position] = (moving, moving_seg)
+                original = moving
+                original_seg = moving_seg
+                moving, moving_seg, transform = align_pair(moving, fixed, moving_seg, init)
+                if is_identity(transform, original, fixed):
+                    transform = None
+                aligned[position] = (moving, moving_seg, transform, original_seg)
+        fixed_seg = load_volume(pair.fixed_seg, label=True)  # type: ignore[arg-type]
         results = sweep_lambdas(
             model,
             moving,
-            load_volume(pair.fixed),
+            fixed,
             list(lambdas),
             moving_seg=moving_seg,
-            fixed_seg=load_volume(pair.fixed_seg, label=True),  # type: ignore[arg-type]
+            fixed_seg=fixed_seg,
             chunk=chunk,
             amp=amp,
             normalization=normalization,
             resample=resample,
         )
+        if transform is not None:  # one interpolation through the chain, as register writes
+            on_grid = fixed_seg if same_grid(fixed_seg, fixed) else resample_to(
+                fixed_seg, fixed, label=True
+            )
+            for r in results:
+                seg = sample_volume(original_seg, transform, r.disp, fixed, label=True).data
+                r.dice = dice_per_label(seg, on_grid.data, sorted(r.dice or {}))
         for slot, result in zip(per_lam, results):
             slot.append(result)
         before.append(results[0].extra["dice_before"])
