@@ -162,7 +162,7 @@ def affine_files(
             before = resample_to(moving_seg_v, fixed_v, label=True).data
             dice_before = mean_dice(before, fixed_seg_v.data, list(dice))
     if affine_out is not None:
-        save_affine(affine_out, transform)
+        save_affine(affine_out, transform, fixed_v.ndim)
     if moved is not None:
         save_volume(moved, moved_v.data, fixed_v)
     if moved_seg is not None and moved_seg_v is not None:
@@ -379,7 +379,7 @@ def save_chain(
     if field_out is not None:
         save_displacement(field_out, result.disp, fixed, format=warp_format)
     if affine_out is not None:
-        save_affine(affine_out, transform)
+        save_affine(affine_out, transform, fixed.ndim)
 
 
 def align_pair(

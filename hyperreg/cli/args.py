@@ -316,6 +316,7 @@ def add_affine_out_argument(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="affine of the --init stage as an ITK transform file (.mat binary, .tfm/.txt "
         "text): AffineTransform_double_3_3, LPS mm, fixed point -> moving point, as "
-        "antsApplyTransforms -t and SimpleITK ReadTransform take it (a 2D registration is "
-        "written as its 3D equivalent)",
+        "antsApplyTransforms -t and SimpleITK ReadTransform take it; a 2D registration of x-y "
+        "plane slices is written as AffineTransform_double_2_2 (what ANTs applies to 2D "
+        "images), any other 2D one as its 3D equivalent",
     )

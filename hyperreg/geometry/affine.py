@@ -424,12 +424,23 @@ def resample_affine(
     return resample_through(moving, fixed, transform.to_sitk(), label=label, fn="resample_affine")
 
 
-def save_affine(path: str | os.PathLike[str], transform: AffineTransform) -> Path:
+def _in_xy_plane(matrix: np.ndarray) -> bool:
+    """The map leaves z alone and mixes nothing into or out of it (an x-y plane transform)."""
+    return bool(
+        np.allclose(matrix[2], [0.0, 0.0, 1.0, 0.0], atol=1e-9)
+        and np.allclose(matrix[:2, 2], 0.0, atol=1e-9)
+    )
+
+
+def save_affine(path: str | os.PathLike[str], transform: AffineTransform, ndim: int = 3) -> Path:
     """Write ``transform`` as an ITK transform file (``.mat`` binary, ``.tfm``/``.txt`` text).
 
-    The file holds a 3D ``AffineTransform_double_3_3`` in LPS mm mapping fixed physical points
-    to moving ones, as ``antsApplyTransforms -t file.mat`` and ``sitk.ReadTransform`` expect
-    (a 2D registration is written as its 3D equivalent, which leaves the slice normal alone).
+    The file holds an ITK affine in LPS mm mapping fixed physical points to moving ones, as
+    ``antsApplyTransforms -t file.mat`` and ``sitk.ReadTransform`` expect: a 3D
+    ``AffineTransform_double_3_3``, or, for a 2D registration (``ndim=2``) whose map leaves z
+    alone (slices in the x-y plane, as ITK and ANTs read 2D images), the 2D
+    ``AffineTransform_double_2_2`` they apply to 2D images. Any other 2D registration (e.g. a
+    coronal slice) is written as its 3D equivalent, which leaves the slice normal alone.
 
     Raises:
         ValueError: If the suffix is not one of ``.mat``, ``.tfm``, ``.txt``.
@@ -441,28 +452,42 @@ def save_affine(path: str | os.PathLike[str], transform: AffineTransform) -> Pat
             f"{''.join(path.suffixes)!r}"
         )
     itk = transform.to_sitk()
+    if ndim == 2 and _in_xy_plane(transform.matrix):
+        flip = _RAS_TO_LPS[:2, :2]
+        itk = sitk.AffineTransform(2)
+        itk.SetMatrix(tuple(float(v) for v in (flip @ transform.matrix[:2, :2] @ flip).ravel()))
+        itk.SetTranslation(tuple(float(v) for v in flip @ transform.matrix[:2, 3]))
     return atomic_write(path, lambda tmp: sitk.WriteTransform(itk, str(tmp)))
 
 
 def load_affine(path: str | os.PathLike[str]) -> AffineTransform:
     """Read an ITK affine (or rigid) transform file written by hyperreg, ANTs or SimpleITK.
 
+    A 2D transform (x-y plane, LPS) is lifted to 3D with z left alone.
+
     Raises:
         FileNotFoundError: If ``path`` does not exist.
-        ValueError: If the file is not a readable 3D linear transform.
+        ValueError: If the file is not a readable 2D or 3D linear transform.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"load_affine(): no such file: '{path}'")
     try:
         transform = sitk.ReadTransform(str(path))
-        if transform.GetDimension() != 3:
+        if transform.GetDimension() == 2:  # an x-y plane map (save_affine, ANTs 2D)
+            linear, offset = _matrix_offset(transform, 2)
+            flip = _RAS_TO_LPS[:2, :2]
+            matrix = np.eye(4)
+            matrix[:2, :2] = flip @ linear @ flip
+            matrix[:2, 3] = flip @ offset
+        elif transform.GetDimension() != 3:
             raise ValueError(f"a {transform.GetDimension()}D transform")
-        matrix = _lift_lps(transform)
+        else:
+            matrix = _lift_lps(transform)
     except (RuntimeError, ValueError) as err:
         reason = str(err) if isinstance(err, ValueError) else "ITK cannot read it as a transform"
         raise ValueError(
-            f"load_affine(): '{path}' is not a 3D affine transform file ({reason})"
+            f"load_affine(): '{path}' is not an affine transform file ({reason})"
         ) from err
     if not np.all(np.isfinite(matrix)):
         raise ValueError(f"load_affine(): '{path}' holds a non-finite matrix")

@@ -4,10 +4,10 @@ Each pair is registered at every λ in one batched pass with
 :func:`hyperreg.registration.lambdas.sweep_lambdas` (the inference code path, on
 already-normalised arrays), Dice and folding come from :mod:`hyperreg.method.metrics`. The
 validation loss at each λ is the HyperMorph training objective ``(1 − λ)·similarity +
-λ·smoothness``, with smoothness the :func:`~hyperreg.method.losses.gradient_loss` of the field
-training regularises (the velocity when the model integrates one, else the displacement). The score that
-picks the best checkpoint is the mean Dice over pairs and λ values, or, for pairs without label
-maps, minus the mean similarity loss. Must not import train or cli.
+λ·smoothness``, with smoothness the :func:`~hyperreg.method.losses.gradient_loss` of the
+field training regularises (the velocity when the model integrates one, else the displacement).
+The score that picks the best checkpoint is the mean Dice over pairs and λ values, or, for pairs
+without label maps, minus the mean similarity loss. Must not import train or cli.
 """
 
 from __future__ import annotations
