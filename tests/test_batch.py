@@ -197,3 +197,13 @@ def test_batch_script_from_python(job: dict[str, Path], capsys) -> None:
     assert code == 1  # the broken pair
     assert len(_rows(job["out"] / "summary.csv")) == 4
     assert len(_rows(job["out"] / "failures.csv")) == 1
+
+
+def test_batch_rerun_without_affine_stage_drops_the_old_affine(job: dict[str, Path]) -> None:
+    """A rerun with --init none redoes the pairs and leaves no affine.mat of the earlier run."""
+    out = job["out"]
+    args = _batch_args(job, "--lambda", "0.5")
+    main([*args, "--init", "affine"])
+    assert list(out.glob("pairs/*/affine.mat"))
+    main([*args, "--init", "none"])
+    assert not list(out.glob("pairs/*/affine.mat"))

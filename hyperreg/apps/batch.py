@@ -345,6 +345,8 @@ def batch_register(
         }
         write_json(folder / RECORD, record)
         (folder / FAILURE).unlink(missing_ok=True)
+        if init == "none":  # an earlier run's affine stage is not part of this result
+            (folder / "affine.mat").unlink(missing_ok=True)
         report.done += 1
     report.seconds = time.perf_counter() - start
     return report
