@@ -2,10 +2,11 @@
 
 A hypernetwork gives every sample its own λ and so its own weights. A per-sample convolution
 folds the batch into the channel axis and runs one grouped convolution (``groups = B``), which
-is exact and needs no Python loop. On the CPU, float32 convolutions go straight to oneDNN
+is exact and needs no Python loop. On the CPU, float32 3D convolutions go straight to oneDNN
 (``aten::mkldnn_convolution``): PyTorch's dispatcher sends batch-1 3D convolutions with few
 voxels × channels (``N·C·D·H`` ≤ 20480: the first layer at 80 × 96 × 112, the coarse levels) to
-its reference ``slow_conv3d``, 2-3× slower forward (benchmarks/RESULTS_speed.md). Must not
+its reference ``slow_conv3d``, 2-3× slower forward (benchmarks/RESULTS_hypernet.md). 2D
+convolutions keep the dispatcher's choice, which is faster there. Must not
 import hyperreg modules other than ``_checks``.
 """
 
@@ -22,7 +23,8 @@ _CONV = {2: F.conv2d, 3: F.conv3d}
 
 def _onednn(x: Tensor, weight: Tensor) -> bool:
     return (
-        x.device.type == "cpu"
+        x.ndim == 5  # 3D only: in 2D the dispatcher's choice is as fast or faster (measured)
+        and x.device.type == "cpu"
         and x.dtype == weight.dtype == torch.float32
         and torch.backends.mkldnn.is_available()
         and torch.backends.mkldnn.enabled
