@@ -106,7 +106,8 @@ def test_a_3d_model_is_bundled_and_registers_a_1mm_pair_at_its_2mm(tmp_path: Pat
         nib.save(nib.Nifti1Image(image.astype(np.float32), np.eye(4)), paths[name])
     moved = tmp_path / "moved.nii.gz"
     args = ["register", "--moving", str(paths["moving"]), "--fixed", str(paths["fixed"])]
-    code = main([*args, "--init", "none", "--moved", str(moved), "--device", "cpu"])
+    args += ["--init", "none", "--lambda", "0.3", "--moved", str(moved), "--device", "cpu"]
+    code = main(args)
     out = capsys.readouterr()
     assert code == 0, out.err
     assert "using the bundled model" in out.out and "hypermorph-3d" in out.out
