@@ -85,3 +85,20 @@ def write_csv(
             writer.writerow({k: _cell(row.get(k, "")) for k in columns})
 
     return atomic_text(path, write)
+
+
+def read_csv(fn: str, path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    """``(header, rows)`` of a CSV file, header names and cells stripped of spaces (an empty or
+    missing cell is ``""``).
+
+    Raises:
+        FileNotFoundError: If ``path`` does not exist (the message starts with ``fn``).
+    """
+    if not path.is_file():
+        raise FileNotFoundError(f"{fn}(): no such file: '{path}'")
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        header = [h.strip() for h in (reader.fieldnames or [])]
+        rows = [{(k or "").strip(): (v or "").strip() for k, v in row.items()} for row in reader]
+    return header, rows
+

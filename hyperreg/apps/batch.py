@@ -18,7 +18,6 @@ Output layout under ``out``::
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
 import math
@@ -30,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hyperreg._files import write_csv, write_json
+from hyperreg._files import read_csv, write_csv, write_json
 
 if TYPE_CHECKING:  # annotations only: the module stays light to import (no torch)
     from hyperreg.registration.pairs import PathLike
@@ -98,12 +97,7 @@ def read_pairs(path: PathLike, *, require_segs: bool = False) -> list[PairSpec]:
     """
     fn = "read_pairs"
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{fn}(): no such file: '{path}'")
-    with path.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        header = [h.strip() for h in (reader.fieldnames or [])]
-        rows = [{(k or "").strip(): (v or "").strip() for k, v in row.items()} for row in reader]
+    header, rows = read_csv(fn, path)
     missing = [c for c in ("moving", "fixed") if c not in header]
     if missing:
         raise ValueError(

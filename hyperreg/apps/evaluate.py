@@ -16,7 +16,6 @@ cli.
 
 from __future__ import annotations
 
-import csv
 import logging
 import math
 import warnings
@@ -28,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hyperreg._files import write_csv
+from hyperreg._files import read_csv, write_csv
 from hyperreg.apps.plotting import pyplot, save_figure
 from hyperreg.apps.structures import structure_names
 from hyperreg.geometry.fields import load_displacement
@@ -130,12 +129,7 @@ def read_evaluation_csv(path: PathLike) -> list[EvaluationRow]:
     """
     fn = "read_evaluation_csv"
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{fn}(): no such file: '{path}'")
-    with path.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        header = [h.strip() for h in (reader.fieldnames or [])]
-        rows = [{(k or "").strip(): (v or "").strip() for k, v in r.items()} for r in reader]
+    header, rows = read_csv(fn, path)
     if "moved_seg" not in header or "fixed_seg" not in header:
         raise ValueError(
             f"{fn}(): '{path}' must have columns ('moved_seg', 'fixed_seg') (optional 'warp', "
