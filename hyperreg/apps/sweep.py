@@ -31,9 +31,9 @@ from hyperreg.apps.plotting import (
 )
 from hyperreg.geometry.fields import save_displacement
 from hyperreg.geometry.io import load_volume, save_volume
-from hyperreg.method.metrics import dice_per_label, mean_dice
+from hyperreg.method.metrics import mean_dice
 from hyperreg.method.model import HyperMorph
-from hyperreg.registration.chain import composed_displacement, is_identity, sample_volume
+from hyperreg.registration.chain import composed_displacement, finish_chain, is_identity
 from hyperreg.registration.lambdas import labels_scored, sweep_lambdas
 from hyperreg.registration.pairs import (
     PathLike,
@@ -401,13 +401,8 @@ def sweep_files(
         transform, original, original_seg = chain
         labels = labels_scored(moving_seg_on, fixed_seg_on)
         for r in results:
-            r.moved = sample_volume(original, transform, r.disp, fixed_v).data
-            if original_seg is not None:
-                r.moved_seg = sample_volume(
-                    original_seg, transform, r.disp, fixed_v, label=True
-                ).data
-                if fixed_seg_on is not None:
-                    r.dice = dice_per_label(r.moved_seg, fixed_seg_on.data, labels)
+            finish_chain(r, original, fixed_v, transform, moving_seg=original_seg,
+                         fixed_seg=fixed_seg_on, labels=labels, baselines=False)
     baseline = None
     if moving_seg_on is not None and fixed_seg_on is not None:
         baseline = mean_dice(

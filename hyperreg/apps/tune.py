@@ -23,11 +23,9 @@ from hyperreg._files import write_json
 from hyperreg.apps.batch import PairSpec
 from hyperreg.apps.plotting import plot_lambda_curves, pyplot, save_figure
 from hyperreg.apps.sweep import parse_lambdas, sweep_lambdas
-from hyperreg.geometry.io import load_volume, same_grid
-from hyperreg.geometry.resample import resample_to
-from hyperreg.method.metrics import dice_per_label
+from hyperreg.geometry.io import load_volume
 from hyperreg.method.model import HyperMorph
-from hyperreg.registration.chain import is_identity, sample_volume
+from hyperreg.registration.chain import finish_chain, is_identity
 from hyperreg.registration.pairs import PathLike, RegistrationResult
 
 __all__ = [
@@ -243,12 +241,9 @@ def _evaluate(
             resample=resample,
         )
         if transform is not None:  # one interpolation through the chain, as register writes
-            on_grid = fixed_seg if same_grid(fixed_seg, fixed) else resample_to(
-                fixed_seg, fixed, label=True
-            )
             for r in results:
-                seg = sample_volume(original_seg, transform, r.disp, fixed, label=True).data
-                r.dice = dice_per_label(seg, on_grid.data, sorted(r.dice or {}))
+                finish_chain(r, None, fixed, transform, moving_seg=original_seg,
+                             fixed_seg=fixed_seg, labels=sorted(r.dice or {}), baselines=False)
         for slot, result in zip(per_lam, results):
             slot.append(result)
         before.append(results[0].extra["dice_before"])

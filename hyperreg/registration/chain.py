@@ -18,6 +18,7 @@ returns the result of the whole chain. Must not import training, apps or cli.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -184,38 +185,45 @@ def align(
 
 def finish_chain(
     result: RegistrationResult,
-    moving: Volume,
+    moving: Volume | None,
     fixed: Volume,
     transform: AffineTransform,
     *,
     moving_seg: Volume | None = None,
     fixed_seg: Volume | None = None,
+    labels: Sequence[int] | None = None,
+    baselines: bool = True,
 ) -> RegistrationResult:
     """Replace the outputs of a registration of the aligned pair by those of the whole chain.
 
     ``result.moved`` and ``result.moved_seg`` are sampled again from the **original** ``moving``
-    and ``moving_seg`` through ``transform`` and ``result.disp`` (:func:`sample_volume`); Dice,
+    (None: ``result.moved`` is left as it is, for callers that score label maps only) and
+    ``moving_seg`` through ``transform`` and ``result.disp`` (:func:`sample_volume`); Dice
+    (over ``labels``, default those in both maps) and, with ``baselines``,
     ``extra["dice_before"]`` (no registration) and ``extra["dice_affine"]`` (the affine alone)
     are computed against ``fixed_seg`` (moved onto the fixed grid if needed). ``result.disp``
     stays the deformable field alone. Modifies and returns ``result``.
     """
-    result.moved = sample_volume(moving, transform, result.disp, fixed).data
+    if moving is not None:
+        result.moved = sample_volume(moving, transform, result.disp, fixed).data
     if moving_seg is not None:
         moved_seg = sample_volume(moving_seg, transform, result.disp, fixed, label=True)
         result.moved_seg = moved_seg.data
         if fixed_seg is not None:
             if not same_grid(fixed_seg, fixed):
                 fixed_seg = resample_to(fixed_seg, fixed, label=True)
-            result.dice = dice_per_label(moved_seg.data, fixed_seg.data)
-            labels = list(result.dice)
+            result.dice = dice_per_label(moved_seg.data, fixed_seg.data, labels)
+        if fixed_seg is not None and baselines:
+            labels = list(result.dice or {})
             before = resample_to(moving_seg, fixed, label=True).data
             affine_only = sample_volume(moving_seg, transform, None, fixed, label=True).data
             result.extra["dice_before"] = mean_dice(before, fixed_seg.data, labels)
             result.extra["dice_affine"] = mean_dice(affine_only, fixed_seg.data, labels)
-    result.resampled.append(
-        f"moving '{moving.path}' sampled once through the {transform.kind} stage and the field "
-        "onto the fixed grid"
-    )
+    if moving is not None:
+        result.resampled.append(
+            f"moving '{moving.path}' sampled once through the {transform.kind} stage and the "
+            "field onto the fixed grid"
+        )
     return result
 
 
