@@ -154,10 +154,10 @@ class NetworkGrid:
         """Network voxel size / fixed voxel size, per array axis."""
         return np.asarray(self.grid.spacing) / np.asarray(self.fixed.spacing)
 
-    def note(self, model_spacing: float) -> str:
+    def note(self) -> str:
         """One line for :attr:`RegistrationResult.resampled`."""
         return (
-            f"registered at the model's {model_spacing:g} mm voxels (shape "
+            f"registered at the model's {self.grid.spacing[0]:g} mm voxels (shape "
             f"{self.grid.spatial_shape}); the field is upsampled to the fixed grid "
             f"({describe_grid(self.fixed)})"
         )
@@ -215,7 +215,7 @@ def network_inputs(
     if grid is not None:
         moving, fixed = resample_to(moving, grid.grid), resample_to(fixed, grid.grid)
         if notes is not None:
-            notes.append(grid.note(model.config.spacing))
+            notes.append(grid.note())
     return (
         model_input(moving, normalization, device),
         model_input(fixed, normalization, device),
