@@ -11,8 +11,10 @@ Contract every ``bench_*.py`` follows, so that ``run_all.py`` can stitch RESULTS
 
 from __future__ import annotations
 
-import sys
+import json
 import os
+import shutil
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -79,3 +81,108 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+# The people split of the bundled 2D model (its model card): three sources, four validation
+# people never trained on (OAS1_0002 and Mindboggle 9/10 moving onto others; S8), test people
+# drawn from the seed. Training benchmarks use it at 1.5 mm (144 × 194) to fit a CPU.
+PEOPLE_SOURCES = ("neurite-oasis", "mindboggle-trt20-2d", "multicontrast-2d")
+PEOPLE_HOLDOUT = ("OASIS_OAS1_0002_MR1", "OASIS-TRT-20-9", "OASIS-TRT-20-10", "S8")
+PEOPLE_SPACING = 1.5
+
+
+def people_config(root: Path, out: Path, **settings):
+    """A 2D :class:`hyperreg.config.TrainConfig` on the people split above.
+
+    ``settings`` are further TrainConfig fields (``steps``, ``lr``, ``seed``, ``model`` …).
+    Exits with a one-line message when a source is missing under ``root``.
+    """
+    from hyperreg.config import ModelConfig, TrainConfig
+
+    sources = [root / name for name in PEOPLE_SOURCES]
+    missing = [str(path) for path in sources if not path.is_dir()]
+    if missing:
+        raise SystemExit(f"benchmark needs the shared data; missing: {', '.join(missing)}")
+    settings.setdefault("model", ModelConfig(ndim=2))
+    return TrainConfig(
+        data=tuple(str(path) for path in sources),
+        out=str(out),
+        holdout=PEOPLE_HOLDOUT,
+        spacing=PEOPLE_SPACING,
+        sim="ncc",
+        **settings,
+    )
+
+
+def people_text(split: dict) -> str:
+    """One sentence naming who trained and who validated, from a run's ``split.json``."""
+    train = ", ".join(split.get("train", [])) or "?"
+    val = ", ".join(split.get("val", [])) or "?"
+    return (
+        f"trained on {len(split.get('train', []))} people ({train}); evaluated on "
+        f"{len(split.get('val_pairs', []))} pairs whose moving scan is one of the "
+        f"{len(split.get('val', []))} held-out people ({val}), never trained on"
+    )
+
+
+def _one_thread(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def run_jobs(fn: Callable, tasks: Sequence[tuple], jobs: int, threads: int = 1) -> list:
+    """``[fn(*task) for task in tasks]``, in ``jobs`` worker processes when ``jobs`` > 1.
+
+    Each worker uses ``threads`` torch threads (two 1-thread trainings on 2 cores outrun one
+    2-thread training; two 2-thread ones oversubscribe). ``fn`` must be importable (top level).
+    """
+    if jobs <= 1:
+        return [fn(*task) for task in tasks]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(
+        jobs, mp_context=context, initializer=_one_thread, initargs=(threads,)
+    ) as pool:
+        futures = [pool.submit(fn, *task) for task in tasks]
+        return [future.result() for future in futures]
+
+
+def train_run(config, reuse: bool) -> tuple[int | None, float]:
+    """Train one :func:`hyperreg.training.train.train` run; return ``(diverged_at, seconds)``.
+
+    With ``reuse``, a finished run in ``config.out`` (its ``done.json`` records this config) is
+    kept instead, so interrupted benchmarks continue and benchmarks that need the
+    same run (bench_mip's MIP arm, bench_accuracy's HyperMorph) share it through one ``--work``.
+    A non-finite loss is recorded (``diverged_at``: its step), not raised.
+    """
+    from hyperreg.config import to_dict
+    from hyperreg.training.train import train
+
+    folder = Path(config.out)
+    name = folder.name
+    done = folder / "done.json"
+    if reuse and done.is_file():
+        record = json.loads(done.read_text())
+        if record.get("config") == to_dict(config):
+            log(f"{name}: reusing the finished run")
+            return record["diverged_at"], record["seconds"]
+    if folder.exists():
+        shutil.rmtree(folder)  # no stale checkpoints or logs from an earlier run
+    log(f"{name}: training {config.steps} steps")
+    start = time.perf_counter()
+    diverged_at = None
+    try:
+        train(config, progress=False)
+    except RuntimeError as err:
+        if "non-finite" not in str(err):
+            raise
+        digits = "".join(ch for ch in str(err).rsplit("step", 1)[-1] if ch.isdigit())
+        diverged_at = int(digits) if digits else -1
+        log(f"{name}: diverged: {err}")
+    seconds = time.perf_counter() - start
+    record = {"diverged_at": diverged_at, "seconds": seconds, "config": to_dict(config)}
+    done.write_text(json.dumps(record, indent=1) + "\n")
+    return diverged_at, seconds

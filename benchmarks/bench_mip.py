@@ -1,26 +1,27 @@
 """MIP against the default parametrisation: validation loss and Dice against training steps.
 
-For each seed (``--seeds``) and each hypernetwork parametrisation (``"mip"`` and ``"default"``,
-:class:`hyperreg.config.ModelConfig`), trains a 2D HyperMorph model with
-:func:`hyperreg.training.train.train` on the shared OASIS data, with the same steps, batch size,
-Adam lr, loss (NCC), pair stream and λ draws (both seeded by the seed); only the parametrisation
-differs.
+For each hypernetwork parametrisation (``"mip"`` and the MIP paper's ``"default"``,
+:class:`hyperreg.config.ModelConfig`), trains 2D HyperMorph models with
+:func:`hyperreg.training.train.train` on the people split of the bundled 2D model
+(:data:`_common.PEOPLE_SOURCES`, validation people never trained on, at 1.5 mm): first at every
+learning rate of ``--lrs`` with the first seed, then with the other ``--seeds`` at each arm's
+best lr (lowest final validation loss of the first seed; a diverged run counts as worst). The
+two arms share steps, batch size, loss (NCC), pair stream and λ draws (seeded by the seed); only
+the parametrisation and each arm's own best lr differ.
 Every ``--val-every`` steps training validates (:func:`hyperreg.training.validation.evaluate`) at
-the ``--val-lambdas`` values: the HyperMorph validation loss ``(1 − λ)·NCC + λ·gradient_loss`` per λ
-and its mean over λ (``val_loss``), and mean Dice. With the 2 subjects of the shared data nothing
-can be held out by subject, so validation runs on held-out brain slices (every 10th coronal
-slice, never trained on) of the same 2 subjects. A run whose loss becomes non-finite is recorded
-as diverged.
+the ``--val-lambdas`` values on pairs whose moving scan belongs to a held-out person: the
+HyperMorph validation loss ``(1 − λ)·NCC + λ·gradient_loss`` per λ and its mean over λ
+(``val_loss``), and mean Dice. A run whose loss becomes non-finite is recorded as diverged.
 
-Reports, per seed and for the seed-mean curves, the first validation step at which MIP's
-validation loss is at or below the default's final validation loss, as a fraction of the steps;
-the target (DESIGN.md §5) is ≤ 50 %. Writes ``mip_vs_default.png`` (validation loss and mean
-Dice against step, a thin line per seed, a thick seed mean per parametrisation) into
-``--plot-dir``, and the run folders (``val_log.csv``, ``train_log.csv``, checkpoints) into
-``--work``.
+Reports the lr grid, then, per seed and for the seed-mean curves at the best lrs, the first
+validation step at which MIP's validation loss is at or below the default's final validation
+loss, as a fraction of the steps; the target (DESIGN.md §5) is ≤ 50 %. Writes
+``mip_vs_default.png`` into ``--plot-dir`` and the run folders (``val_log.csv``,
+``train_log.csv``, checkpoints) into ``--work``; ``--reuse`` keeps finished runs whose
+``config.json`` matches, so an interrupted benchmark continues where it stopped.
 
     python benchmarks/bench_mip.py --steps 1500 --val-every 50 --seeds 0 1 2 \\
-        --batch-size 4 --lr 1e-3 --device cpu --work runs/bench_mip
+        --lrs 3e-4 1e-3 3e-3 --jobs 2 --device cpu --work runs/bench_mip --reuse
 """
 
 from __future__ import annotations
@@ -30,16 +31,15 @@ import csv
 import itertools
 import json
 import math
-import shutil
 import statistics
 import tempfile
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _common import DEFAULT_DATA, DEFAULT_PLOTS, FIXED, MOVING, log, pyplot, require_data, table
-from _common import verdict
+from _common import DATA_ROOT, DEFAULT_PLOTS, log, people_config, people_text, pyplot, run_jobs
+from _common import train_run
+from _common import table, verdict
 
 PARAMETRIZATIONS = ("default", "mip")  # baseline first
 LABELS = {"default": "default", "mip": "MIP"}
@@ -53,6 +53,7 @@ class Run:
 
     parametrization: str
     seed: int
+    lr: float
     steps: list[int] = field(default_factory=list)
     loss: list[float] = field(default_factory=list)
     dice: list[float] = field(default_factory=list)
@@ -96,18 +97,16 @@ def _read_curve(run: Run, folder: Path) -> None:
         run.val_seconds = statistics.mean(after) - run.step_seconds
 
 
-def _train_run(args: argparse.Namespace, parametrization: str, seed: int) -> Run:
-    from hyperreg.config import ModelConfig, TrainConfig, to_dict
-    from hyperreg.training.train import train
+def _config(args: argparse.Namespace, parametrization: str, seed: int, lr: float):
+    from hyperreg.config import ModelConfig
 
-    folder = args.work / f"{parametrization}_seed{seed}"
-    config = TrainConfig(
-        data=str(args.data),
-        out=str(folder),
+    folder = args.work / f"{parametrization}_lr{lr:g}_seed{seed}"
+    return people_config(
+        args.data,
+        folder,
         steps=args.steps,
         batch_size=args.batch_size,
-        lr=args.lr,
-        sim="ncc",
+        lr=lr,
         seed=seed,
         device=args.device,
         val_every=args.val_every,
@@ -117,37 +116,32 @@ def _train_run(args: argparse.Namespace, parametrization: str, seed: int) -> Run
         keep_checkpoints=1,
         model=ModelConfig(ndim=2, parametrization=parametrization),
     )
-    run = Run(parametrization, seed)
-    done = folder / "model.pt"
-    saved = folder / "config.json"
-    if (
-        args.reuse
-        and done.is_file()
-        and saved.is_file()
-        and json.loads(saved.read_text()) == to_dict(config)
-    ):
-        log(f"{parametrization} seed {seed}: reusing finished run in {folder}")
-        _read_curve(run, folder)
-        return run
-    if folder.exists():
-        shutil.rmtree(folder)  # no stale checkpoints or logs from an earlier run
-    log(f"{parametrization} seed {seed}: training {args.steps} steps -> {folder}")
-    start = time.perf_counter()
-    try:
-        train(config, progress=False)
-    except RuntimeError as err:
-        if "non-finite" not in str(err):
-            raise
-        digits = "".join(ch for ch in str(err).rsplit("step", 1)[-1] if ch.isdigit())
-        run.diverged_at = int(digits) if digits else -1
-        log(f"{parametrization} seed {seed}: diverged: {err}")
-    run.seconds = time.perf_counter() - start
-    _read_curve(run, folder)
-    log(
-        f"{parametrization} seed {seed}: {run.seconds:.1f} s, final val loss "
-        f"{run.final_loss:.4f}, final Dice {run.final_dice:.4f}"
-    )
-    return run
+
+
+def _runs(args: argparse.Namespace, keys: Sequence[tuple[str, int, float]]) -> dict:
+    """Train (or reuse) the runs ``(parametrization, seed, lr)``; return them by key."""
+    tasks = [(_config(args, *key), args.reuse) for key in keys]
+    results = run_jobs(train_run, tasks, args.jobs)
+    runs = {}
+    for key, (task, _), (diverged_at, seconds) in zip(keys, tasks, results):
+        run = Run(*key, diverged_at=diverged_at, seconds=seconds)
+        _read_curve(run, Path(task.out))
+        log(
+            f"{Path(task.out).name}: final val loss {run.final_loss:.4f}, "
+            f"final Dice {run.final_dice:.4f}"
+        )
+        runs[key] = run
+    return runs
+
+
+def _best_lr(runs: dict, parametrization: str, seed: int, lrs: Sequence[float]) -> float:
+    """The lr of ``lrs`` with the lowest final validation loss (diverged: worst)."""
+
+    def loss(lr: float) -> float:
+        value = runs[(parametrization, seed, lr)].final_loss
+        return value if math.isfinite(value) else math.inf
+
+    return min(lrs, key=loss)
 
 
 def _reach(steps: Sequence[int], loss: Sequence[float], target: float) -> int | None:
@@ -262,12 +256,18 @@ def _fmt_seconds(values: Sequence[float]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="neurite-oasis folder")
+    parser.add_argument("--data", type=Path, default=DATA_ROOT, help="shared data folder")
     parser.add_argument("--steps", type=int, default=1500, help="training steps per run")
     parser.add_argument("--val-every", type=int, default=50, help="steps between validations")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--batch-size", type=int, default=4)
-    parser.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (both runs)")
+    parser.add_argument(
+        "--lrs",
+        type=float,
+        nargs="+",
+        default=[3e-4, 1e-3, 3e-3],
+        help="Adam learning rates tried with the first seed, per arm (default 3e-4 1e-3 3e-3)",
+    )
     parser.add_argument(
         "--val-lambdas",
         type=float,
@@ -279,9 +279,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--val-max-pairs",
         type=int,
         default=16,
-        help="cap on held-out slice pairs per validation (TrainConfig.val_max_pairs; default 16)",
+        help="cap on held-out pairs per validation (TrainConfig.val_max_pairs; default 16)",
     )
     parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="runs trained at once, one torch thread each"
+    )
     parser.add_argument("--plot-dir", type=Path, default=DEFAULT_PLOTS)
     parser.add_argument(
         "--work", type=Path, default=None, help="folder for the run folders (default: a temp dir)"
@@ -292,52 +295,70 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="reuse finished runs in --work whose config.json matches (else retrain)",
     )
     args = parser.parse_args(argv)
-    counts = (args.steps, args.batch_size, args.val_every, args.val_max_pairs)
-    if min(counts) < 1 or not args.lr > 0:
+    counts = (args.steps, args.batch_size, args.val_every, args.val_max_pairs, args.jobs)
+    if min(counts) < 1 or not all(lr > 0 for lr in args.lrs):
         parser.error(
-            "--steps, --val-every, --batch-size and --val-max-pairs must be >= 1 and --lr > 0"
+            "--steps, --val-every, --batch-size, --val-max-pairs and --jobs must be >= 1 and "
+            "--lrs > 0"
         )
     if not all(0.0 <= lam <= 1.0 for lam in args.val_lambdas):
         parser.error(f"--val-lambdas must lie in [0, 1], got {args.val_lambdas}")
     if len(set(args.seeds)) != len(args.seeds):
         parser.error(f"--seeds must be distinct, got {args.seeds}")
-    names = [
-        f"{s}/{f}" for s in (MOVING, FIXED) for f in ("aligned_norm.nii.gz", "aligned_seg35.nii.gz")
-    ]
-    require_data(args.data, *names)
+    args.lrs = sorted(set(args.lrs))
     args.work = args.work or Path(tempfile.mkdtemp(prefix="bench_mip_"))
     args.work.mkdir(parents=True, exist_ok=True)
     log(f"run folders in {args.work}")
 
-    runs: dict[tuple[str, int], Run] = {}
-    for seed in args.seeds:
-        for p in PARAMETRIZATIONS:
-            runs[(p, seed)] = _train_run(args, p, seed)
+    first = args.seeds[0]
+    grid = _runs(args, [(p, first, lr) for p in PARAMETRIZATIONS for lr in args.lrs])
+    best = {p: _best_lr(grid, p, first, args.lrs) for p in PARAMETRIZATIONS}
+    log("best lr: " + ", ".join(f"{LABELS[p]} {best[p]:g}" for p in PARAMETRIZATIONS))
+    more = _runs(args, [(p, seed, best[p]) for seed in args.seeds[1:] for p in PARAMETRIZATIONS])
+    everything = {**grid, **more}
+    runs = {
+        (p, seed): everything[(p, seed, best[p])] for p in PARAMETRIZATIONS for seed in args.seeds
+    }
 
-    split_path = args.work / f"mip_seed{args.seeds[0]}" / "split.json"
+    split_path = Path(_config(args, "mip", first, best["mip"]).out) / "split.json"
     split = json.loads(split_path.read_text()) if split_path.is_file() else {}
-    every = len(split.get("val_pairs", []))
     lambdas = ", ".join(f"{lam:g}" for lam in args.val_lambdas)
-    all_runs = list(runs.values())
+    all_runs = list(everything.values())
     print(
-        f"2D HyperMorph (default `ModelConfig(ndim=2)`: U-Net 16/32/32/32, hypernetwork 4 × 64, "
-        f"velocity integrated in 7 steps at half resolution), trained with "
-        f"`hyperreg.training.train.train` "
-        f"for {args.steps} steps per run, batch {args.batch_size}, Adam lr {args.lr:g}, NCC "
-        f"similarity, λ per sample (uniform plus 20 % endpoints), on coronal slices of the shared "
-        f"OASIS volumes (`{args.data.name}`, 2 subjects), once with the MIP and "
-        f"once with the default hypernetwork parametrisation per seed (seeds "
-        f"{', '.join(map(str, args.seeds))}; the same pair stream and λ draws for both). "
-        f"Validation every {args.val_every} steps at λ = {lambdas}: validation loss = mean over "
-        f"λ of (1 − λ)·NCC + λ·gradient loss of the velocity (the training objective), and mean "
-        f"Dice. With only 2 subjects nothing is held out by subject: validation runs on "
-        f"{every or 'the'} held-out slice pairs (every 10th brain slice, never trained on) of "
-        f'the same 2 subjects. "Steps MIP needs" is the first validation step at which MIP\'s '
-        f"validation loss is ≤ the default's final one (same seed; resolution {args.val_every} "
-        f"steps). Device {args.device}: {_fmt_seconds([r.step_seconds for r in all_runs])} s "
-        f"per training step, {_fmt_seconds([r.val_seconds for r in all_runs])} s per validation "
-        f"(medians over runs)."
+        f"2D HyperMorph (default `ModelConfig(ndim=2)`: U-Net 16/32/32/32, MIP hypernetwork "
+        f"4 × 64 with the rank-4 head, or the MIP paper's default parametrisation: raw λ in, "
+        f"zero-bias Kaiming trunk, θ = h(λ)), trained with `hyperreg.training.train.train` for "
+        f"{args.steps} steps per run, batch {args.batch_size}, Adam, NCC similarity, λ per "
+        f"sample (uniform plus 20 % endpoints), on 2D slices at 1.5 mm of three shared sources "
+        f"({', '.join(s.get('data', '?').rsplit('/', 1)[-1] for s in split.get('sources', []))}): "
+        f"{people_text(split)}. Each arm ran first at every lr of {{"
+        f"{', '.join(f'{lr:g}' for lr in args.lrs)}}} with seed {first}; its best lr (lowest "
+        f"final validation loss) then ran with seeds {', '.join(map(str, args.seeds[1:])) or '–'}"
+        f". Same pair stream and λ draws for both arms per seed. Validation every "
+        f"{args.val_every} steps at λ = {lambdas}: validation loss = mean over λ of "
+        f"(1 − λ)·NCC + λ·2·Grad-l2 of the velocity (the training objective), and mean Dice. "
+        f'"Steps MIP needs" is the first validation step at which MIP\'s validation loss is ≤ '
+        f"the default's final one (same seed; resolution {args.val_every} steps). Device "
+        f"{args.device}, {args.jobs} run(s) at once, one thread each: "
+        f"{_fmt_seconds([r.step_seconds for r in all_runs])} s per training step, "
+        f"{_fmt_seconds([r.val_seconds for r in all_runs])} s per validation (medians)."
     )
+    print()
+    header = ["arm", *(f"lr {lr:g}: final val loss / Dice" for lr in args.lrs), "best lr"]
+    rows = []
+    for p in PARAMETRIZATIONS:
+        cells = []
+        for lr in args.lrs:
+            run = grid[(p, first, lr)]
+            cells.append(
+                f"diverged at step {run.diverged_at}"
+                if run.diverged_at is not None
+                else f"{run.final_loss:.4f} / {run.final_dice:.3f}"
+            )
+        rows.append([LABELS[p], *cells, f"{best[p]:g}"])
+    print(f"Learning-rate grid (seed {first}):")
+    print()
+    print(table(header, rows))
     print()
 
     header = [
@@ -383,10 +404,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "" if complete["mip"] else "all diverged",
     )
     rows.append(cells)
+    print(f"Each arm at its best lr (default {best['default']:g}, MIP {best['mip']:g}):")
+    print()
     print(table(header, rows))
     print()
     diverged = [
-        f"{LABELS[r.parametrization]} seed {r.seed}" for r in all_runs if r.diverged_at is not None
+        f"{LABELS[r.parametrization]} lr {r.lr:g} seed {r.seed}"
+        for r in all_runs
+        if r.diverged_at is not None
     ]
     if diverged:
         print(
@@ -399,7 +424,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     overall = mean_ok is True and met == defined and defined > 0
     print(
         f"Target (DESIGN.md §5): MIP reaches the default's final validation loss in ≤ 50 % of "
-        f"the steps — {verdict(overall)} (on the seed-mean curves: "
+        f"the steps, each arm at its best lr — {verdict(overall)} (on the seed-mean curves: "
         f"{'n/a' if mean_ok is None else verdict(mean_ok)}; per seed: met for {met} of "
         f"{defined})."
     )

@@ -72,7 +72,7 @@ from hyperreg.method.losses import gradient_loss, mse_loss, ncc_loss
 from hyperreg.method.model import HyperMorph, RegistrationOutput, save_checkpoint
 from hyperreg.training.validation import evaluate, validation_columns
 
-__all__ = ["SIMILARITIES", "PairSource", "hypermorph_loss", "train"]
+__all__ = ["SIMILARITIES", "PairSource", "hypermorph_loss", "prepare_data", "train"]
 
 logger = logging.getLogger(__name__)
 
@@ -158,16 +158,27 @@ def _sources(config: TrainConfig) -> list[str]:
     return [str(source) for source in config.data]
 
 
-def _prepare_data(
+def prepare_data(
     config: TrainConfig, load_validation: bool = True
 ) -> tuple[PairSource, list[ValidationPair], dict]:
     """Training sampler, validation pairs and the split record (written to split.json).
+
+    What :func:`train` trains and validates on for ``config``; public so that a baseline trained
+    by other code (a benchmark's fixed-λ model) sees the same pairs and the same held-out people.
 
     Every source is split by person (:attr:`~hyperreg.training.sources.Scan.person`); pairs are
     drawn within a source, each pair's source with probability proportional to its training
     scans, and a share ``config.synth`` of the pairs is synthesised from the training people's
     label maps (plus ``config.synth_labels``). ``load_validation=False`` (ranks other than 0)
     records the split but loads no pairs.
+
+    Returns:
+        ``(sampler, validation pairs, split record)``; ``sampler.sample(batch, generator)`` gives
+        ``(moving, fixed)`` tensors of shape ``(batch, 1, *spatial)``, intensities in [0, 1].
+
+    Raises:
+        ValueError: If no source has enough training scans, or ``synth`` finds no label maps.
+        FileNotFoundError: If a source does not exist.
     """
     ndim = config.model.ndim
     sources = _sources(config)
@@ -390,7 +401,7 @@ def _train(
     main = context.is_main
     record = None
     if pairs is None:
-        pairs, loaded, record = _prepare_data(config, load_validation=main)
+        pairs, loaded, record = prepare_data(config, load_validation=main)
         val_pairs = loaded if val_pairs is None else val_pairs
     val_pairs = list(val_pairs or [])
     val_every = config.val_every
