@@ -114,6 +114,45 @@ def people_config(root: Path, out: Path, **settings):
     )
 
 
+def hyper_config(
+    root: Path,
+    work: Path,
+    parametrization: str,
+    lr: float,
+    *,
+    steps: int,
+    batch_size: int,
+    seed: int,
+    device: str,
+    val_every: int = 50,
+    val_lambdas: Sequence[float] = (0.1, 0.5, 0.9),
+    val_max_pairs: int = 16,
+    folder: Path | None = None,
+):
+    """The training run of one benchmark arm on the people split, in ``work`` (or ``folder``).
+
+    bench_mip and bench_accuracy build their HyperMorph runs here, so equal settings give equal
+    configs and one ``--work`` lets :func:`train_run` train such a run once for both.
+    """
+    from hyperreg.config import ModelConfig
+
+    return people_config(
+        root,
+        folder or work / f"{parametrization}_lr{lr:g}_seed{seed}",
+        steps=steps,
+        batch_size=batch_size,
+        lr=lr,
+        seed=seed,
+        device=device,
+        val_every=val_every,
+        val_lambdas=tuple(val_lambdas),
+        val_max_pairs=val_max_pairs,
+        checkpoint_every=steps,
+        keep_checkpoints=1,
+        model=ModelConfig(ndim=2, parametrization=parametrization),
+    )
+
+
 def people_text(split: dict) -> str:
     """One sentence naming who trained and who validated, from a run's ``split.json``."""
     train = ", ".join(split.get("train", [])) or "?"

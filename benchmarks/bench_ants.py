@@ -9,10 +9,12 @@ determinant ≤ 0, ``hyperreg.method.metrics.folding_fraction``) and wall time, 
 method, plus the unregistered pair.
 
 hyperreg registers at λ* with ``--model`` (2D) and, in 3D, with ``--model3d`` or, without one,
-a 3D model this script trains for ``--steps3d`` steps on the same two volumes (both directions,
-λ ~ U(0, 1)), so the 3D row measures a model that has seen the test pair (there are only two
-subjects). λ* is the value given (``run_all.py`` passes the one the accuracy benchmark picked on
-held-out 2D slices).
+a 3D model this script trains for ``--steps3d`` steps at ``--lr3d`` (default 1e-4, the CLI's
+default for 3D) on the same two volumes (both directions, λ ~ U(0, 1)), so the 3D row measures a
+model that has seen the test pair: a check that training at the default lr is stable and learns
+(target: Dice ≥ no registration + 0.15), not evidence of generalisation (that is
+``bench_3d.py``). λ* is the value given (``run_all.py`` passes the one the accuracy benchmark
+picked; its 2D model never trained on the moving person OAS1_0002).
 
 ANTs images are built from numpy with spacing 1 and identity direction, so ANTs' physical
 units are voxels. Folding for ANTs is computed from its forward warp field (the deformable
@@ -179,7 +181,7 @@ class _BothDirections:
         return moving, fixed
 
 
-def train_3d(pair: dict, steps: int, work: Path, device: str) -> Path:
+def train_3d(pair: dict, steps: int, work: Path, device: str, lr: float) -> Path:
     """A 3D HyperMorph trained on the pair itself (min–max normalised, both directions)."""
     from hyperreg.config import ModelConfig, TrainConfig
     from hyperreg.geometry.intensity import normalize_intensity
@@ -189,6 +191,7 @@ def train_3d(pair: dict, steps: int, work: Path, device: str) -> Path:
     config = TrainConfig(
         out=str(work),
         steps=steps,
+        lr=lr,
         batch_size=1,
         checkpoint_every=steps,
         device=device,
@@ -200,15 +203,9 @@ def train_3d(pair: dict, steps: int, work: Path, device: str) -> Path:
 def _rows(pair: dict, model: str | Path, lam: float, args, device) -> tuple[list, dict]:
     from hyperreg.method.metrics import mean_dice
 
-    rows = [
-        [
-            "no registration",
-            f"{mean_dice(pair['moving_seg'], pair['fixed_seg'], pair['labels']):.3f}",
-            "0",
-            "0",
-        ]
-    ]
-    found = {}
+    before = mean_dice(pair["moving_seg"], pair["fixed_seg"], pair["labels"])
+    rows = [["no registration", f"{before:.3f}", "0", "0"]]
+    found = {"none": {"dice": before}}
     for kind in args.methods:
         log(f"ANTs {kind} {pair['fixed'].shape} ...")
         try:
@@ -235,12 +232,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="neurite-oasis folder")
     parser.add_argument("--size3d", default="160x192x224", help="3D size; 'none' skips 3D")
     parser.add_argument("--steps3d", type=int, default=300, help="steps of the 3D model")
+    parser.add_argument("--lr3d", type=float, default=1e-4, help="its Adam lr (CLI 3D default)")
     parser.add_argument(
         "--holdout-slice",
         type=int,
         default=105,
-        help="also a coronal slice the 2D model did not train on (bench_accuracy holds out every "
-        "10th brain slice, 35 … 175); -1 skips it",
+        help="also this coronal slice of the pair; -1 skips it",
     )
     parser.add_argument("--methods", nargs="+", default=["SyN", "SyNCC"])
     parser.add_argument("--methods3d", nargs="+", default=["SyN"])
@@ -259,12 +256,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     pair2d = load_pair(args.data, 2)
     rows, found = _rows(pair2d, args.model, args.lam, args, args.device)
     title = f"2D, the shared slice pair (coronal slice 109, {len(pair2d['labels'])} labels)"
-    sections = [(f"{title}: trained on by the 2D model", rows, found)]
+    sections = [(title, rows, found)]
     if args.holdout_slice is not None:
         pair2d = load_pair(args.data, 2, coronal=args.holdout_slice)
         rows, found = _rows(pair2d, args.model, args.lam, args, args.device)
         title = f"2D, coronal slice {args.holdout_slice} ({len(pair2d['labels'])} labels)"
-        sections.append((f"{title}: held out from the 2D model's training", rows, found))
+        sections.append((title, rows, found))
     trained = ""
     if args.size3d != "none":
         size3d = shape(args.size3d)
@@ -274,10 +271,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             if model3d is None:
                 log(f"training a 3D model for {args.steps3d} steps at {size3d} ...")
                 start = time.perf_counter()
-                model3d = train_3d(pair3d, args.steps3d, args.work or Path(tmp), args.device)
+                model3d = train_3d(
+                    pair3d, args.steps3d, args.work or Path(tmp), args.device, args.lr3d
+                )
                 trained = (
-                    f" The 3D model was trained here for {args.steps3d} steps (batch 1, "
-                    f"{time.perf_counter() - start:.0f} s) on these two volumes."
+                    f" The 3D model was trained here for {args.steps3d} steps (batch 1, Adam lr "
+                    f"{args.lr3d:g}, {time.perf_counter() - start:.0f} s) on these two volumes "
+                    "(it has seen the test pair: a check of training, not of generalisation)."
                 )
             methods, args.methods = args.methods, args.methods3d
             rows, found = _rows(pair3d, model3d, args.lam, args, args.device)
@@ -290,14 +290,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "maps; folding = % of voxels with Jacobian determinant ≤ 0 (ANTs: of its deformable "
         f"warp); wall time of one registration (hyperreg: median of {args.repeats} "
         f"`register_pair` calls after a warm-up, device {args.device}). hyperreg uses λ* = "
-        f"{args.lam:g}.{trained} There are only two subjects, so the 2D model was trained on "
-        "slices of these two brains (the shared slice among them; the held-out slice not)"
-        + (", and the 3D model on these very volumes" if args.size3d != "none" else "")
-        + ".\n"
+        f"{args.lam:g}.{trained} The 2D model is the one given (`run_all.py` passes "
+        "bench_accuracy's, trained on the people split that holds OAS1_0002 out).\n"
     )
     for title, rows, found in sections:
         print(f"**{title}**\n")
         print(table(["method", "mean Dice", "folding (%)", "wall time (s)"], rows))
+        if title.startswith("3D") and trained:
+            gain = found["hyperreg"]["dice"] - found["none"]["dice"]
+            print(
+                f"\nTarget (issue 11): the 3D model trained here at the default lr reaches Dice ≥ "
+                f"no registration + 0.15: {gain:+.3f}, {verdict(gain >= 0.15)}.\n"
+            )
         if "SyN" in found:
             h, syn = found["hyperreg"]["dice"], found["SyN"]["dice"]
             print(

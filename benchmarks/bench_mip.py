@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _common import DATA_ROOT, DEFAULT_PLOTS, log, people_config, people_text, pyplot, run_jobs
+from _common import DATA_ROOT, DEFAULT_PLOTS, hyper_config, log, people_text, pyplot, run_jobs
 from _common import train_run
 from _common import table, verdict
 
@@ -98,23 +98,18 @@ def _read_curve(run: Run, folder: Path) -> None:
 
 
 def _config(args: argparse.Namespace, parametrization: str, seed: int, lr: float):
-    from hyperreg.config import ModelConfig
-
-    folder = args.work / f"{parametrization}_lr{lr:g}_seed{seed}"
-    return people_config(
+    return hyper_config(
         args.data,
-        folder,
+        args.work,
+        parametrization,
+        lr,
         steps=args.steps,
         batch_size=args.batch_size,
-        lr=lr,
         seed=seed,
         device=args.device,
         val_every=args.val_every,
-        val_lambdas=tuple(args.val_lambdas),
+        val_lambdas=args.val_lambdas,
         val_max_pairs=args.val_max_pairs,
-        checkpoint_every=args.steps,
-        keep_checkpoints=1,
-        model=ModelConfig(ndim=2, parametrization=parametrization),
     )
 
 
