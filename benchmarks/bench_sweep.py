@@ -5,9 +5,13 @@ one warm-up, the two sides interleaved):
 
 * model: ``model(moving×K, fixed×K, lam=(K,))`` (per-sample generated weights, grouped
   convolutions) against K calls ``model(moving, fixed, λ)``;
-* API: :func:`hyperreg.apps.sweep.sweep_lambdas` against K calls of
+* API: :func:`hyperreg.apps.sweep.sweep_lambdas` (its default chunk unless ``--chunk``: all K
+  per pass on a GPU, one per pass on a CPU) against K calls of
   :func:`hyperreg.registration.pairs.register_pair` (both also compute Dice, folding and log-J per
   λ).
+
+On a CPU the target (no slower than K single calls) applies to the API level, what users run;
+the model level's one pass of K is reported for information there.
 
 Untrained default-width model (encoder 16/32/32/32), random images and label maps. Prints a
 Markdown table; ratio = single calls / batched (> 1: the batched sweep is faster).
@@ -95,6 +99,7 @@ def _bench_size(
         t_single = statistics.median(times["single"])
         t_batched = statistics.median(times["batched"])
         ratio = t_single / t_batched
+        informational = device.type == "cpu" and level == "model"
         rows.append(
             [
                 size,
@@ -102,7 +107,7 @@ def _bench_size(
                 f"{t_single:.3f}",
                 f"{t_batched:.3f}",
                 f"{ratio:.2f}×",
-                verdict(ratio >= need),
+                "(not a target on CPU)" if informational else verdict(ratio >= need),
             ]
         )
     return rows
@@ -127,18 +132,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     lambdas = np.linspace(0.0, 1.0, count).round(6).tolist()
     rows = [row for size in args.sizes for row in _bench_size(size, args, lambdas, device)]
     need = "≥ 3×" if device.type == "cuda" else "≥ 1× (no slower)"
+    default_chunk = "one λ per pass on a CPU" if device.type == "cpu" else "all λ in one pass"
+    chunk_text = args.chunk or f"default: {default_chunk}"
     print(
         f"K = {count} values of λ (0 … 1) for one pair: one batched call (the pair repeated K "
         "times, per-sample generated weights as grouped convolutions) against K single-λ calls, "
         f"side by side in one process, median of {args.repeats} interleaved runs after a "
         "warm-up; untrained default-width model, random images, device "
         f"{device}{', bf16 autocast' if args.amp else ''}. *model*: `HyperMorph.forward` only; "
-        "*api*: `sweep_lambdas` against K × `register_pair` (both with Dice, folding and log-J "
-        "per λ; the sweep also computes local NCC per λ). Ratio = single / batched.\n"
+        f"*api*: `sweep_lambdas` (chunk {chunk_text}) against K × `register_pair` (both with "
+        "Dice, folding and log-J per λ; the sweep also "
+        "computes local NCC per λ). Ratio = single / batched.\n"
     )
     header = ["size", "level", f"{count} single calls (s)", "one batched sweep (s)", "ratio"]
     print(table([*header, f"target {need}"], rows))
-    print("\nTarget (DESIGN.md §5): on a GPU ≥ 3 × faster than 16 single calls; on CPU no slower.")
+    print(
+        "\nTarget (DESIGN.md §5): on a GPU ≥ 3 × faster than 16 single calls; on CPU no slower "
+        "(API level)."
+    )
     return 0
 
 

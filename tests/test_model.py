@@ -254,6 +254,42 @@ def test_checkpoint_round_trip(ndim: int, make_blobs, tmp_path) -> None:
         assert torch.equal(getattr(after, name), getattr(before, name)), name
 
 
+def test_inference_reuses_weights_until_lambda_or_parameters_change(make_blobs) -> None:
+    """Eval-mode no-grad calls reuse the last λ's generated weights; any change regenerates."""
+    model = _small(2).eval()
+    moving, fixed = _pair(MODEL_SHAPES[2], make_blobs)
+    calls: list[float] = []
+    generate = model.generate_weights
+
+    def counted(lam: torch.Tensor) -> dict[str, torch.Tensor]:
+        calls.extend(lam.flatten().tolist())
+        return generate(lam)
+
+    model.generate_weights = counted  # type: ignore[method-assign]
+    with torch.no_grad():
+        first = model(moving, fixed, 0.3).disp
+        again = model(moving, fixed, 0.3).disp
+        assert len(calls) == 1
+        assert torch.equal(first, again)
+        model(moving, fixed, 0.7)
+        assert len(calls) == 2
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    with torch.enable_grad():  # grad enabled: never cached
+        model(moving, fixed, 0.7).disp.abs().mean().backward()
+    assert len(calls) == 3
+    optimizer.step()  # in place: the version counters move
+    with torch.no_grad():
+        stepped = model(moving, fixed, 0.7).disp
+        assert len(calls) == 4
+        model.load_state_dict(_small(2).state_dict())
+        reloaded = model(moving, fixed, 0.7).disp
+        assert len(calls) == 5
+    assert not torch.equal(stepped, reloaded)
+    model.train()
+    model(moving, fixed, 0.7)
+    assert len(calls) == 6  # training mode: generated every call
+
+
 def test_state_dict_has_no_grid_buffers() -> None:
     model = _small(3)
     keys = list(model.state_dict())

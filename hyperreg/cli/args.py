@@ -243,7 +243,7 @@ def add_batching_arguments(parser: argparse.ArgumentParser) -> None:
         "--chunk",
         type=positive_int,
         help="largest number of λ per batched forward pass (bounds memory; default: all at "
-        "once). Use a small value for 3D on a CPU",
+        "once on a GPU, one per pass on a CPU, where that is faster)",
     )
     parser.add_argument(
         "--amp",

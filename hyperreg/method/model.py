@@ -96,10 +96,33 @@ class HyperMorph(nn.Module):
             rank=cfg.hyper_rank,
             zero_delta=self.unet.near_zero(),
         )
+        self._weight_cache: tuple[tuple, dict[str, Tensor]] | None = None
 
     def generate_weights(self, lam: Tensor) -> dict[str, Tensor]:
         """U-Net weights for each row of ``lam`` (``(L, 1)``): ``{name: (L, *shape)}``."""
         return self.hypernet(lam)
+
+    def train(self, mode: bool = True) -> HyperMorph:
+        """As :meth:`torch.nn.Module.train`; also drops the inference weight cache."""
+        self._weight_cache = None
+        return super().train(mode)
+
+    def _inference_weights(self, lam: Tensor) -> dict[str, Tensor]:
+        """:meth:`generate_weights` in eval mode without autograd, reused while nothing changed.
+
+        Inference registers many pairs at one λ (``batch``, repeated ``register`` calls): the
+        weights of the last λ are kept, keyed by the λ values, dtype and device and by every
+        parameter's storage and in-place version counter, so an optimiser step,
+        ``load_state_dict`` or ``.to()`` regenerates them (writes through ``.data`` are not
+        seen: call :meth:`train` or ``eval()`` after such a change).
+        """
+        state = tuple((p.data_ptr(), p._version) for p in self.parameters())
+        key = (lam.device, lam.dtype, tuple(lam.flatten().tolist()), state)
+        if self._weight_cache is not None and self._weight_cache[0] == key:
+            return self._weight_cache[1]
+        params = self.generate_weights(lam)
+        self._weight_cache = (key, params)
+        return params
 
     def forward(self, moving: Tensor, fixed: Tensor, lam: float | Tensor) -> RegistrationOutput:
         """Register ``moving`` to ``fixed`` at regularisation weight ``lam``.
@@ -186,7 +209,10 @@ class HyperMorph(nn.Module):
                 f"{cfg.ndim} spatial dims for this model, got shape {tuple(moving.shape)}"
             )
         lam_t = as_lambda_tensor(fn, lam, moving.shape[0], moving.device, moving.dtype)
-        params = self.generate_weights(lam_t)
+        if self.training or torch.is_grad_enabled():
+            params = self.generate_weights(lam_t)
+        else:
+            params = self._inference_weights(lam_t)
         if lam_t.shape[0] == 1:
             params = {name: value[0] for name, value in params.items()}
         return params

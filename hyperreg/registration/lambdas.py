@@ -3,7 +3,9 @@
 :func:`sweep_lambdas` repeats the pair K times and gives the model a λ tensor of shape ``(K,)``,
 so the hypernetwork generates K weight sets **once** and the U-Net runs them as grouped
 convolutions (:func:`hyperreg.method.layers.conv`); ``chunk`` bounds memory by running at most
-that many λ per pass. Grids and label maps are handled as in
+that many λ per pass. On a CPU the default is one λ per pass: there a batch-1 convolution takes
+PyTorch's fastest (oneDNN) path and 16 passes of one λ ran 1.5–1.7× faster than one pass of 16
+(``benchmarks/RESULTS_hypernet.md``). Grids and label maps are handled as in
 :func:`hyperreg.registration.pairs.register_pair` (same helpers). Used by
 :mod:`hyperreg.apps.sweep`, :mod:`hyperreg.apps.tune` and :mod:`hyperreg.training.validation`.
 Must not import training, apps or cli.
@@ -75,7 +77,7 @@ def sweep_lambdas(
         moving_seg: Optional moving label map (warped with nearest neighbour).
         fixed_seg: Optional fixed label map; with ``moving_seg`` it enables Dice.
         chunk: Largest number of λ per forward pass (bounds memory: activations grow linearly
-            with it); None runs all K at once.
+            with it); None runs all K at once on a GPU and one per pass on a CPU (faster there).
         amp: Run the forward pass under bfloat16 autocast (CUDA only). Sampling, integration
             warps, metrics and outputs stay float32 or wider.
         normalization: Intensity normalisation, see
@@ -122,7 +124,7 @@ def sweep_lambdas(
     if labels is not None and moving_seg is not None and fixed_seg is not None:
         before = mean_dice(moving_seg.data, fixed_seg.data, labels)
     moving_t, fixed_t, grid = network_inputs(model, moving, fixed, normalization, device, notes)
-    step = count if chunk is None else chunk
+    step = chunk or (1 if device.type == "cpu" else count)
     results: list[RegistrationResult] = []
     for start in range(0, count, step):
         lam = lam_all[start : start + step]
