@@ -122,7 +122,7 @@ def _train_fixed(config, lam: float):
         moving, fixed = pairs.sample(config.batch_size, generator)
         lam_sampler.sample(config.batch_size, generator)  # keeps train()'s pair stream
         moving, fixed = moving.to(device), fixed.to(device)
-        output = model(moving, fixed, lam_loss)
+        output = model(moving, fixed, lam)  # one weight set for the batch: plain convolutions
         loss, _, _ = hypermorph_loss(output, fixed, lam_loss, config)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
