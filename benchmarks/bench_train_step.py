@@ -9,7 +9,9 @@ steps from initialisation run several times slower than later ones on CPU); memo
 the peak resident set size (``resource.getrusage``, CPU) minus that of a subprocess that only
 imports torch and allocates the inputs, or ``torch.cuda.max_memory_allocated`` on a GPU.
 Prints a Markdown section (stdout) with the ratios and the verdicts against DESIGN.md §5
-(3D, batch 1: ≤ 1.15 × time, ≤ 1.2 × peak memory).
+(3D, batch 1: ≤ 1.15 × time, ≤ 1.2 × peak memory). On CUDA it also times HyperMorph's step
+under bfloat16 autocast, as ``TrainConfig(amp=True)`` trains (losses in float32), against
+float32 (issue 11's target: ≥ 1.5 × faster).
 
     python benchmarks/bench_train_step.py --sizes 160x192:4 80x96x112:1 --device cpu
 """
@@ -27,6 +29,7 @@ from collections.abc import Sequence
 from _common import log, table, verdict
 
 TIME_TARGET, MEMORY_TARGET = 1.15, 1.2
+BF16_TARGET = 1.5  # float32 step time / bfloat16-autocast step time, on CUDA
 
 
 def _worker(
@@ -37,7 +40,7 @@ def _worker(
     import torch
 
     from hyperreg.config import ModelConfig, TrainConfig
-    from hyperreg.method.model import HyperMorph
+    from hyperreg.method.model import HyperMorph, RegistrationOutput
     from hyperreg.training.train import hypermorph_loss
 
     device = torch.device(device_name)
@@ -50,11 +53,14 @@ def _worker(
     times: list[float] = []
     if mode != "baseline":
         model = HyperMorph(config.model).to(device)
-        if mode == "hyper":
+        if mode in ("hyper", "hyper-bf16"):
             params = list(model.parameters())
+            autocast = torch.autocast("cuda", torch.bfloat16, enabled=mode == "hyper-bf16")
 
             def forward():
-                return model(moving, fixed, lam)
+                with autocast:  # as train() with amp: the losses see float32
+                    out = model(moving, fixed, lam)
+                return RegistrationOutput(*(t if t is None else t.float() for t in out))
         else:
             with torch.no_grad():
                 generated = model.generate_weights(torch.tensor([[0.5]], device=device))
@@ -134,6 +140,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{mem_ratio:.2f} {judged[1]}",
             ]
         )
+    bf16_rows = []
+    if args.device.startswith("cuda"):
+        for item in args.sizes:
+            size, batch = item.split(":")
+            run = {"device": args.device, "warmup": args.warmup, "lr": args.lr}
+            fp32 = _run("hyper", size, int(batch), args.repeats, **run)["time"]
+            bf16 = _run("hyper-bf16", size, int(batch), args.repeats, **run)["time"]
+            ratio = fp32 / bf16
+            bf16_rows.append([f"{size}, {batch}", f"{fp32:.4f}", f"{bf16:.4f}",
+                              f"{ratio:.2f} {verdict(ratio >= BF16_TARGET)}"])
     memory = (
         "`torch.cuda.max_memory_allocated`"
         if args.device.startswith("cuda")
@@ -157,6 +173,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "plus the per-sample generated weights; "
         "a fixed cost that matters less as the image grows."
     )
+    if bf16_rows:
+        print(
+            "\nHyperMorph's step in float32 against bfloat16 autocast (forward under autocast, "
+            "losses, backward and Adam in float32, as `TrainConfig(amp=True)`):\n"
+        )
+        header = ["size, batch", "float32 s/step", "bf16 autocast s/step"]
+        print(table([*header, f"speed-up (≥ {BF16_TARGET})"], bf16_rows))
     return 0
 
 

@@ -261,12 +261,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             values.update(found)
         common = ["--device", args.device]
-        if name in ("accuracy", "mip", "ants"):
+        if name == "ants":
             common += ["--data", str(args.data)]
-        if name in ("accuracy", "mip"):
-            common += ["--plot-dir", str(args.plot_dir)]
-        if name == "mip":
-            common += ["--work", str(work / "mip")]
+        if name in ("accuracy", "mip"):  # they train on the people split of the whole data folder
+            common += ["--data", str(args.data.parent), "--plot-dir", str(args.plot_dir)]
         arguments = _fill(per_size[size] + per_size.get("both", []), values)
         section, ok = run_one(name, arguments, common, args.plot_dir, results.parent)
         sections.append(section)

@@ -16,6 +16,8 @@ from shared_paths import OASIS as DATA
 
 REPO = Path(__file__).resolve().parents[1]
 RUN_ALL = REPO / "benchmarks" / "run_all.py"
+# the people split bench_accuracy and bench_mip train on (benchmarks/_common.py PEOPLE_SOURCES)
+PEOPLE_SOURCES = ("neurite-oasis", "mindboggle-trt20-2d", "multicontrast-2d")
 
 
 def _run_all(tmp_path: Path, *only: str) -> tuple[subprocess.CompletedProcess, Path]:
@@ -39,8 +41,9 @@ def test_run_all_reports_a_benchmark_it_cannot_run(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_run_all_smoke(tmp_path: Path) -> None:
-    if not DATA.is_dir():
-        pytest.skip(f"shared OASIS data not found at {DATA}")
+    sources = [DATA.parent / name for name in PEOPLE_SOURCES]
+    if not all(path.is_dir() for path in sources):
+        pytest.skip(f"shared data not found: needs {', '.join(map(str, sources))}")
     only = ("overhead", "sweep", "batch", "train_step", "accuracy", "mip")
     done, results = _run_all(tmp_path, *only)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -60,4 +63,4 @@ def test_run_all_smoke(tmp_path: Path) -> None:
         path = tmp_path / "plots" / plot
         assert path.read_bytes().startswith(b"\x89PNG")
         assert f"](plots/{plot})" in text
-    assert (tmp_path / "work" / "accuracy" / "accuracy.json").is_file()
+    assert (tmp_path / "work" / "people" / "accuracy.json").is_file()
