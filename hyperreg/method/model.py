@@ -116,6 +116,7 @@ class HyperMorph(nn.Module):
         ``load_state_dict`` or ``.to()`` regenerates them (writes through ``.data`` are not
         seen: call :meth:`train` or ``eval()`` after such a change).
         """
+        # Tensor._version: autograd's counter of in-place writes (bumped by optimisers, copy_)
         state = tuple((p.data_ptr(), p._version) for p in self.parameters())
         key = (lam.device, lam.dtype, tuple(lam.flatten().tolist()), state)
         if self._weight_cache is not None and self._weight_cache[0] == key:
