@@ -141,8 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "warm-up; untrained default-width model, random images, device "
         f"{device}{', bf16 autocast' if args.amp else ''}. *model*: `HyperMorph.forward` only; "
         f"*api*: `sweep_lambdas` (chunk {chunk_text}) against K × `register_pair` (both with "
-        "Dice, folding and log-J per λ; the sweep also "
-        "computes local NCC per λ). Ratio = single / batched.\n"
+        "Dice, folding and log-J per λ). Ratio = single / batched.\n"
     )
     header = ["size", "level", f"{count} single calls (s)", "one batched sweep (s)", "ratio"]
     print(table([*header, f"target {need}"], rows))

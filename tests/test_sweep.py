@@ -85,7 +85,7 @@ def test_sweep_equals_single_lambda_calls(ndim: int, chunk: int | None) -> None:
     model = tiny_model(ndim)
     pair = _pair(shape)
     lambdas = [0.0, 0.2, 0.5, 0.9, 1.0]
-    results = sweep_lambdas(model, **pair, lambdas=lambdas, chunk=chunk)
+    results = sweep_lambdas(model, **pair, lambdas=lambdas, chunk=chunk, ncc=True)
     assert [r.lam for r in results] == pytest.approx(lambdas)
     disps = [r.disp for r in results]
     assert max(float(np.abs(d).max()) for d in disps) > 0.5  # non-trivial fields

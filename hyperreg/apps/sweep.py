@@ -378,6 +378,7 @@ def sweep_files(
         chunk=chunk,
         amp=amp,
         normalization=normalization,
+        ncc=True,
     )
     if refine is not None and refine.steps > 0:
         labels = labels_scored(moving_seg_on, fixed_seg_on)

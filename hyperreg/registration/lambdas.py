@@ -56,6 +56,7 @@ def sweep_lambdas(
     amp: bool = False,
     normalization: str = "minmax",
     resample: bool = False,
+    ncc: bool = False,
 ) -> list[RegistrationResult]:
     """Register one pair at every λ of ``lambdas`` in batched forward passes.
 
@@ -64,8 +65,9 @@ def sweep_lambdas(
     :func:`hyperreg.registration.pairs.register_pair` at that λ up to float rounding (grouped and
     plain convolutions sum in a different order). Dice is scored on the non-zero labels present in
     **both input** label maps, the same set for every λ (a label that vanishes scores 0 instead
-    of dropping out of the mean). ``extra["ncc"]`` holds the local NCC similarity (window 9, in
-    [0, 1], float32) between the moved and the fixed image; with label maps,
+    of dropping out of the mean). With ``ncc``, ``extra["ncc"]`` holds the local NCC similarity
+    (window 9, in [0, 1], float32) between the moved and the fixed image; ``extra["smoothness"]``
+    holds the training's smoothness term of the field; with label maps,
     ``extra["dice_before"]`` holds the mean Dice without registration (same labels), as
     :func:`~hyperreg.registration.pairs.register_pair` reports it.
 
@@ -83,6 +85,8 @@ def sweep_lambdas(
         normalization: Intensity normalisation, see
         :func:`hyperreg.geometry.intensity.normalize_intensity`.
         resample: Resample inputs not on the fixed grid onto it (see ``register_pair``).
+        ncc: Also compute ``extra["ncc"]`` per λ (box filters over the whole image; off unless
+            asked for: it made a 3D sweep slower than single ``register_pair`` calls).
 
     Returns:
         One :class:`~hyperreg.registration.pairs.RegistrationResult` per λ, in the order given.
@@ -133,7 +137,9 @@ def sweep_lambdas(
         context = torch.autocast("cuda", dtype=torch.bfloat16) if amp else contextlib.nullcontext()
         with context:
             out = model(moving_t.expand(shape), fixed_t.expand(shape), lam)
-        similarity = -ncc_loss(out.moved.float(), fixed_t.expand(shape), reduction="none")
+        similarity = None
+        if ncc:
+            similarity = -ncc_loss(out.moved.float(), fixed_t.expand(shape), reduction="none")
         regularised = (out.velocity if out.velocity is not None else out.disp).float()
         # as in training: VoxelMorph's loss_mult = int_downsize for a half-resolution velocity
         scale = model.config.int_downsize if regularised.shape[2] < out.disp.shape[2] else 1
@@ -143,7 +149,8 @@ def sweep_lambdas(
                 out, index, float(lam[index]), moving_seg, fixed_seg, notes, labels,
                 moving=moving, grid=grid,
             )
-            result.extra["ncc"] = float(similarity[index])
+            if similarity is not None:
+                result.extra["ncc"] = float(similarity[index])
             result.extra["smoothness"] = float(smoothness[index])
             if before is not None:
                 result.extra["dice_before"] = before
