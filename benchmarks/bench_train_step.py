@@ -9,9 +9,9 @@ steps from initialisation run several times slower than later ones on CPU); memo
 the peak resident set size (``resource.getrusage``, CPU) minus that of a subprocess that only
 imports torch and allocates the inputs, or ``torch.cuda.max_memory_allocated`` on a GPU.
 Prints a Markdown section (stdout) with the ratios and the verdicts against DESIGN.md §5
-(≤ 1.15 × time, ≤ 1.2 × peak memory: 3D batch 1 in DESIGN.md, 2D batch 4 too in issue 11). On CUDA it also times HyperMorph's step
-under bfloat16 autocast, as ``TrainConfig(amp=True)`` trains (losses in float32), against
-float32 (issue 11's target: ≥ 1.5 × faster).
+(≤ 1.15 × time, ≤ 1.2 × peak memory: 3D batch 1 in DESIGN.md, 2D batch 4 too in issue 11).
+On CUDA it also times HyperMorph's step under bfloat16 autocast, as ``TrainConfig(amp=True)``
+trains (losses in float32), against float32 (issue 11's target: ≥ 1.5 × faster).
 
     python benchmarks/bench_train_step.py --sizes 160x192:4 80x96x112:1 --device cpu
 """
