@@ -336,3 +336,15 @@ def test_fast_warp_matches_the_exact_one(shape: tuple[int, ...]) -> None:
     assert double.dtype == torch.float64
     torch.testing.assert_close(double, exact.double(), rtol=0, atol=1e-5)
     assert float((warp(moving, torch.zeros_like(disp), exact=False) - moving).abs().max()) < 1e-6
+
+
+def test_2d_cpu_warp_refuses_non_finite_positions_instead_of_crashing() -> None:
+    """PyTorch's 2D CPU sampler crashes on NaN positions (pytorch#24823): warp raises first."""
+    moving = torch.rand(1, 1, 16, 16)
+    for bad in (float("nan"), float("inf")):
+        disp = torch.zeros(1, 2, 16, 16)
+        disp[0, 0, 3, 4] = bad
+        for exact in (True, False):
+            with pytest.raises(RuntimeError, match="non-finite"):
+                warp(moving, disp, exact=exact)
+    assert torch.isfinite(warp(moving, torch.zeros(1, 2, 16, 16), exact=False)).all()

@@ -144,10 +144,7 @@ def _warp_fast(moving: Tensor, disp: Tensor, mode: str, padding: str) -> Tensor:
     grid = _identity_coords(shape, disp.device, work) + shift
     if grid.shape[0] != moving.shape[0]:
         grid = grid.expand(moving.shape[0], *grid.shape[1:])
-    moved = F.grid_sample(
-        moving.to(work), grid, mode=mode, padding_mode=padding, align_corners=True
-    )
-    return moved.to(moving.dtype)
+    return _grid_sample(moving.to(work), grid, mode, padding).to(moving.dtype)
 
 
 def _warp(moving: Tensor, disp: Tensor, mode: str, padding: str) -> Tensor:
@@ -158,10 +155,26 @@ def _warp(moving: Tensor, disp: Tensor, mode: str, padding: str) -> Tensor:
     grid = _to_grid_sample_coords(points)
     if grid.shape[0] != moving.shape[0]:
         grid = grid.expand(moving.shape[0], *grid.shape[1:])
-    moved = F.grid_sample(
-        moving.to(torch.float64), grid, mode=mode, padding_mode=padding, align_corners=True
-    )
-    return moved.to(moving.dtype)
+    return _grid_sample(moving.to(torch.float64), grid, mode, padding).to(moving.dtype)
+
+
+def _grid_sample(moving: Tensor, grid: Tensor, mode: str, padding: str, fn: str = "warp") -> Tensor:
+    """``F.grid_sample`` (align_corners=True); refuses a non-finite 2D grid on a CPU.
+
+    PyTorch's vectorised 2D CPU kernel reads outside the image for a NaN coordinate and crashes
+    the process (pytorch/pytorch#24823, open; the backward pass too, seen here when a training
+    step made the field NaN). The check costs one pass over the 2D grid; 3D and CUDA kernels do
+    not crash (a NaN field then gives a non-finite loss, which training reports).
+
+    Raises:
+        RuntimeError: If the grid of a 2D CPU warp holds NaN or inf.
+    """
+    if grid.ndim == 4 and grid.device.type == "cpu" and not bool(torch.isfinite(grid).all()):
+        raise RuntimeError(
+            f"{fn}(): the sampling positions hold non-finite values (NaN or inf), e.g. from a "
+            "diverged training or refinement"
+        )
+    return F.grid_sample(moving, grid, mode=mode, padding_mode=padding, align_corners=True)
 
 
 def sample_at(
@@ -215,10 +228,7 @@ def sample_at(
     grid = _to_grid_sample_coords(points.to(torch.float64), moving.shape[2:])
     if grid.shape[0] != moving.shape[0]:
         grid = grid.expand(moving.shape[0], *grid.shape[1:])
-    sampled = F.grid_sample(
-        moving.to(torch.float64), grid, mode=mode, padding_mode=padding, align_corners=True
-    )
-    return sampled.to(moving.dtype)
+    return _grid_sample(moving.to(torch.float64), grid, mode, padding, "sample_at").to(moving.dtype)
 
 
 def integrate_velocity(velocity: Tensor, steps: int = 7) -> Tensor:
