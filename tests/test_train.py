@@ -238,3 +238,22 @@ def test_atlas_folder_3d_with_crop(tmp_path: Path) -> None:
     assert row["mean_dice"] == "nan"
     sims = [float(row[f"similarity_{lam}"]) for lam in ("0.1", "0.5", "0.9")]
     assert float(row["score"]) == pytest.approx(-np.mean(sims), rel=1e-4)
+
+
+@pytest.mark.parametrize(("ndim", "lr"), [(2, 1e-3), (3, 1e-4)])
+def test_default_lr_is_resolved_per_dimension_and_recorded(tmp_path: Path, ndim: int, lr: float):
+    """TrainConfig(lr=0), the default, trains at DEFAULT_LR[ndim]; config.json records it."""
+    small = ModelConfig(ndim=ndim, enc_channels=(4, 4, 4, 4), dec_channels=(4,) * 7,
+                        hyper_hidden=(8,))
+    shape = (16,) * ndim
+
+    class Pairs:
+        def sample(self, batch_size, generator):
+            return torch.rand(batch_size, 1, *shape, generator=generator), torch.rand(
+                batch_size, 1, *shape, generator=generator
+            )
+
+    assert TrainConfig().lr == 0.0
+    config = TrainConfig(out=str(tmp_path), steps=1, batch_size=1, model=small, device="cpu")
+    train(config, pairs=Pairs(), progress=False)
+    assert json.loads((tmp_path / "config.json").read_text())["lr"] == lr

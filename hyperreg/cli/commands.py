@@ -380,7 +380,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         out=args.out or args.resume,
         steps=args.steps,
         batch_size=args.batch_size,
-        lr=args.lr if args.lr is not None else (1e-4 if model.ndim == 3 else 1e-3),
+        lr=args.lr if args.lr is not None else 0.0,  # 0: config.DEFAULT_LR for the ndim
         sim=args.sim,
         atlas=args.atlas,
         atlas_seg=args.atlas_seg,

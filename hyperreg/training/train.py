@@ -51,7 +51,7 @@ from hyperreg.training.checkpointing import (
     save_training_checkpoint,
     slim_old_checkpoints,
 )
-from hyperreg.config import TrainConfig, to_dict
+from hyperreg.config import DEFAULT_LR, TrainConfig, to_dict
 from hyperreg.training.data import (
     LambdaSampler,
     MixtureSampler,
@@ -373,11 +373,14 @@ def train(
         FileNotFoundError: If ``config.data`` does not exist, or ``resume`` holds no checkpoint.
         RuntimeError: If the loss becomes non-finite.
     """
-    _validate(config)
-    # the model works at the voxel size it is trained at (ModelConfig.spacing)
+    # the model works at the voxel size it is trained at (ModelConfig.spacing); lr 0 means the
+    # measured default for the dimension
     config = dataclasses.replace(
-        config, model=dataclasses.replace(config.model, spacing=float(config.spacing))
+        config,
+        lr=config.lr or DEFAULT_LR.get(config.model.ndim, DEFAULT_LR[2]),
+        model=dataclasses.replace(config.model, spacing=float(config.spacing)),
     )
+    _validate(config)
     context, device = distributed.setup(config.device)
     try:
         final = _train(config, pairs, progress, val_pairs, resume, context, device)
