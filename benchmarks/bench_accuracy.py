@@ -394,7 +394,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     def cell(result: dict, lams: Sequence[float]) -> str:
         if result["diverged_at"] is not None:
             return f"diverged at step {result['diverged_at']}"
-        return f"{_score(result, lams):.4f}"
+        score = _score(result, lams)
+        return f"{score:.4f}" if math.isfinite(score) else "collapsed (Dice NaN: no label left)"
 
     grid_cells = [
         [
