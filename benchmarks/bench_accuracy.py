@@ -268,7 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--lambdas must lie in [0, 1], got {args.lambdas}")
     fixed_lambdas = sorted({round(lam, 4) for lam in args.lambdas})
     lrs = sorted(set(args.lrs))
-    work = args.work or Path(tempfile.mkdtemp(prefix="bench_accuracy_"))
+    # absolute: run configs (and so --reuse) must not depend on the working directory
+    work = (args.work or Path(tempfile.mkdtemp(prefix="bench_accuracy_"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
     settings = {
         "steps": args.steps,

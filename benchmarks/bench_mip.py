@@ -301,7 +301,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(set(args.seeds)) != len(args.seeds):
         parser.error(f"--seeds must be distinct, got {args.seeds}")
     args.lrs = sorted(set(args.lrs))
-    args.work = args.work or Path(tempfile.mkdtemp(prefix="bench_mip_"))
+    # absolute: run configs (and so --reuse) must not depend on the working directory
+    args.work = (args.work or Path(tempfile.mkdtemp(prefix="bench_mip_"))).resolve()
     args.work.mkdir(parents=True, exist_ok=True)
     log(f"run folders in {args.work}")
 
