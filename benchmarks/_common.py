@@ -99,7 +99,8 @@ def people_config(root: Path, out: Path, **settings):
     """
     from hyperreg.config import ModelConfig, TrainConfig
 
-    sources = [root / name for name in PEOPLE_SOURCES]
+    # resolved (symlinks too): equal settings give equal configs wherever the repository sits
+    sources = [root.resolve() / name for name in PEOPLE_SOURCES]
     missing = [str(path) for path in sources if not path.is_dir()]
     if missing:
         raise SystemExit(f"benchmark needs the shared data; missing: {', '.join(missing)}")
