@@ -21,7 +21,7 @@ fixed Dice − 0.01, and λ* (best HyperMorph grid Dice). Writes ``accuracy_vs_l
 The HyperMorph runs are bench_mip's MIP runs of the first seed (same configuration), so one
 ``--work`` with ``--reuse`` trains them once for both benchmarks.
 
-    python benchmarks/bench_accuracy.py --steps 1500 --lrs 1e-4 3e-4 1e-3 3e-3 \\
+    python benchmarks/bench_accuracy.py --steps 1500 --lrs 1e-4 3e-4 1e-3 3e-3 1e-2 \\
         --lambdas 0.1 0.3 0.5 0.7 0.9 --jobs 2 --device cpu --work runs/bench11 --reuse
 """
 
@@ -231,8 +231,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--lrs",
         type=float,
         nargs="+",
-        default=[1e-4, 3e-4, 1e-3, 3e-3],
-        help="Adam learning rates every model trains at (default 1e-4 3e-4 1e-3 3e-3)",
+        default=[1e-4, 3e-4, 1e-3, 3e-3, 1e-2],
+        help="Adam learning rates every model trains at (default 1e-4 … 1e-2)",
     )
     parser.add_argument(
         "--lambdas",

@@ -21,7 +21,7 @@ loss, as a fraction of the steps; the target (DESIGN.md §5) is ≤ 50 %. Writes
 ``config.json`` matches, so an interrupted benchmark continues where it stopped.
 
     python benchmarks/bench_mip.py --steps 1500 --val-every 50 --seeds 0 1 2 \\
-        --lrs 3e-4 1e-3 3e-3 --jobs 2 --device cpu --work runs/bench_mip --reuse
+        --lrs 3e-5 1e-4 3e-4 1e-3 3e-3 --jobs 2 --device cpu --work runs/bench_mip --reuse
 """
 
 from __future__ import annotations
@@ -260,8 +260,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--lrs",
         type=float,
         nargs="+",
-        default=[3e-4, 1e-3, 3e-3],
-        help="Adam learning rates tried with the first seed, per arm (default 3e-4 1e-3 3e-3)",
+        default=[3e-5, 1e-4, 3e-4, 1e-3, 3e-3],
+        help="Adam learning rates tried with the first seed, per arm (default 3e-5 … 3e-3)",
     )
     parser.add_argument(
         "--val-lambdas",
