@@ -109,6 +109,8 @@ def warp(
         ValueError: If ``disp`` has ``!= N`` channels, if its spatial shape differs from
             ``moving``'s, if its batch size is neither 1 nor B, or if ``mode``/``padding``
             is not one of the listed options.
+        RuntimeError: If a 2D warp on a CPU would sample at NaN or inf positions (PyTorch's 2D
+            CPU sampler crashes on them, pytorch/pytorch#24823).
 
     References:
         Spatial transformer as used in VoxelMorph (Balakrishnan et al., IEEE TMI 2019);
@@ -206,6 +208,7 @@ def sample_at(
         TypeError: If ``moving`` or ``points`` is not a floating-point tensor.
         ValueError: If ``points`` does not have ``N`` channels and ``N`` spatial axes, if its
             batch size is neither 1 nor B, or if ``mode``/``padding`` is not a listed option.
+        RuntimeError: If 2D ``points`` on a CPU hold NaN or inf (as :func:`warp`).
 
     References:
         ``torch.nn.functional.grid_sample`` (``align_corners=True``); coordinate conversion in
