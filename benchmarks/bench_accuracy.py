@@ -95,16 +95,13 @@ def _train_fixed(config, lam: float):
     Returns ``(diverged_at, seconds, model)`` (``diverged_at``: the step whose loss was
     non-finite, else None).
     """
-    import dataclasses
 
     import torch
 
     from hyperreg.training.data import LambdaSampler
     from hyperreg.training.train import hypermorph_loss, prepare_data
 
-    config = dataclasses.replace(
-        config, model=dataclasses.replace(config.model, spacing=float(config.spacing))
-    )
+    config = config.resolved()  # as train() runs it (model at the training voxel size)
     pairs, _, record = prepare_data(config, load_validation=False)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)

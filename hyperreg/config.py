@@ -118,6 +118,16 @@ class TrainConfig:
     init: str = ""  # pretrained model (.pt) to start from: fine-tuning, same architecture
     model: ModelConfig = field(default_factory=ModelConfig)
 
+    def resolved(self) -> TrainConfig:
+        """This run as :func:`hyperreg.training.train.train` runs it: ``lr`` 0 replaced by
+        :data:`DEFAULT_LR` for the model's ndim, and the model working at the voxel size it is
+        trained at (``model.spacing = spacing``). Idempotent."""
+        return dataclasses.replace(
+            self,
+            lr=self.lr or DEFAULT_LR[self.model.ndim],
+            model=dataclasses.replace(self.model, spacing=float(self.spacing)),
+        )
+
 
 def to_dict(config: Any) -> dict[str, Any]:
     """Plain, JSON-ready dict of a config dataclass (tuples become lists)."""

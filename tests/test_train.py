@@ -254,6 +254,7 @@ def test_default_lr_is_resolved_per_dimension_and_recorded(tmp_path: Path, ndim:
             )
 
     assert TrainConfig().lr == 0.0
+    assert TrainConfig(model=small).resolved().lr == lr
     config = TrainConfig(out=str(tmp_path), steps=1, batch_size=1, model=small, device="cpu")
     train(config, pairs=Pairs(), progress=False)
     assert json.loads((tmp_path / "config.json").read_text())["lr"] == lr

@@ -25,7 +25,6 @@ References:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import csv
 import logging
 import math
@@ -51,7 +50,7 @@ from hyperreg.training.checkpointing import (
     save_training_checkpoint,
     slim_old_checkpoints,
 )
-from hyperreg.config import DEFAULT_LR, TrainConfig, to_dict
+from hyperreg.config import TrainConfig, to_dict
 from hyperreg.training.data import (
     LambdaSampler,
     MixtureSampler,
@@ -373,13 +372,7 @@ def train(
         FileNotFoundError: If ``config.data`` does not exist, or ``resume`` holds no checkpoint.
         RuntimeError: If the loss becomes non-finite.
     """
-    # the model works at the voxel size it is trained at (ModelConfig.spacing); lr 0 means the
-    # measured default for the dimension
-    config = dataclasses.replace(
-        config,
-        lr=config.lr or DEFAULT_LR.get(config.model.ndim, DEFAULT_LR[2]),
-        model=dataclasses.replace(config.model, spacing=float(config.spacing)),
-    )
+    config = config.resolved()  # lr 0 -> DEFAULT_LR[ndim]; model.spacing = spacing
     _validate(config)
     context, device = distributed.setup(config.device)
     try:
