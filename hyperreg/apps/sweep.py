@@ -1,7 +1,8 @@
 """λ sweeps and λ* tuning with one amortised HyperMorph model.
 
 :func:`sweep_lambdas` (:mod:`hyperreg.registration.lambdas`, re-exported here) registers one
-pair at K values of λ in **one batched forward pass**. :func:`sweep_files` adds the file boundary
+pair at K values of λ, in **one batched forward pass** on a GPU (one λ per pass on a CPU, faster
+there). :func:`sweep_files` adds the file boundary
 (CSV, figures, optional NIfTI outputs); :mod:`hyperreg.apps.tune` builds λ* tuning on it.
 Grids and label maps are handled as in :func:`hyperreg.registration.pairs.register_pair` (same
 helpers). Must not import train or cli.

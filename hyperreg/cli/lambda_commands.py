@@ -34,7 +34,7 @@ def add_parsers(sub: Any) -> None:
 
 def _add_sweep(sub: Any) -> None:
     sweep = sub.add_parser(
-        "sweep", help="register one pair at many λ in one batched pass; CSV and figures"
+        "sweep", help="register one pair at many λ (batched on a GPU); CSV and figures"
     )
     opts.add_input_arguments(sweep)
     opts.add_lambda_grid_argument(sweep)
