@@ -9,9 +9,10 @@ batch 1, untrained weights, random images in [0, 1]:
   and full-res with voxelmorph's layers (decoder 32×5: no 16/16 full-resolution convolutions);
 * voxelmorph 0.3.4 ``VxmPairwise`` (neurite ``BasicUNet``, encoder 16/32/32/32, decoder
   32/32/32/32, 7 integration steps at full resolution);
-* MONAI ``monai.networks.nets.VoxelMorph`` (its default backbone is the same widths: encoder
-  16/32/32/32, decoder 32/32/32/32 + 16/16; 7 steps at full resolution; ``half_res=True`` is not
-  used: it fails in 2D and scales the field the wrong way round in 3D).
+* MONAI ``monai.networks.nets.VoxelMorph`` (default backbone: encoder 16/32/32, bottom 32,
+  decoder 32/32/32 and then 16/16 at full resolution, so its full-resolution convolutions are
+  hyperreg's, one level fewer at the coarse end; 7 steps at full resolution; ``half_res=True`` is
+  not used: it fails in 2D and scales the field the wrong way round in 3D).
 
 Inference in 2D 160×192 and in 3D ``--size3d``; one training step (forward, backward, Adam) in
 2D with the same loss for all three, written with ``hyperreg.method.losses``: (1 − λ)·NCC(window 9)
@@ -52,7 +53,8 @@ DESCRIPTION = (
     "voxelmorph's layers (decoder 32×5: the 16/16 full-resolution convolutions of the VoxelMorph "
     "paper, which voxelmorph 0.3.4 leaves out, removed) against "
     "voxelmorph 0.3.4 `VxmPairwise` (encoder 16/32/32/32, decoder 32/32/32/32, LeakyReLU, 7 steps) "
-    "and MONAI `VoxelMorph` (default backbone, same widths, 7 steps; `half_res=True` is not used: "
+    "and MONAI `VoxelMorph` (default backbone: hyperreg's full-resolution convolutions, one level "
+    "fewer at the coarse end; 7 steps; `half_res=True` is not used: "
     "it fails in 2D and scales the field the wrong way round in 3D). Side by side in one process, "
     "interleaved, median of {repeats} runs after warm-up, batch 1, untrained, random images, "
     "device {device}. Training step: forward, backward and Adam (lr 1e-4), the same loss for all, "
