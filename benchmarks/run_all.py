@@ -107,6 +107,11 @@ SUITE: dict[str, tuple[str, str, dict[str, list[str]]]] = {
             "both": ["--work", "{work}/people", "--reuse", "--jobs", "2"],
         },
     ),
+    "sampling": (
+        "Drawing training pairs",
+        "bench_sampling.py",
+        {"smoke": ["--repeats", "1"], "small": ["--repeats", "5"], "full": ["--repeats", "20"]},
+    ),
     "ants": (
         "Classical anchor: ANTs SyN",
         "bench_ants.py",
@@ -261,7 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             values.update(found)
         common = ["--device", args.device]
-        if name == "ants":
+        if name in ("ants", "sampling"):
             common += ["--data", str(args.data)]
         if name in ("accuracy", "mip"):  # they train on the people split of the whole data folder
             common += ["--data", str(args.data.parent), "--plot-dir", str(args.plot_dir)]

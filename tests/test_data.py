@@ -164,3 +164,21 @@ def test_pair_sampler_random_crop(tmp_path: Path) -> None:
     assert moving.shape == fixed.shape == (3, 1, 8, 8, 4)
     with pytest.raises(ValueError, match="'crop' must give 3 sizes"):
         PairSampler(scans, ndim=3, crop=(20, 8, 4))
+
+
+def test_pair_sampler_3d_batches_are_the_scans_in_c_order(tmp_path: Path) -> None:
+    """Scans load in NIfTI's Fortran order; the sampler keeps C-ordered copies, so a 3D batch is
+    a plain copy of the normalised volumes (same values, axis order kept, contiguous)."""
+    rng = np.random.default_rng(1)
+    volumes = []
+    for index in range(2):
+        vol = rng.uniform(0, 1, (12, 10, 8)).astype(np.float32)
+        vol[0, 0, 0], vol[-1, -1, -1] = 0.0, 1.0  # min-max normalisation leaves it unchanged
+        volumes.append(vol)
+        _save(tmp_path / f"s{index}.nii.gz", vol)
+    sampler = PairSampler(find_scans(tmp_path, 3), ndim=3)
+    assert all(v.flags["C_CONTIGUOUS"] for v in sampler.volumes)
+    moving, fixed = sampler.sample(4, torch.Generator().manual_seed(0))
+    assert moving.shape == (4, 1, 12, 10, 8) and moving.is_contiguous()
+    for image in (*moving, *fixed):
+        assert any(np.allclose(image[0].numpy(), vol, atol=1e-6) for vol in volumes)
