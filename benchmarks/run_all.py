@@ -68,6 +68,15 @@ SUITE: dict[str, tuple[str, str, dict[str, list[str]]]] = {
             "full": ["--sizes", "160x192:4", "160x192x224:1", "--repeats", "5", "--warmup", "8"],
         },
     ),
+    "train_loop": (
+        "Training loop: statistics read every step or once per block",
+        "bench_train_loop.py",
+        {
+            "smoke": ["--sizes", "32x32:2", "16x16x16:1", "--steps", "2", "--repeats", "1"],
+            "small": ["--sizes", "160x192:4", "--steps", "20", "--repeats", "3"],
+            "full": ["--sizes", "160x192:4", "80x96x112:1", "--steps", "20", "--repeats", "3"],
+        },
+    ),
     "sweep": (
         "Batched λ sweep",
         "bench_sweep.py",
@@ -130,7 +139,7 @@ SUITE: dict[str, tuple[str, str, dict[str, list[str]]]] = {
         },
     ),
 }
-GPU_SPEED = ("peers", "overhead", "train_step", "sweep", "batch")
+GPU_SPEED = ("peers", "overhead", "train_step", "train_loop", "sweep", "batch")
 
 
 def _version(module: str) -> str:

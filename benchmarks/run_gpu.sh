@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one short prepared run for a GPU machine: the speed tables (hyperreg against voxelmorph and
-# MONAI, hypernetwork overhead, training step, λ sweep, batch throughput) at full 3D size on
-# CUDA, written to benchmarks/RESULTS_gpu.md with the device named; RESULTS.md links it.
+# MONAI, hypernetwork overhead, training step, training loop, λ sweep, batch throughput) at full
+# 3D size on CUDA, written to benchmarks/RESULTS_gpu.md with the device named; RESULTS.md links it.
 # Needs a CUDA build of torch and the benchmark extra: pip install -e ".[bench]".
 # About 5-10 minutes on one recent GPU. Extra arguments go to run_all.py (e.g. --device cuda:1).
 set -euo pipefail

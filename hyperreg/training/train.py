@@ -25,7 +25,6 @@ References:
 from __future__ import annotations
 
 import contextlib
-import csv
 import logging
 import math
 import os
@@ -69,6 +68,13 @@ from hyperreg.training.sources import (
 from hyperreg.training.synth import SynthPairSampler, label_maps_from_scans
 from hyperreg.method.losses import gradient_loss, mse_loss, ncc_loss
 from hyperreg.method.model import HyperMorph, RegistrationOutput, save_checkpoint
+from hyperreg.training.steplog import (
+    LOG_COLUMNS,
+    StepStats,
+    open_log,
+    open_tensorboard,
+    read_every,
+)
 from hyperreg.training.validation import evaluate, validation_columns
 
 __all__ = ["SIMILARITIES", "PairSource", "hypermorph_loss", "prepare_data", "train"]
@@ -76,7 +82,6 @@ __all__ = ["SIMILARITIES", "PairSource", "hypermorph_loss", "prepare_data", "tra
 logger = logging.getLogger(__name__)
 
 SIMILARITIES = ("ncc", "mse")
-LOG_COLUMNS = ("step", "loss", "similarity", "smoothness", "lam_mean", "seconds")
 
 
 class PairSource(Protocol):
@@ -318,29 +323,6 @@ def _pairable(scans: list[Scan], ndim: int, config: TrainConfig, atlas: Scan | N
     return bool(scans) and len(scan_shape(scans[0], config.spacing)) > ndim
 
 
-def _open_log(path: Path, columns: list[str] | tuple[str, ...], resume_step: int | None):
-    """CSV writer for ``path``; on resume, rows after ``resume_step`` are dropped."""
-    kept: list[list[str]] = []
-    if resume_step is not None and path.is_file():
-        with path.open(newline="") as handle:
-            rows = list(csv.reader(handle))[1:]
-        kept = [row for row in rows if row and int(row[0]) <= resume_step]
-    handle = path.open("w", newline="", buffering=1)
-    writer = csv.writer(handle)
-    writer.writerow(columns)
-    writer.writerows(kept)
-    return handle, writer
-
-
-def _tensorboard(folder: Path) -> Any:
-    """A TensorBoard SummaryWriter when tensorboard is installed, else None."""
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        return None
-    return SummaryWriter(str(folder / "tensorboard"))
-
-
 def train(
     config: TrainConfig,
     pairs: PairSource | None = None,
@@ -441,12 +423,15 @@ def _train(
     resumed = start_step if resume is not None else None
     log = val_log = tensorboard = None
     if main:
-        log = _open_log(out_dir / "train_log.csv", LOG_COLUMNS, resumed)
+        log = open_log(out_dir / "train_log.csv", LOG_COLUMNS, resumed)
         if val_every:
-            val_log = _open_log(
+            val_log = open_log(
                 out_dir / "val_log.csv", validation_columns(config.val_lambdas), resumed
             )
-            tensorboard = _tensorboard(out_dir)
+            tensorboard = open_tensorboard(out_dir)
+    # one host read per block of steps on a GPU, so the CPU queues ahead (steplog)
+    step_stats = StepStats(read_every(device))
+    pinned = device.type == "cuda"  # pinned inputs: the copy to the GPU does not block the host
     rows = distributed.local_slice(context, config.batch_size)
     global_batch = config.batch_size * context.world_size
     start = time.perf_counter() - elapsed
@@ -466,7 +451,9 @@ def _train(
             lam = lam_sampler.sample(global_batch, generator)
             if context.enabled:
                 moving, fixed, lam = moving[rows], fixed[rows], lam[rows]
-            moving, fixed, lam = moving.to(device), fixed.to(device), lam.to(device)
+            if pinned:
+                moving, fixed, lam = (t.pin_memory() for t in (moving, fixed, lam))
+            moving, fixed, lam = (t.to(device, non_blocking=pinned) for t in (moving, fixed, lam))
             amp = torch.autocast("cuda", torch.bfloat16) if use_amp else contextlib.nullcontext()
             with amp:
                 out = forward(moving, fixed, lam)
@@ -477,27 +464,34 @@ def _train(
             loss.backward()
             optimizer.step()
             stats = torch.stack([loss.detach(), sim.mean().detach(), smooth.mean().detach()])
-            stop = torch.tensor([float(signals.requested is not None)], device=stats.device)
+            # filled on the device (torch.tensor(..., device=cuda) would copy and block)
+            stop = torch.full((1,), float(signals.requested is not None), device=stats.device)
             stats = torch.cat([stats.float(), lam.mean().reshape(1), stop])
             if context.enabled:
                 dist.all_reduce(stats)
                 stats /= context.world_size
-            values = stats.tolist()
-            if not math.isfinite(values[0]):
-                raise RuntimeError(f"train(): loss became non-finite at step {step}")
-            stopping = values[4] > 0  # a signal reached some rank: every rank stops here
+            step_stats.add(step, stats, time.perf_counter() - start)
+            validating = bool(val_every) and (step % val_every == 0 or step == config.steps)
+            saving = step % config.checkpoint_every == 0 or step == config.steps
+            if not step_stats.due(force=validating or saving):
+                continue  # every rank reads at the same steps, so all see a stop together
+            stopping = False
+            for logged, values, seconds in step_stats.read():
+                if not math.isfinite(values[0]):
+                    raise RuntimeError(f"train(): loss became non-finite at step {logged}")
+                stopping = stopping or values[4] > 0  # a signal reached some rank: all stop
+                if main:
+                    row = [logged, *(f"{v:.6g}" for v in values[:3]), f"{values[3]:.4f}"]
+                    log[1].writerow([*row, f"{seconds:.2f}"])
+                    if tensorboard is not None:
+                        tensorboard.add_scalar("train/loss", values[0], logged)
             if not main:
                 if stopping:
                     raise TrainingInterrupted(signals.requested or signal.SIGTERM, step, None)
                 continue
-            seconds = time.perf_counter() - start
-            log[1].writerow(
-                [step, *(f"{v:.6g}" for v in values[:3]), f"{values[3]:.4f}", f"{seconds:.2f}"]
-            )
             bar.set_postfix(loss=f"{values[0]:.4f}")
-            if tensorboard is not None:
-                tensorboard.add_scalar("train/loss", values[0], step)
-            if val_every and (step % val_every == 0 or step == config.steps):
+            seconds = time.perf_counter() - start
+            if validating:
                 row = evaluate(
                     model,
                     val_pairs,
@@ -515,7 +509,7 @@ def _train(
                 if row["score"] > best_score:
                     best_score = row["score"]
                     save_checkpoint(model, out_dir / "best.pt", step=step, validation=row, **extra)
-            if step % config.checkpoint_every == 0 or step == config.steps or stopping:
+            if saving or stopping:
                 written = save_training_checkpoint(
                     model,
                     out_dir,
