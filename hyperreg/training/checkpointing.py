@@ -362,9 +362,10 @@ class StopSignals:
     """Context manager that turns SIGTERM and SIGINT into a stop request between steps.
 
     Inside the ``with`` block the first SIGTERM or SIGINT (Ctrl-C) only sets :attr:`requested`;
-    the training loop checks it after each step, writes a checkpoint and stops. A second signal
-    stops at once (``KeyboardInterrupt``; checkpoint files are written atomically, so none is
-    left half-written). Outside the main thread signals cannot be caught, and nothing is
+    the training loop checks it when it reads the step statistics (after every step on a CPU,
+    every ``steplog.CUDA_READ_EVERY`` steps on a GPU), writes a checkpoint and stops. A second
+    signal stops at once (``KeyboardInterrupt``; checkpoint files are written atomically, so none
+    is left half-written). Outside the main thread signals cannot be caught, and nothing is
     installed. The previous handlers come back on exit.
     """
 
@@ -379,7 +380,8 @@ class StopSignals:
             raise KeyboardInterrupt
         self.requested = signum
         logger.warning(
-            "%s received: stopping after this step with a checkpoint (again to stop now)",
+            "%s received: stopping with a checkpoint after this step (on a GPU within a few "
+            "steps; again to stop now)",
             signal.Signals(signum).name,
         )
 
