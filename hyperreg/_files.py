@@ -101,4 +101,3 @@ def read_csv(fn: str, path: Path) -> tuple[list[str], list[dict[str, str]]]:
         header = [h.strip() for h in (reader.fieldnames or [])]
         rows = [{(k or "").strip(): (v or "").strip() for k, v in row.items()} for row in reader]
     return header, rows
-

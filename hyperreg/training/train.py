@@ -476,13 +476,13 @@ def _train(
             if not step_stats.due(force=validating or saving):
                 continue  # every rank reads at the same steps, so all see a stop together
             stopping = False
-            for logged, values, seconds in step_stats.read():
+            for logged, values, queued_at in step_stats.read():
                 if not math.isfinite(values[0]):
                     raise RuntimeError(f"train(): loss became non-finite at step {logged}")
                 stopping = stopping or values[4] > 0  # a signal reached some rank: all stop
                 if main:
-                    row = [logged, *(f"{v:.6g}" for v in values[:3]), f"{values[3]:.4f}"]
-                    log[1].writerow([*row, f"{seconds:.2f}"])
+                    cells = [logged, *(f"{v:.6g}" for v in values[:3]), f"{values[3]:.4f}"]
+                    log[1].writerow([*cells, f"{queued_at:.2f}"])
                     if tensorboard is not None:
                         tensorboard.add_scalar("train/loss", values[0], logged)
             if not main:
