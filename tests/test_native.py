@@ -419,13 +419,9 @@ def test_bad_inputs_are_one_line_errors(
 ) -> None:
     moving, fixed, _ = _pair(tmp_path, 3)
     out = tmp_path / "out"
-    far = moving.affine.copy()
-    far[:3, 3] += 1000.0
-    nib.save(nib.Nifti1Image(moving.data, far), tmp_path / "far.nii.gz")
     nib.save(nib.Nifti1Image(np.ones((8, 9, 1), np.float32), np.eye(4)), tmp_path / "s2.nii.gz")
     (tmp_path / "bad.tfm").write_text("#Insight Transform File V1.0\nnot a transform\n")
     cases = [
-        (_affine_cli(tmp_path / "far.nii.gz", fixed.path, out), "do not overlap in world space"),
         (_affine_cli(tmp_path / "s2.nii.gz", fixed.path, out), "both must be 2D or both 3D"),
         (
             ["warp", "--moving", str(moving.path), "--affine", str(tmp_path / "bad.tfm")]
