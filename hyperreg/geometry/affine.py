@@ -33,13 +33,14 @@ import SimpleITK as sitk
 
 from hyperreg._files import atomic_write
 from hyperreg.geometry.io import Volume
-from hyperreg.geometry.resample import resample_through, to_sitk
+from hyperreg.geometry.resample import affine_3d, resample_through, to_sitk
 
 __all__ = [
     "AFFINE_INITS",
     "TRANSFORM_SUFFIXES",
     "AffineTransform",
     "load_affine",
+    "load_initial_affine",
     "register_affine",
     "resample_affine",
     "save_affine",
@@ -658,6 +659,38 @@ def save_affine(path: str | os.PathLike[str], transform: AffineTransform, ndim: 
     return atomic_write(path, lambda tmp: sitk.WriteTransform(itk, str(tmp)))
 
 
+def _read_linear(fn: str, path: Path) -> tuple[np.ndarray, int]:
+    """World RAS ``(4, 4)`` of an ITK linear transform file and the file's dimension (a 2D
+    x-y plane transform, LPS, is lifted to 3D with z left alone).
+
+    Raises:
+        FileNotFoundError: If ``path`` does not exist.
+        ValueError: If the file is not a readable 2D or 3D linear transform, or its matrix is
+            not finite.
+    """
+    if not path.is_file():
+        raise FileNotFoundError(f"{fn}(): no such file: '{path}'")
+    try:
+        transform = sitk.ReadTransform(str(path))
+        dim = transform.GetDimension()
+        if dim == 2:  # an x-y plane map (save_affine, ANTs 2D)
+            linear, offset = _matrix_offset(transform, 2)
+            flip = _RAS_TO_LPS[:2, :2]
+            matrix = np.eye(4)
+            matrix[:2, :2] = flip @ linear @ flip
+            matrix[:2, 3] = flip @ offset
+        elif dim != 3:
+            raise ValueError(f"a {dim}D transform")
+        else:
+            matrix = _lift_lps(transform)
+    except (RuntimeError, ValueError) as err:
+        reason = str(err) if isinstance(err, ValueError) else "ITK cannot read it as a transform"
+        raise ValueError(f"{fn}(): '{path}' is not an affine transform file ({reason})") from err
+    if not np.all(np.isfinite(matrix)):
+        raise ValueError(f"{fn}(): '{path}' holds a non-finite matrix")
+    return matrix, dim
+
+
 def load_affine(path: str | os.PathLike[str]) -> AffineTransform:
     """Read an ITK affine (or rigid) transform file written by hyperreg, ANTs or SimpleITK.
 
@@ -667,26 +700,94 @@ def load_affine(path: str | os.PathLike[str]) -> AffineTransform:
         FileNotFoundError: If ``path`` does not exist.
         ValueError: If the file is not a readable 2D or 3D linear transform.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"load_affine(): no such file: '{path}'")
-    try:
-        transform = sitk.ReadTransform(str(path))
-        if transform.GetDimension() == 2:  # an x-y plane map (save_affine, ANTs 2D)
-            linear, offset = _matrix_offset(transform, 2)
-            flip = _RAS_TO_LPS[:2, :2]
-            matrix = np.eye(4)
-            matrix[:2, :2] = flip @ linear @ flip
-            matrix[:2, 3] = flip @ offset
-        elif transform.GetDimension() != 3:
-            raise ValueError(f"a {transform.GetDimension()}D transform")
-        else:
-            matrix = _lift_lps(transform)
-    except (RuntimeError, ValueError) as err:
-        reason = str(err) if isinstance(err, ValueError) else "ITK cannot read it as a transform"
-        raise ValueError(
-            f"load_affine(): '{path}' is not an affine transform file ({reason})"
-        ) from err
-    if not np.all(np.isfinite(matrix)):
-        raise ValueError(f"load_affine(): '{path}' holds a non-finite matrix")
+    matrix, _ = _read_linear("load_affine", Path(path))
     return AffineTransform(matrix, "affine")
+
+
+def load_initial_affine(
+    path: str | os.PathLike[str], moving: Volume, fixed: Volume
+) -> AffineTransform:
+    """Read an initial affine for a pair (``--initial-affine``) and check that it fits the pair.
+
+    Reads any ITK linear transform file (``.mat`` binary or ``.tfm``/``.txt`` text): the
+    ``--affine-out`` of an earlier hyperreg run (:func:`save_affine`), ANTs'
+    ``antsRegistration`` ``0GenericAffine.mat`` (the ``-r``/``--initial-moving-transform`` that
+    ANTs takes) or ``sitk.WriteTransform`` of an ``AffineTransform``/``Euler3DTransform``/
+    ``Similarity3DTransform`` (any centre). As in ITK and ANTs, the file maps a **fixed**
+    physical point (LPS mm) to the **moving** point that lands on it; in memory it becomes
+    :class:`AffineTransform` (RAS mm, same direction). Use the result with
+    ``register_affine(moving, fixed, "none", initial=t)`` (applied as is) or ``"affine"`` /
+    ``"rigid"`` (refined from it); the affine stage is then skipped or started from it.
+
+    Args:
+        path: The transform file.
+        moving: Moving image of the pair (any grid).
+        fixed: Fixed image of the pair, same dimensionality.
+
+    Returns:
+        The transform, ``kind="affine"``.
+
+    Raises:
+        FileNotFoundError: If ``path`` does not exist.
+        ValueError: With a one-line message naming ``path``: the file is not a linear (affine)
+            transform (a displacement field, a composite, not a transform file); its
+            dimensionality does not fit the pair (a 2D transform for a 3D pair, or a map that
+            moves a 2D pair's slice out of the moving slice's plane); its matrix is singular,
+            a reflection or scales an axis beyond 4x (or 1/4); or it maps less than 1 % of the
+            fixed image's field of view into the moving image (written for another pair, or
+            the inverse direction).
+
+    References:
+        ITK transform file format (``itk::TransformFileReader``); ANTs
+        ``antsRegistration --initial-moving-transform``.
+    """
+    fn = "load_initial_affine"
+    path = Path(path)
+    if moving.ndim != fixed.ndim:
+        raise ValueError(
+            f"{fn}(): '{_name(moving, 'moving')}' is {moving.ndim}D but "
+            f"'{_name(fixed, 'fixed')}' is {fixed.ndim}D; both must be 2D or both 3D"
+        )
+    matrix, dim = _read_linear(fn, path)
+    if dim == 2 and fixed.ndim == 3:
+        raise ValueError(f"{fn}(): '{path}' holds a 2D transform, but the pair is 3D")
+    scales = np.linalg.svd(matrix[:3, :3], compute_uv=False)
+    if np.linalg.det(matrix[:3, :3]) <= 0 or scales.max() > _MAX_SCALE or scales.min() < 0.25:
+        raise ValueError(
+            f"{fn}(): '{path}' is not a usable initial affine (axis scales "
+            f"{np.round(scales, 3).tolist()}, determinant {np.linalg.det(matrix[:3, :3]):.3g}; "
+            "expected a proper rotation with scales within 1/4 and 4)"
+        )
+    inside = _seen_fraction(matrix, moving, fixed)
+    if fixed.ndim == 2 and inside.plane > 0.5:
+        raise ValueError(
+            f"{fn}(): '{path}' maps the fixed slice up to {inside.plane:.3g} slices out of the "
+            f"plane of the moving slice '{_name(moving, 'moving')}'; a 2D pair needs an "
+            "in-plane transform"
+        )
+    if inside.share < 0.01:
+        raise ValueError(
+            f"{fn}(): '{path}' maps the fixed image's field of view outside the moving image "
+            f"'{_name(moving, 'moving')}' ({100 * inside.share:.2g} % of it lands inside); was "
+            "it written for another pair, or for the inverse direction (moving -> fixed)?"
+        )
+    return AffineTransform(matrix, "affine")
+
+
+@dataclass(frozen=True)
+class _Seen:
+    share: float  # of the fixed grid's points that land inside the moving grid
+    plane: float  # 2D: largest distance (moving slices) of a fixed corner from the moving plane
+
+
+def _seen_fraction(matrix: np.ndarray, moving: Volume, fixed: Volume) -> _Seen:
+    """How much of the fixed grid (up to 24 points per axis) ``matrix`` sends into the moving
+    grid (voxel centres within half a voxel of the grid)."""
+    axes = [np.linspace(0, n - 1, min(n, 24)) for n in fixed.spatial_shape]
+    grid = np.stack(np.meshgrid(*axes, indexing="ij"), 0).reshape(fixed.ndim, -1)
+    points = np.vstack([grid, np.zeros((3 - fixed.ndim, grid.shape[1])), np.ones(grid.shape[1])])
+    voxels = np.linalg.inv(affine_3d(moving)) @ matrix @ affine_3d(fixed) @ points
+    shape = list(moving.spatial_shape) + [1] * (3 - moving.ndim)
+    ok = np.all([(voxels[n] > -0.5) & (voxels[n] < shape[n] - 0.5) for n in range(3)], axis=0)
+    plane = float(np.max(np.abs(voxels[2]))) if moving.ndim == 2 else 0.0
+    return _Seen(float(ok.mean()), plane)
