@@ -98,7 +98,8 @@ def test_training_uses_the_objective_and_checkpoints_carry_it(tmp_path) -> None:
 
 def test_old_checkpoint_objective_comes_from_its_training_config(tmp_path) -> None:
     model = HyperMorph(ModelConfig(ndim=2, **TINY))
-    path = save_checkpoint(model, tmp_path / "old.pt", train_config={"sim": "mse", "mse_sigma": 0.2})
+    train_config = {"sim": "mse", "mse_sigma": 0.2}
+    path = save_checkpoint(model, tmp_path / "old.pt", train_config=train_config)
     payload = torch.load(path, weights_only=True)
     del payload["objective"]  # as files written before the objective was stored
     torch.save(payload, path)
