@@ -23,7 +23,7 @@ import torch
 from hyperreg._checks import as_lambda_tensor
 from hyperreg.geometry.intensity import normalize_intensity
 from hyperreg.geometry.io import SAVE_SUFFIXES, Volume, check_same_grid, same_grid
-from hyperreg.geometry.resample import describe_grid, isotropic_grid, resample_to
+from hyperreg.geometry.resample import conformed_grid, describe_grid, isotropic_grid, resample_to
 from hyperreg.method.losses import gradient_loss
 from hyperreg.method.metrics import dice_per_label, field_summary, mean_dice
 from hyperreg.method.model import HyperMorph, RegistrationOutput
@@ -126,7 +126,7 @@ def model_input(volume: Volume, normalization: str, device: torch.device) -> tor
             f"'{volume.path}' has intensities in [{data.min():g}, {data.max():g}], outside the "
             "[0, 1] the model expects; use the default min-max normalisation instead of 'none'"
         )
-    return torch.from_numpy(data)[None, None].to(device)
+    return torch.from_numpy(np.ascontiguousarray(data))[None, None].to(device)
 
 
 @dataclass(frozen=True)
@@ -165,10 +165,12 @@ class NetworkGrid:
     def to_fixed(self, field: torch.Tensor) -> torch.Tensor:
         """A field on the network grid as a field on the fixed grid.
 
-        Both grids share the world position of voxel 0 and the axis directions, so fixed voxel
-        ``p`` lies at network voxel ``p / ratio``; the field is interpolated there (linear,
-        edge values beyond the last network voxel) and its vectors multiplied by ``ratio``
-        (a displacement of 1 network voxel is ``ratio`` fixed voxels).
+        Fixed voxel ``p`` lies at network voxel ``q = M p + t`` (``M``, ``t`` from
+        ``inv(grid.affine) @ fixed.affine``: a scaling when the grids share axes, a permutation
+        and flips as well for a model that works in its own storage orientation); the field
+        is interpolated there (linear, edge values beyond the last network voxel) and its
+        vectors mapped to fixed voxels by ``inv(M)`` (a displacement of 1 network voxel along
+        a network axis is that axis' step in fixed voxels).
 
         Args:
             field: ``(B, N, *S_net)`` displacement in network voxels, i/j/k order.
@@ -176,20 +178,34 @@ class NetworkGrid:
         Returns:
             ``(B, N, *S_fixed)`` displacement in fixed voxels, same dtype and device.
         """
-        ratio = torch.as_tensor(self.ratio, dtype=torch.float64, device=field.device)
-        view = (1, -1) + (1,) * len(self.fixed.spatial_shape)
+        ndim = len(self.fixed.spatial_shape)
+        voxel_map = np.linalg.inv(self.grid.affine) @ self.fixed.affine
+        linear = torch.as_tensor(voxel_map[:ndim, :ndim], dtype=torch.float64, device=field.device)
+        offset = torch.as_tensor(voxel_map[:ndim, 3], dtype=torch.float64, device=field.device)
+        view = (1, -1) + (1,) * ndim
         points = identity_grid(self.fixed.spatial_shape, device=field.device, dtype=torch.float64)
-        points = points / ratio.view(view)
+        points = torch.einsum("ij,bj...->bi...", linear, points) + offset.view(view)
         fine = sample_at(field.to(torch.float64), points, padding="border")
-        return (fine * ratio.view(view)).to(field.dtype)
+        fine = torch.einsum("ij,bj...->bi...", torch.linalg.inv(linear), fine)
+        return fine.to(field.dtype)
 
 
 def network_grid(model: HyperMorph, fixed: Volume) -> NetworkGrid | None:
-    """Where ``model`` registers a pair on ``fixed``'s grid: None for the fixed grid itself
-    (a model without a voxel size, or voxels already of that size), else a
-    :class:`NetworkGrid`."""
+    """Where ``model`` registers a pair on ``fixed``'s grid: None for the fixed grid itself,
+    else a :class:`NetworkGrid`.
+
+    A model with a storage orientation (:attr:`~hyperreg.config.ModelConfig.orientation`, 3D)
+    sees the pair on :func:`~hyperreg.geometry.resample.conformed_grid` of the fixed image (its
+    axes permuted and flipped to that orientation, voxels of the model's size), so the same
+    anatomy stored LIA or RAS is registered alike; otherwise a model with a voxel size sees
+    isotropic voxels of that size on the fixed image's axes
+    (:func:`~hyperreg.geometry.resample.isotropic_grid`)."""
     spacing = float(model.config.spacing)
-    grid = isotropic_grid(fixed, spacing) if spacing > 0 else None
+    orientation = model.config.orientation
+    if orientation and len(fixed.spatial_shape) == 3:
+        grid = conformed_grid(fixed, spacing, orientation)
+    else:
+        grid = isotropic_grid(fixed, spacing) if spacing > 0 else None
     return None if grid is None else NetworkGrid(fixed, grid)
 
 
