@@ -310,10 +310,22 @@ def test_labels_keep_negative_values_and_reject_nonfinite(tmp_path: Path) -> Non
         load_volume(path, label=True, allow_nonfinite=True)
 
 
-def test_labels_far_from_integers_warn(tmp_path: Path) -> None:
-    path = _write_nifti(tmp_path / "img.nii", np.array([[0.2, 1.5], [0.0, 3.0]], np.float32))
-    with pytest.warns(UserWarning, match="not close to integers"):
+def test_labels_far_from_integers_are_an_error_naming_the_file(tmp_path: Path) -> None:
+    # a label map holding 2.5 must not become label 2 (or 3) with only a warning
+    path = _write_nifti(tmp_path / "half.nii", np.array([[0.0, 2.5], [1.0, 3.0]], np.float32))
+    with pytest.raises(
+        ValueError, match=r"'.*half\.nii' must hold integer label ids.*1 voxels.*2\.5"
+    ):
         load_volume(path, label=True)
+    path = _write_nifti(tmp_path / "img.nii", np.array([[0.2, 1.5], [0.0, 3.0]], np.float32))
+    with pytest.raises(ValueError, match="img.nii' must hold integer label ids"):
+        load_volume(path, label=True)
+    # rounding noise of a scale factor is still read as the nearest id, without a warning
+    noisy = np.array([[0.0, 2.9999], [1.00004, 2035.0]], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        vol = load_volume(_write_nifti(tmp_path / "noisy.nii", noisy), label=True)
+    np.testing.assert_array_equal(vol.data, [[0, 3], [1, 2035]])
 
 
 @pytest.mark.parametrize(

@@ -71,7 +71,7 @@ _READ_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 _INT32 = np.iinfo(np.int32)
-_LABEL_NONINTEGER_TOL = 1e-2  # |x - rint(x)| above this in a label map is suspicious
+_LABEL_NONINTEGER_TOL = 1e-2  # |x - rint(x)| above this in a label map is an error
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -248,13 +248,15 @@ def _to_labels(path: Path, raw: np.ndarray) -> np.ndarray:
             raise ValueError(_nonfinite_message(path, count, label=True))
         values = np.rint(raw)
         if raw.size:
-            deviation = float(np.max(np.abs(raw - values)))
-            if deviation > _LABEL_NONINTEGER_TOL:
-                warnings.warn(
-                    f"load_volume(): '{path}' was read as a label map but its values are not "
-                    f"close to integers (largest distance {deviation:.3g}); is it an intensity "
-                    "image?",
-                    stacklevel=3,
+            distance = np.abs(raw - values)
+            worst = int(np.argmax(distance))
+            if float(distance.flat[worst]) > _LABEL_NONINTEGER_TOL:
+                count = int(np.count_nonzero(distance > _LABEL_NONINTEGER_TOL))
+                raise ValueError(
+                    f"load_volume(): '{path}' must hold integer label ids to be read as a label "
+                    f"map, got {count} voxels with non-integer values (e.g. "
+                    f"{float(raw.flat[worst]):.6g}); rounding would merge labels silently: fix "
+                    "the label map, or pass it as an intensity image if that is what it is"
                 )
     if values.size and (values.min() < _INT32.min or values.max() > _INT32.max):
         raise ValueError(
@@ -284,7 +286,9 @@ def load_volume(
 
     Values: images are returned as float32 with nibabel's ``scl_slope``/``scl_inter`` applied and
     no other rescaling. Label maps (``label=True``) are rounded to the nearest integer with
-    ``np.rint`` (a stored 2.9999 becomes 3) and returned as int32; negative labels are kept.
+    ``np.rint`` (a stored 2.9999 becomes 3, rounding noise of a scale factor) and returned as
+    int32; negative labels are kept. A label value farther than 0.01 from an integer (2.5, or an
+    intensity image) is an error, never rounded to a neighbouring label.
 
     Args:
         path: File to read (str or path-like).
@@ -302,11 +306,10 @@ def load_volume(
             or fewer than 2 spatial dimensions; if its dtype is not numeric; if an ``.npz`` file
             has several arrays and none named ``vol``/``vol_data``; if it has non-finite voxels
             (images without ``allow_nonfinite``, and label maps always); or if label values do not
-            fit in int32.
+            fit in int32; or if a label map has values farther than 0.01 from an integer.
 
     Warns:
-        UserWarning: If an image is constant (all voxels equal), or if a label map's values are
-            not close to integers.
+        UserWarning: If an image is constant (all voxels equal).
 
     References:
         ``.npz`` layout as in VoxelMorph's ``py/utils.py:load_volfile``
