@@ -187,7 +187,43 @@ def test_sform_is_used_when_its_code_is_positive(tmp_path: Path) -> None:
     img.set_qform(qform, code=1)
     img.set_sform(sform, code=2)
     img.to_filename(tmp_path / "x.nii.gz")
-    np.testing.assert_array_equal(load_volume(tmp_path / "x.nii.gz").affine, sform)
+    with pytest.warns(UserWarning, match=r"sform \(code 2\) and a qform \(code 1\) that disagree"):
+        vol = load_volume(tmp_path / "x.nii.gz")
+    np.testing.assert_array_equal(vol.affine, sform)
+
+
+def test_agreeing_or_unused_forms_do_not_warn(tmp_path: Path) -> None:
+    sform = _rotated_affine()
+    for sform_code, qform_code, qform in ((2, 1, sform), (2, 0, np.eye(4)), (0, 1, sform)):
+        img = nib.Nifti1Image(_asymmetric((4, 5, 6)), None)
+        img.set_qform(qform, code=qform_code)
+        img.set_sform(sform, code=sform_code)
+        img.to_filename(tmp_path / "x.nii.gz")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            load_volume(tmp_path / "x.nii.gz")
+
+
+def test_sheared_affine_is_written_as_sform_only_never_an_orthogonalised_qform(
+    tmp_path: Path,
+) -> None:
+    sheared = np.array([[1.0, 0.3, 0, -10], [0, 1.0, 0, -20], [0, 0, 2.0, 5], [0, 0, 0, 1]])
+    for codes in ((2, 1), (1, 1), (0, 1)):
+        like = Volume(np.zeros((4, 5, 6), np.float32), sheared, (4, 5, 6), codes=codes)
+        path = save_volume(tmp_path / "sheared.nii.gz", _asymmetric((4, 5, 6)), like)
+        header = nib.load(path).header
+        assert int(header["qform_code"]) == 0, codes  # no silently orthogonalised qform
+        assert int(header["sform_code"]) == (codes[0] or 2)
+        np.testing.assert_allclose(header.get_sform(), sheared, atol=1e-6)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            np.testing.assert_allclose(load_volume(path).affine, sheared, atol=1e-6)
+    # an affine a qform can hold keeps the reference's codes and a qform equal to the sform
+    rotated = _rotated_affine()
+    like = Volume(np.zeros((4, 5, 6), np.float32), rotated, (4, 5, 6), codes=(2, 1))
+    header = nib.load(save_volume(tmp_path / "r.nii.gz", _asymmetric((4, 5, 6)), like)).header
+    assert (int(header["sform_code"]), int(header["qform_code"])) == (2, 1)
+    np.testing.assert_allclose(header.get_qform(), header.get_sform(), atol=1e-5)
 
 
 def test_qform_is_used_when_sform_code_is_zero(tmp_path: Path) -> None:
@@ -499,11 +535,18 @@ needs_data = pytest.mark.skipif(
 
 
 @needs_cases
-def test_case_c01_uses_sform() -> None:
+def test_case_c01_uses_sform_and_warns(tmp_path: Path) -> None:
     path = CASES / "c01_qform_sform_conflict.nii.gz"
     img = nib.load(path)
     assert int(img.header["sform_code"]) > 0
-    np.testing.assert_array_equal(load_volume(path).affine, img.get_sform())
+    with pytest.warns(
+        UserWarning, match=r"c01_qform_sform_conflict.*disagree.*17.32 mm apart.*using the sform"
+    ):
+        vol = load_volume(path)
+    np.testing.assert_array_equal(vol.affine, img.get_sform())
+    # an output on its grid carries one consistent pair: qform = sform
+    out = nib.load(save_volume(tmp_path / "out.nii.gz", vol.data, vol)).header
+    np.testing.assert_allclose(out.get_qform(), out.get_sform(), atol=1e-5)
 
 
 @needs_cases
@@ -546,6 +589,7 @@ def test_case_c09_truncated_error() -> None:
 
 
 @needs_cases
+@pytest.mark.filterwarnings("ignore:.*sform.*qform.*disagree")
 def test_case_c04_c12_grid_mismatch_is_reported() -> None:
     fixed = load_volume(CASES / "c01_qform_sform_conflict.nii.gz")
     for name in ("c04_other_grid_150x181.nii.gz", "c12_fixed_aniso.nii.gz"):

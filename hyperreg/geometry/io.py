@@ -171,6 +171,33 @@ def format_of(path: Path, suffixes: tuple[str, ...], fn: str) -> str:
     )
 
 
+_FORM_ATOL = 1e-3  # mm (translation) and mm per voxel (matrix): float32 storage is far below
+
+
+def _warn_if_forms_disagree(path: Path, header: nib.Nifti1Header, codes: tuple[int, int]) -> None:
+    """Warn when a NIfTI header's sform and qform both have a code > 0 but different matrices.
+
+    The rule never changes (sform when its code > 0, as nibabel does); the warning says which
+    was used, because other tools (ITK, ANTs, some viewers) may prefer the qform.
+    """
+    sform_code, qform_code = codes
+    if sform_code <= 0 or qform_code <= 0:
+        return
+    sform = np.asarray(header.get_sform(), dtype=np.float64)
+    qform = np.asarray(header.get_qform(), dtype=np.float64)
+    difference = float(np.max(np.abs(sform - qform)))
+    if difference <= _FORM_ATOL:
+        return
+    shift = float(np.linalg.norm(sform[:3, 3] - qform[:3, 3]))
+    warnings.warn(
+        f"load_volume(): '{path}' has an sform (code {sform_code}) and a qform (code "
+        f"{qform_code}) that disagree (largest entry difference {difference:.4g}, origins "
+        f"{shift:.4g} mm apart); using the sform, as nibabel does (other tools may use the "
+        "qform): make them agree (e.g. fslorient -copysform2qform) if the sform is not right",
+        stacklevel=4,
+    )
+
+
 def read_raw(path: Path, suffix: str) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
     """Read the full data array, the affine and ``(sform_code, qform_code)`` (``(1, 1)`` for
     MGH and npz); wrap every read failure in one ValueError."""
@@ -196,6 +223,7 @@ def read_raw(path: Path, suffix: str) -> tuple[np.ndarray, np.ndarray, tuple[int
             affine = np.array(img.affine, dtype=np.float64)
             if isinstance(img, nib.Nifti1Image):  # also NIfTI-2, a subclass
                 codes = (int(img.header["sform_code"]), int(img.header["qform_code"]))
+                _warn_if_forms_disagree(path, img.header, codes)
     except PermissionError:
         raise
     except _READ_ERRORS as err:
@@ -366,13 +394,27 @@ def to_nifti(arr: np.ndarray, like: Volume) -> nib.Nifti1Image:
     """Build a NIfTI image with ``like.affine`` as both sform and qform, no scaling.
 
     The codes are ``like.codes`` (the fixed file's own, e.g. sform 2 / qform 0), so a reader
-    picks the same matrix from the output as from the fixed image.
+    picks the same matrix from the output as from the fixed image. The pair is always
+    consistent: an affine a qform cannot represent (shear, or non-orthogonal axes) is written as
+    the sform only, with qform code 0 (logged), never as an orthogonalised qform that disagrees
+    with it. (With sform code 0 as well, such an affine could not have been read from a file;
+    the sform then gets code 2, aligned, so that the matrix is kept.)
     """
     img = nib.Nifti1Image(arr, like.affine)
     img.header.set_data_dtype(arr.dtype)
     sform_code, qform_code = like.codes
+    try:
+        img.set_qform(like.affine, code=qform_code, strip_shears=False)
+    except HeaderDataError:  # shears: a qform would only hold an orthogonalised approximation
+        img.set_qform(None)
+        if qform_code > 0 or sform_code == 0:
+            logger.info(
+                "to_nifti(): the affine of '%s' has shears a qform cannot hold; writing it as "
+                "the sform only (qform code 0)",
+                like.path if like.path is not None else "<in-memory volume>",
+            )
+        sform_code = sform_code or 2
     img.set_sform(like.affine, code=sform_code)
-    img.set_qform(like.affine, code=qform_code)
     img.header.set_slope_inter(1.0, 0.0)
     img.header.set_xyzt_units("mm")
     return img
