@@ -17,6 +17,7 @@ from hyperreg.geometry.fields import save_displacement
 from hyperreg.geometry.io import (
     Volume,
     check_same_grid,
+    has_header,
     load_volume,
     same_grid,
     save_volume,
@@ -158,26 +159,67 @@ def test_mgh_loads_with_vox2ras_affine(tmp_path: Path, suffix: str) -> None:
 
 
 @pytest.mark.parametrize("key", ["vol", "vol_data", "anything"])
-def test_npz_loads_with_identity_affine(tmp_path: Path, key: str) -> None:
+def test_npz_loads_with_identity_affine_when_asked(tmp_path: Path, key: str) -> None:
     data = _asymmetric((4, 5, 6)).astype(np.float64)
     path = tmp_path / "x.npz"
     np.savez_compressed(path, **{key: data})
-    vol = load_volume(path)
+    vol = load_volume(path, assume_identity=True)
     np.testing.assert_array_equal(vol.affine, np.eye(4))
     np.testing.assert_array_equal(vol.data, data.astype(np.float32))
     assert vol.data.dtype == np.float32
     assert vol.spacing == (1.0, 1.0, 1.0)
+    assert vol.codes == (1, 1)
+
+
+def test_npz_geometry_is_never_assumed_silently(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "moving.npz"
+    np.savez(path, vol=_asymmetric((4, 5, 6)))
+    assert not has_header(path) and has_header(tmp_path / "x.nii.gz")
+    with pytest.raises(
+        ValueError, match=r"'.*moving\.npz' has no header.*geometry_from.*assume_identity=True"
+    ):
+        load_volume(path)
+    with pytest.raises(ValueError, match=r"moving\.npz' has no header: pass one of"):
+        load_volume(
+            path,
+            assume_identity=True,
+            geometry_from=Volume(np.zeros((4, 5, 6)), np.eye(4), (4, 5, 6)),
+        )
+    with pytest.raises(TypeError, match="'geometry_from' must be a Volume"):
+        load_volume(path, geometry_from=np.eye(4))  # type: ignore[arg-type]
+    # the geometry of the fixed image, on the same grid only
+    fixed_path = _write_nifti(tmp_path / "fixed.nii.gz", _asymmetric((4, 5, 6)), _rotated_affine())
+    fixed = load_volume(fixed_path)
+    with caplog.at_level(logging.INFO, logger="hyperreg"):
+        vol = load_volume(path, geometry_from=fixed)
+        load_volume(path, assume_identity=True)
+    np.testing.assert_array_equal(vol.affine, fixed.affine)
+    assert vol.codes == fixed.codes and vol.path == path
+    assert not [r for r in caplog.records if r.levelno >= logging.INFO]  # nothing printed
+    other = load_volume(_write_nifti(tmp_path / "other.nii.gz", _asymmetric((4, 5, 7))))
+    with pytest.raises(
+        ValueError,
+        match=r"moving\.npz' has no header and spatial shape \(4, 5, 6\).*"
+        r"other\.nii\.gz' with shape \(4, 5, 7\)",
+    ):
+        load_volume(path, geometry_from=other)
+    # files with a header ignore both options
+    np.testing.assert_array_equal(
+        load_volume(fixed_path, geometry_from=other, assume_identity=True).affine, fixed.affine
+    )
 
 
 def test_npz_prefers_vol_key_and_rejects_ambiguous_files(tmp_path: Path) -> None:
     path = tmp_path / "x.npz"
     vol = _asymmetric((3, 4))
     np.savez(path, seg=np.zeros((3, 4)), vol=vol)
-    np.testing.assert_array_equal(load_volume(path).data, vol)
+    np.testing.assert_array_equal(load_volume(path, assume_identity=True).data, vol)
     path2 = tmp_path / "y.npz"
     np.savez(path2, a=np.zeros((3, 4)), b=np.ones((3, 4)))
     with pytest.raises(ValueError, match=r"'vol' or 'vol_data'.*\['a', 'b'\]"):
-        load_volume(path2)
+        load_volume(path2, assume_identity=True)
 
 
 def test_sform_is_used_when_its_code_is_positive(tmp_path: Path) -> None:
@@ -639,7 +681,7 @@ def test_shared_npz_is_the_same_geometry_as_neurite_oasis() -> None:
     path = DATA / "learn2reg-tutorials2019" / "subject_1_vol.npz"
     if not path.is_file():
         pytest.skip(f"{path} not found")
-    vol = load_volume(path)
+    vol = load_volume(path, assume_identity=True)
     assert vol.spatial_shape == (160, 192, 224)
     np.testing.assert_array_equal(vol.affine, np.eye(4))
     assert nib.aff2axcodes(vol.affine) == ("R", "A", "S")  # the documented identity rule

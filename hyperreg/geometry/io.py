@@ -30,11 +30,13 @@ from nibabel.spatialimages import HeaderDataError
 from hyperreg._files import atomic_write
 
 __all__ = [
+    "HEADERLESS_SUFFIXES",
     "SAVE_SUFFIXES",
     "Volume",
     "check_finite",
     "check_same_grid",
     "format_of",
+    "has_header",
     "load_volume",
     "read_raw",
     "same_grid",
@@ -294,8 +296,23 @@ def _to_labels(path: Path, raw: np.ndarray) -> np.ndarray:
     return values.astype(np.int32)
 
 
+HEADERLESS_SUFFIXES: tuple[str, ...] = (".npz",)
+"""Suffixes of files that carry no geometry (voxel size, orientation, position)."""
+
+
+def has_header(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path``'s format carries a voxel-to-world affine (NIfTI, MGH/MGZ: True; npz:
+    False). Decided from the suffix alone (case-insensitive); the file is not opened."""
+    return not Path(path).name.lower().endswith(HEADERLESS_SUFFIXES)
+
+
 def load_volume(
-    path: str | os.PathLike[str], *, label: bool = False, allow_nonfinite: bool = False
+    path: str | os.PathLike[str],
+    *,
+    label: bool = False,
+    allow_nonfinite: bool = False,
+    geometry_from: Volume | None = None,
+    assume_identity: bool = False,
 ) -> Volume:
     """Read a 2D or 3D image or label map with its voxel-to-world affine.
 
@@ -306,7 +323,12 @@ def load_volume(
     Affine rule: the affine is ``img.affine`` as nibabel reports it, as ``(4, 4)`` float64. For
     NIfTI that is the sform when ``sform_code > 0``, else the qform (else nibabel's fall-back
     from the pixel sizes); for MGH/MGZ it is the header's vox2ras. An ``.npz`` file has no
-    header, so its affine is ``np.eye(4)``: 1 mm isotropic voxels, world = voxel index.
+    header, so its geometry is never assumed silently: the caller says which to use, either
+    ``geometry_from=`` another volume (usually the fixed image: its affine and codes, after
+    checking that the spatial shapes agree) or ``assume_identity=True`` (``np.eye(4)``: 1 mm
+    isotropic voxels, world = voxel index, codes ``(1, 1)``); without either it is an error.
+    Both options are ignored for files with a header (:func:`has_header`), so a caller may pass
+    them for every input.
 
     Shape rule: trailing axes of size 1 beyond the second are dropped, so ``(I, J, 1)`` and
     ``(I, J, 1, 1)`` load as 2D ``(I, J)`` and ``(I, J, K, 1)`` as 3D ``(I, J, K)``. No other axis
@@ -323,6 +345,11 @@ def load_volume(
         label: Read as a label map (int32) instead of an image (float32).
         allow_nonfinite: For images only: replace NaN/inf voxels by 0 (with a logged warning)
             instead of raising. Ignored for label maps, which must always be finite.
+        geometry_from: For a header-less file (npz): take the affine and codes of this volume
+            (e.g. the fixed image), whose spatial shape must equal the file's. Ignored for files
+            with a header.
+        assume_identity: For a header-less file (npz): use the 1 mm identity affine. Ignored
+            for files with a header.
 
     Returns:
         The :class:`Volume`, with ``data`` of shape ``(I, J)`` or ``(I, J, K)``.
@@ -332,7 +359,9 @@ def load_volume(
         ValueError: If the suffix is not one of the supported ones; if the file is truncated,
             corrupt or not of its suffix's format; if it holds a 4D series (more than one volume)
             or fewer than 2 spatial dimensions; if its dtype is not numeric; if an ``.npz`` file
-            has several arrays and none named ``vol``/``vol_data``; if it has non-finite voxels
+            has several arrays and none named ``vol``/``vol_data``; if an ``.npz`` file gets
+            neither ``geometry_from`` nor ``assume_identity`` (or both), or ``geometry_from``
+            has another spatial shape; if it has non-finite voxels
             (images without ``allow_nonfinite``, and label maps always); or if label values do not
             fit in int32; or if a label map has values farther than 0.01 from an integer.
 
@@ -347,6 +376,7 @@ def load_volume(
     suffix = format_of(path, tuple(_LOAD_SUFFIXES), "load_volume")
     if not path.is_file():
         raise FileNotFoundError(f"load_volume(): no such file: '{path}'")
+    headerless = not has_header(path)
 
     raw, affine, codes = read_raw(path, suffix)
     if raw.dtype.kind not in "biuf":
@@ -379,10 +409,48 @@ def load_volume(
                 "is meaningless",
                 stacklevel=2,
             )
-    if suffix == ".npz":
-        logger.info("load_volume(): '%s' has no header; using the 1 mm identity affine", path)
+    if headerless:
+        _check_geometry_choice(path, geometry_from, assume_identity)
+    if headerless and geometry_from is not None:
+        if geometry_from.spatial_shape != spatial_shape:
+            raise ValueError(
+                f"load_volume(): '{path}' has no header and spatial shape {spatial_shape}, so it "
+                f"cannot take the geometry of '{_name(geometry_from)}' with shape "
+                f"{geometry_from.spatial_shape}; give it a header on that grid, or use "
+                "assume_identity=True"
+            )
+        affine, codes = geometry_from.affine, geometry_from.codes
+        logger.debug("load_volume(): '%s' takes the geometry of '%s'", path, _name(geometry_from))
+    elif headerless:
+        affine, codes = np.eye(4), (1, 1)
+        logger.debug("load_volume(): '%s' has no header; 1 mm identity affine as asked", path)
     logger.debug("load_volume(): read '%s' shape %s dtype %s", path, spatial_shape, data.dtype)
     return Volume(data=data, affine=affine, disk_shape=disk_shape, path=path, codes=codes)
+
+
+def _name(volume: Volume) -> str:
+    return str(volume.path) if volume.path is not None else "<in-memory volume>"
+
+
+def _check_geometry_choice(path: Path, geometry_from: Volume | None, assume_identity: bool) -> None:
+    """Raise unless exactly one geometry was chosen for the header-less file ``path``."""
+    if geometry_from is not None and not isinstance(geometry_from, Volume):
+        raise TypeError(
+            f"load_volume(): 'geometry_from' must be a Volume or None, got "
+            f"{type(geometry_from).__name__}"
+        )
+    if geometry_from is not None and assume_identity:
+        raise ValueError(
+            f"load_volume(): '{path}' has no header: pass one of 'geometry_from' and "
+            "'assume_identity', not both"
+        )
+    if geometry_from is None and not assume_identity:
+        raise ValueError(
+            f"load_volume(): '{path}' has no header (npz: no voxel size, orientation or "
+            "position), so its geometry must be chosen: the fixed image's "
+            "(geometry_from=<fixed Volume>) or 1 mm voxels with world = voxel index "
+            "(assume_identity=True)"
+        )
 
 
 # --------------------------------------------------------------------------------------------
