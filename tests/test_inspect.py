@@ -130,6 +130,21 @@ def test_real_ixi_parcellations_are_label_maps_and_t1_heads_are_not(person: str)
     assert not skull_stripped(head)
 
 
+@needs_data("ixi-2mm")
+def test_every_shared_ixi_head_has_a_skull() -> None:
+    heads = sorted((DATA / "ixi-2mm").glob("*_T1.nii.gz"))
+    assert len(heads) == 30
+    stripped = [path.name for path in heads if skull_stripped(load_volume(path))]
+    assert stripped == []
+
+
+@needs_data("lapirn-3d")
+def test_shared_lapirn_brains_are_stripped() -> None:
+    for name in ("image_A_160x192x144", "image_B_160x192x144"):
+        assert skull_stripped(_load(f"lapirn-3d/{name}.nii.gz"))
+        assert looks_like_label_map(_load(f"lapirn-3d/{name}_seg.nii.gz"))
+
+
 @needs_data("neurite-oasis")
 @pytest.mark.parametrize("person", [OASIS1, OASIS2])
 def test_real_oasis_stripped_and_unstripped(person: str) -> None:

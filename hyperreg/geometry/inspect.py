@@ -37,7 +37,7 @@ _WORK_MM = 2.0  # resolution of the skull check (mm), by striding
 _FOREGROUND = 0.1  # of the robust intensity range (0 .. 99.5th percentile)
 _CLOSE_MM = 10.0  # closing radius that bridges the dark skull between scalp and brain
 _SHELL_MM = 4.0  # outer shell of the closed foreground
-_BRIGHT_SHELL = 0.12  # stripped brains measured 0.03-0.06, heads 0.19-0.47
+_BRIGHT_SHELL = 0.085  # stripped brains measured 0.007-0.06, heads 0.11-0.47
 
 
 def _data_and_spacing(volume: Volume | np.ndarray) -> tuple[np.ndarray, tuple[float, ...]]:
@@ -113,7 +113,7 @@ class SkullEvidence(NamedTuple):
     Attributes:
         bright_shell: Share of the foreground voxels in the outer 4 mm of the (closed)
             foreground that are brighter than the foreground median: scalp fat and skin in a
-            head (0.19–0.47 measured), cortex in a skull-stripped brain (0.03–0.06).
+            head (0.11–0.47 measured), cortex in a skull-stripped brain (0.007–0.06).
         foreground: Share of the (strided) grid above 10 % of the robust intensity range.
     """
 
@@ -197,7 +197,7 @@ def skull_evidence(volume: Volume | np.ndarray) -> SkullEvidence | None:
 def skull_stripped(volume: Volume | np.ndarray) -> bool:
     """Whether an intensity image looks skull-stripped (brain only) rather than a whole head.
 
-    See :func:`skull_evidence`: stripped when under 12 % of the outer foreground shell is
+    See :func:`skull_evidence`: stripped when under 8.5 % of the outer foreground shell is
     brighter than the foreground median. Where that cannot be measured (a constant image, or
     tissue filling the whole grid) the answer is False ("not shown to be stripped").
 
