@@ -91,7 +91,8 @@ class Volume:
         path: File the volume was read from, or None for an in-memory volume.
         codes: ``(sform_code, qform_code)`` of the NIfTI header it was read from (e.g. ``(2, 0)``
             for an aligned-space sform and no qform); ``(1, 1)`` (scanner) for MGH/MGZ, npz and
-            in-memory volumes. Writers give outputs on this grid the same codes.
+            in-memory volumes. Writers give outputs on this grid the same codes (except a qform
+            code 0 for an affine with shears, which a qform cannot hold; see :func:`to_nifti`).
 
     Raises:
         ValueError: If ``data`` is not 2D or 3D, ``affine`` is not ``(4, 4)`` and finite,
@@ -514,7 +515,8 @@ def save_volume(
 
     The array is reshaped to ``like.disk_shape`` (a 2D slice read from ``(I, J, 1)`` goes back
     out as ``(I, J, 1)``) and written with ``like.affine`` as both sform and qform, with the codes
-    of ``like`` (``Volume.codes``: those of the fixed file, 1 = scanner for MGH/npz), units mm.
+    of ``like`` (``Volume.codes``: those of the fixed file, 1 = scanner for MGH/npz), units mm;
+    an affine with shears is written as the sform only (qform code 0), see :func:`to_nifti`.
     NIfTI stores the sform as float32, so an affine read from a NIfTI file round-trips exactly.
     The file is first written to a hidden temporary file in the same folder and then renamed
     over ``path``; on failure nothing is left behind. Parent folders are created.
