@@ -29,7 +29,7 @@ import nibabel as nib
 import numpy as np
 
 from hyperreg.geometry.intensity import normalize_intensity
-from hyperreg.geometry.io import Volume, load_volume, same_grid, spatial_shape_of
+from hyperreg.geometry.io import Volume, has_header, load_volume, same_grid, spatial_shape_of
 from hyperreg.geometry.resample import (
     conformed_grid,
     describe_grid,
@@ -270,8 +270,13 @@ def load_scan(
     Warns:
         UserWarning: If the label map was resampled onto its image's grid.
     """
-    image = load_volume(scan.image)
-    seg = load_volume(scan.seg, label=True) if with_seg and scan.seg is not None else None
+    # a headerless .npz training scan (voxelmorph's format) is taken at 1 mm, identity axes;
+    # its label map shares its grid
+    image = load_volume(scan.image, assume_identity=True)
+    seg = None
+    if with_seg and scan.seg is not None:
+        geometry = None if has_header(scan.seg) else image
+        seg = load_volume(scan.seg, label=True, geometry_from=geometry)
     if seg is not None and not same_grid(seg, image):
         if seg.ndim != image.ndim:
             raise ValueError(
@@ -318,7 +323,7 @@ def scan_shape(scan: Scan, spacing: float = 0.0) -> tuple[int, ...]:
     if not path.is_file():
         raise FileNotFoundError(f"scan_shape(): no such file: '{path}'")
     if path.name.lower().endswith(".npz"):
-        return load_volume(path).spatial_shape
+        return load_volume(path, assume_identity=True).spatial_shape
     try:
         header = nib.load(path)
         disk = tuple(int(n) for n in header.shape)
