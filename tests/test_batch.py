@@ -115,7 +115,9 @@ def test_batch_broken_pair_recorded_rest_done_rerun_skips(job: dict[str, Path], 
     failures = _rows(out / "failures.csv")
     assert len(failures) == 1 and failures[0]["index"] == "2"
     assert "p2_moving.nii.gz" in failures[0]["error"]
-    assert failures[0]["error"].startswith("ValueError")
+    # the message itself, not the exception's class name (issue 23)
+    assert "cannot read" in failures[0]["error"]
+    assert not failures[0]["error"].startswith("ValueError")
     assert not (out / "pairs" / "pair00002" / "moved.nii.gz").exists()
     assert not list(out.rglob(".*.tmp"))  # no temporary files left behind
     stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*.nii.gz")}

@@ -280,7 +280,8 @@ def test_batch_records_an_intensity_label_map_as_a_failed_pair(
     err = capsys.readouterr().err
     assert "pair00000 failed: 'moving_seg' must be a label map of integer ids" in err
     failure = json.loads((pair["out"] / "pairs" / "pair00000" / "failure.json").read_text())
-    assert failure["error"].startswith("ValueError:") and "moving_seg" in failure["error"]
+    # the message itself, not the exception's class name (issue 23)
+    assert not failure["error"].startswith("ValueError") and "moving_seg" in failure["error"]
     assert not (pair["out"] / "pairs" / "pair00000" / "moved.nii.gz").exists()
 
 

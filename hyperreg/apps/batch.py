@@ -24,7 +24,7 @@ import math
 import os
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -208,7 +208,7 @@ def batch_register(
     desc: str = "pairs",
     rank: int = 0,
     refine: Any = None,
-    init: str = "none",
+    init: str | None = None,
 ) -> BatchReport:
     """Register every pair of ``pairs`` (one shard) with per-pair records, resumably.
 
@@ -235,10 +235,11 @@ def batch_register(
         refine: A :class:`~hyperreg.registration.refine.Refinement` to refine each pair's field
             (its steps and similarity are part of a pair's identity: a rerun with other
             settings redoes the pair), or None.
-        init: ``"none"`` (default), ``"rigid"`` or ``"affine"``: the affine stage of
-            :func:`~hyperreg.apps.inference.register_files`, once per pair; its transform is
-            written as ``affine.mat`` and ``warp.nii.gz`` holds the composed transform. Part of
-            a pair's identity.
+        init: ``"affine"``, ``"rigid"`` or ``"none"``; None (default) is the pipeline's default
+            (:data:`hyperreg.registration.pipeline.DEFAULT_INIT`, ``"affine"``): the affine
+            stage of :func:`~hyperreg.apps.inference.register_files`, once per pair; its
+            transform is written as ``affine.mat`` and ``warp.nii.gz`` holds the composed
+            transform. Part of a pair's identity.
 
     Returns:
         A :class:`BatchReport`.
@@ -250,8 +251,10 @@ def batch_register(
     from tqdm import tqdm
 
     from hyperreg.apps.inference import check_label_map, register_files
+    from hyperreg.registration.pipeline import DEFAULT_INIT
 
     fn = "batch_register"
+    init = DEFAULT_INIT if init is None else init
     if refine is not None:
         from hyperreg.registration.refine import check_refinement
 
@@ -261,7 +264,7 @@ def batch_register(
     lacking = [p.index for p in pairs if p.lam is None]
     if lacking and lam is None:
         raise ValueError(
-            f"{fn}(): rows {lacking[:5]} have no 'lambda' and no default λ was given (--lambda)"
+            f"{fn}(): rows {lacking[:5]} have no 'lambda' and no default λ was given ('lam')"
         )
     start = time.perf_counter()
     report = BatchReport()
@@ -318,7 +321,7 @@ def batch_register(
                 folder / FAILURE,
                 {
                     **identity,
-                    "error": f"{type(err).__name__}: {err}",
+                    "error": _error_text(err),
                     "traceback": traceback.format_exc(),
                 },
             )
@@ -329,9 +332,11 @@ def batch_register(
             "folding_percent": 100.0 * result.folding_fraction,
             "log_jacobian_std": result.log_jacobian_std,
             "seconds": time.perf_counter() - tic,
-            "refine_seconds": result.extra.get("refine_seconds"),
-            "similarity_before": result.extra.get("similarity_before"),
-            "similarity_after": result.extra.get("similarity_after"),
+            "refine_seconds": result.refinement.seconds if result.refinement else None,
+            "similarity_before": (
+                result.refinement.similarity_before if result.refinement else None
+            ),
+            "similarity_after": result.refinement.similarity_after if result.refinement else None,
             "rank": rank,
             **outputs,
             "resampled": "; ".join(result.resampled),
@@ -344,6 +349,15 @@ def batch_register(
         report.done += 1
     report.seconds = time.perf_counter() - start
     return report
+
+
+def _error_text(err: BaseException) -> str:
+    """The message of a failed pair for ``failures.csv``: the library's own words; the exception
+    type only when the message is empty, or for an unexpected error (not a bad input)."""
+    text = " ".join(str(err).split())
+    if isinstance(err, (ValueError, TypeError, OSError)) and text:
+        return text
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
 SUMMARY_COLUMNS = (
@@ -422,6 +436,8 @@ class BatchRun:
         total: Rows in the pair CSV.
         merged: ``(summary, failures, rows, failures)`` from :func:`merge_records` if this
             process merged, else None.
+        model: The checkpoint file used.
+        bundled: The bundled model's name when no model was named, else None.
     """
 
     report: BatchReport
@@ -429,10 +445,12 @@ class BatchRun:
     world_size: int
     total: int
     merged: tuple[Path, Path, int, int] | None
+    model: Path | None = None
+    bundled: str | None = None
 
 
 def run_batch(
-    model_path: PathLike,
+    model: PathLike | None,
     pairs_csv: PathLike,
     out: PathLike,
     *,
@@ -442,9 +460,8 @@ def run_batch(
     resample: bool = True,
     warp_format: str = "voxel",
     progress: bool = False,
-    load_model: Callable[[PathLike, Any], Any] | None = None,
     refine: Any = None,
-    init: str = "none",
+    init: str | None = None,
 ) -> BatchRun:
     """One process of a batch job: read the pairs, run this rank's shard, merge.
 
@@ -458,7 +475,9 @@ def run_batch(
     ``device`` ``"auto"`` or ``"cuda"`` and CUDA present, rank ``r`` uses GPU ``LOCAL_RANK``.
 
     Args:
-        model_path: Checkpoint written by ``hyperreg train``.
+        model: Checkpoint written by ``hyperreg train``, its run folder or a bundled model's
+            name; None: the bundled model for the first pair's dimensionality
+            (:func:`hyperreg.apps.models.resolve_model`).
         pairs_csv: Pair CSV (:func:`read_pairs`).
         out: Output folder.
         lam: Default λ for rows without one.
@@ -467,9 +486,6 @@ def run_batch(
         resample: Resample inputs on other grids onto the fixed grid.
         warp_format: ``"voxel"`` or ``"itk"``.
         progress: Progress bar on rank 0.
-        load_model: ``load_model(model_path, device) -> model``; default: the model of
-            :func:`hyperreg.method.model.load_checkpoint` (the CLI passes one that also takes a
-            run folder and words its errors for ``--model``).
         refine: Test-time refinement per pair (see :func:`batch_register`), or None.
         init: The affine stage per pair (see :func:`batch_register`).
 
@@ -483,7 +499,7 @@ def run_batch(
     import torch
 
     from hyperreg._checks import resolve_device
-    from hyperreg.method.model import load_checkpoint
+    from hyperreg.apps.models import resolve_model
     from hyperreg.training.distributed import read_env
 
     rank, world, local_rank = read_env()
@@ -494,23 +510,20 @@ def run_batch(
     if lacking and lam is None:  # checked on every row before any rank starts work
         raise ValueError(
             f"run_batch(): rows {lacking[:5]} of '{pairs_csv}' have no 'lambda'; give a "
-            "default λ (--lambda)"
+            "default λ ('lam')"
         )
     mine = shard(pairs, rank, world)
     resolved = resolve_device("run_batch", device)
     if resolved.type == "cuda" and resolved.index is None and world > 1:
         resolved = torch.device("cuda", local_rank % torch.cuda.device_count())
-    if load_model is None:
-        model, _ = load_checkpoint(model_path, map_location=resolved)
-    else:
-        model = load_model(model_path, resolved)
+    resolved_model = resolve_model(model, resolved, image=pairs[0].fixed)
     group = world > 1 and "MASTER_ADDR" in os.environ and torch.distributed.is_available()
     if group and not torch.distributed.is_initialized():
         torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
     try:
         desc = f"rank {rank}/{world}" if world > 1 else "pairs"
         report = batch_register(
-            model,
+            resolved_model.model,
             mine,
             out,
             lam=lam,
@@ -534,4 +547,12 @@ def run_batch(
     finally:
         if group and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
-    return BatchRun(report=report, rank=rank, world_size=world, total=len(pairs), merged=merged)
+    return BatchRun(
+        report=report,
+        rank=rank,
+        world_size=world,
+        total=len(pairs),
+        merged=merged,
+        model=resolved_model.path,
+        bundled=resolved_model.bundled.name if resolved_model.bundled else None,
+    )

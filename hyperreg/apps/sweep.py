@@ -30,19 +30,14 @@ from hyperreg.apps.plotting import (
     save_figure,
     show_slice,
 )
+from hyperreg.geometry.affine import AffineTransform
 from hyperreg.geometry.fields import save_displacement
-from hyperreg.geometry.io import load_volume, save_volume
-from hyperreg.method.metrics import mean_dice
+from hyperreg.geometry.io import save_volume
 from hyperreg.method.model import HyperMorph
-from hyperreg.registration.chain import composed_displacement, finish_chain, is_identity
-from hyperreg.registration.lambdas import labels_scored, sweep_lambdas
-from hyperreg.registration.pairs import (
-    PathLike,
-    RegistrationResult,
-    check_outputs,
-    prepare_pair,
-)
-from hyperreg.registration.refine import Refinement, check_refinement, refine_pair
+from hyperreg.registration.lambdas import sweep_lambdas
+from hyperreg.registration.pairs import PathLike, check_outputs
+from hyperreg.registration.pipeline import DEFAULT_INIT, PairResult, PreparedPair, load_pair
+from hyperreg.registration.refine import Refinement, check_refinement
 
 __all__ = [
     "SweepReport",
@@ -103,7 +98,7 @@ def parse_lambdas(text: str) -> list[float]:
 # --------------------------------------------------------------------------------------------
 
 
-def _sweep_rows(results: Sequence[RegistrationResult]) -> list[dict[str, Any]]:
+def _sweep_rows(results: Sequence[PairResult]) -> list[dict[str, Any]]:
     labels = sorted({label for r in results for label in (r.dice or {})})
     rows = []
     for r in results:
@@ -115,12 +110,12 @@ def _sweep_rows(results: Sequence[RegistrationResult]) -> list[dict[str, Any]]:
             row[f"dice_{label}"] = (r.dice or {}).get(label, "")
         row["folding_percent"] = 100.0 * r.folding_fraction
         row["log_jacobian_std"] = r.log_jacobian_std
-        row["ncc"] = r.extra.get("ncc", "")
+        row["ncc"] = "" if r.ncc is None else r.ncc
         rows.append(row)
     return rows
 
 
-def write_sweep_csv(path: PathLike, results: Sequence[RegistrationResult]) -> Path:
+def write_sweep_csv(path: PathLike, results: Sequence[PairResult]) -> Path:
     """Write one row per λ: lambda, mean_dice, dice_<label>..., folding_percent,
     log_jacobian_std, ncc (Dice columns empty without label maps). Atomic."""
     rows = _sweep_rows(results)
@@ -131,7 +126,7 @@ def _sweep_figures(
     out: Path,
     moving: np.ndarray,
     fixed: np.ndarray,
-    results: Sequence[RegistrationResult],
+    results: Sequence[PairResult],
     baseline: float | None,
     affine: np.ndarray,
     moved_units: tuple[float, float] = (0.0, 1.0),
@@ -194,7 +189,7 @@ def _sweep_figures(
     return [curves, montage, _qc_figure(out, moving, fixed, results, affine, moved_units)]
 
 
-def _qc_pick(results: Sequence[RegistrationResult]) -> RegistrationResult:
+def _qc_pick(results: Sequence[PairResult]) -> PairResult:
     """λ with the best mean Dice (ties: larger λ), or the middle λ without label maps."""
     ordered = sorted(results, key=lambda r: r.lam)
     if ordered[0].dice is None:
@@ -206,7 +201,7 @@ def _qc_figure(
     out: Path,
     moving: np.ndarray,
     fixed: np.ndarray,
-    results: Sequence[RegistrationResult],
+    results: Sequence[PairResult],
     affine: np.ndarray,
     moved_units: tuple[float, float],
 ) -> Path:
@@ -272,12 +267,12 @@ class SweepReport:
     """Output of :func:`sweep_files`.
 
     Attributes:
-        results: One :class:`~hyperreg.registration.pairs.RegistrationResult` per λ.
+        results: One :class:`~hyperreg.registration.pipeline.PairResult` per λ.
         baseline_dice: Mean Dice before registration (same labels), or None without label maps.
         files: Every file written (CSV, figures, optional NIfTI outputs).
     """
 
-    results: list[RegistrationResult]
+    results: list[PairResult]
     baseline_dice: float | None
     files: list[Path] = field(default_factory=list)
 
@@ -297,7 +292,8 @@ def sweep_files(
     normalization: str = "minmax",
     resample: bool = True,
     refine: Refinement | None = None,
-    init: str = "none",
+    init: str = DEFAULT_INIT,
+    initial_affine: AffineTransform | None = None,
 ) -> SweepReport:
     """Load a pair, sweep λ (:func:`sweep_lambdas`) and write the report to ``out``.
 
@@ -333,9 +329,10 @@ def sweep_files(
         refine: Test-time refinement of each λ's field
             (:func:`hyperreg.registration.refine.refine_pair`, one optimisation per λ, after
             the batched pass); None or 0 steps: the network's fields.
-        init: ``"none"`` (default), ``"rigid"`` or ``"affine"``: an affine stage computed once
-            (:func:`hyperreg.apps.native.align_pair`); every λ then registers the aligned pair,
-            and Dice "before" is that of the aligned pair.
+        init: ``"affine"`` (default), ``"rigid"`` or ``"none"``: the affine stage, computed
+            once for the pair (:func:`hyperreg.registration.pipeline.load_pair`); every λ then
+            registers the aligned pair. Dice "before" is that with no registration.
+        initial_affine: A transform to use instead of the affine stage (``init="none"``).
 
     Returns:
         A :class:`SweepReport`.
@@ -346,96 +343,51 @@ def sweep_files(
     """
     from hyperreg.geometry.intensity import normalize_intensity
 
+    fn = "sweep_files"
     repeated = sorted({float(v) for v in lambdas if list(lambdas).count(v) > 1})
     if save_fields and repeated:
         raise ValueError(
-            f"sweep_files(): 'lambdas' repeats {repeated}; with save_fields each λ needs its own "
+            f"{fn}(): 'lambdas' repeats {repeated}; with save_fields each λ needs its own "
             "file names"
         )
     if refine is not None:
-        check_refinement("sweep_files", refine)
-    moving_v = load_volume(moving)
-    fixed_v = load_volume(fixed)
-    moving_seg_v = load_volume(moving_seg, label=True) if moving_seg is not None else None
-    fixed_seg_v = load_volume(fixed_seg, label=True) if fixed_seg is not None else None
-    chain = None  # (transform, original moving, original moving_seg) when the affine is chained
-    if init != "none":  # once per pair; the λ work then runs on the aligned pair
-        from hyperreg.apps.native import align_pair
-
-        original = (moving_v, moving_seg_v)
-        moving_v, moving_seg_v, transform = align_pair(moving_v, fixed_v, moving_seg_v, init)
-        if not is_identity(transform, original[0], fixed_v):
-            chain = (transform, *original)
-    moving_on, moving_seg_on, fixed_seg_on, notes = prepare_pair(
-        "sweep_files", model, moving_v, fixed_v, moving_seg_v, fixed_seg_v, resample=resample
+        check_refinement(fn, refine)
+    pair = load_pair(
+        moving, fixed, model=model, moving_seg=moving_seg, fixed_seg=fixed_seg, init=init,
+        initial_affine=initial_affine, normalization=normalization, resample=resample,
     )
-    results = sweep_lambdas(
-        model,
-        moving_on,
-        fixed_v,
-        lambdas,
-        moving_seg=moving_seg_on,
-        fixed_seg=fixed_seg_on,
-        chunk=chunk,
-        amp=amp,
-        normalization=normalization,
-        ncc=True,
-    )
-    if refine is not None and refine.steps > 0:
-        labels = labels_scored(moving_seg_on, fixed_seg_on)
-        results = [
-            refine_pair(
-                model,
-                moving_on,
-                fixed_v,
-                r.lam,
-                refine,
-                moving_seg=moving_seg_on,
-                fixed_seg=fixed_seg_on,
-                normalization=normalization,
-                labels=labels,
-            )
-            for r in results
-        ]
-    for result in results:
-        result.resampled = list(notes)
-    if chain is not None:  # outputs and Dice as register writes a chain: one interpolation
-        transform, original, original_seg = chain
-        labels = labels_scored(moving_seg_on, fixed_seg_on)
-        for r in results:
-            finish_chain(r, original, fixed_v, transform, moving_seg=original_seg,
-                         fixed_seg=fixed_seg_on, labels=labels, baselines=False)
-    baseline = None
-    if moving_seg_on is not None and fixed_seg_on is not None:
-        baseline = mean_dice(
-            moving_seg_on.data, fixed_seg_on.data, labels_scored(moving_seg_on, fixed_seg_on)
-        )
+    results = pair.register(model, lambdas, refine, chunk=chunk, amp=amp, ncc=True)
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = [write_sweep_csv(out_dir / "sweep.csv", results)]
-    raw = moving_on.data
+    raw = pair.aligned.data
     units = (float(raw.min()), float(raw.max())) if normalization == "minmax" else (0.0, 1.0)
     files += _sweep_figures(
         out_dir,
         normalize_intensity(raw, normalization),
-        normalize_intensity(fixed_v.data, normalization),
+        normalize_intensity(pair.fixed.data, normalization),
         results,
-        baseline,
-        fixed_v.affine,
+        pair.dice_before,
+        pair.fixed.affine,
         units,
     )
     if save_fields:
-        for r, lam in zip(results, lambdas):
-            tag = f"lam{float(lam):.10g}"  # the λ as given (r.lam went through float32)
-            paths = {
-                "moved": out_dir / f"moved_{tag}.nii.gz",
-                "warp": out_dir / f"warp_{tag}.nii.gz",
-            }
-            check_outputs("sweep_files", **paths)
-            disp = r.disp if chain is None else composed_displacement(chain[0], r.disp, fixed_v)
-            files.append(save_volume(paths["moved"], r.moved, fixed_v))
-            files.append(save_displacement(paths["warp"], disp, fixed_v))
-            if r.moved_seg is not None:
-                seg_path = out_dir / f"moved_seg_{tag}.nii.gz"
-                files.append(save_volume(seg_path, r.moved_seg, fixed_v, label=True))
-    return SweepReport(results=results, baseline_dice=baseline, files=files)
+        files += _save_fields(out_dir, pair, results, lambdas)
+    return SweepReport(results=results, baseline_dice=pair.dice_before, files=files)
+
+
+def _save_fields(
+    out_dir: Path, pair: PreparedPair, results: Sequence[PairResult], lambdas: Sequence[float]
+) -> list[Path]:
+    """Per λ: moved_lam<λ>, warp_lam<λ> (the whole transform) and moved_seg_lam<λ>."""
+    files = []
+    for r, lam in zip(results, lambdas):
+        tag = f"lam{float(lam):.10g}"  # the λ as given (r.lam went through float32)
+        paths = {"moved": out_dir / f"moved_{tag}.nii.gz", "warp": out_dir / f"warp_{tag}.nii.gz"}
+        check_outputs("sweep_files", **paths)
+        files.append(save_volume(paths["moved"], r.moved, pair.fixed))
+        files.append(save_displacement(paths["warp"], r.warp, pair.fixed))
+        if r.moved_seg is not None:
+            seg_path = out_dir / f"moved_seg_{tag}.nii.gz"
+            files.append(save_volume(seg_path, r.moved_seg, pair.fixed, label=True))
+    return files

@@ -1,7 +1,7 @@
 """λ* tuning: the λ that maximises mean validation Dice, optionally under a folding limit.
 
 :func:`tune_lambda` evaluates a coarse λ grid on every validation pair with one sweep per pair
-(:func:`hyperreg.apps.sweep.sweep_lambdas`), then refines inside the bracket around the best
+(:meth:`hyperreg.registration.pipeline.PreparedPair.register`), then refines inside the bracket around the best
 value, and reports the best λ per label too. :func:`write_tune_report` writes ``tune.json`` and
 ``tune.png``. Must not import train or cli.
 """
@@ -22,11 +22,11 @@ import torch
 from hyperreg._files import write_json
 from hyperreg.apps.batch import PairSpec
 from hyperreg.apps.plotting import plot_lambda_curves, pyplot, save_figure
-from hyperreg.apps.sweep import parse_lambdas, sweep_lambdas
-from hyperreg.geometry.io import load_volume
+from hyperreg.apps.sweep import parse_lambdas
+from hyperreg.geometry.affine import AffineTransform
 from hyperreg.method.model import HyperMorph
-from hyperreg.registration.chain import finish_chain, is_identity
-from hyperreg.registration.pairs import PathLike, RegistrationResult
+from hyperreg.registration.pairs import PathLike
+from hyperreg.registration.pipeline import DEFAULT_INIT, PairResult, load_pair
 
 __all__ = [
     "DICE_NOISE_FLOOR",
@@ -201,52 +201,31 @@ def _evaluate(
     amp: bool,
     normalization: str,
     resample: bool,
-    init: str = "none",
-    aligned: dict[int, tuple[Any, ...]] | None = None,
+    init: str = DEFAULT_INIT,
+    transforms: dict[int, AffineTransform | None] | None = None,
 ) -> tuple[list[dict[str, Any]], list[float]]:
     """Mean-over-pairs Dice/folding per λ (one batched sweep per pair), and the mean Dice
-    without (deformable) registration of each pair. With ``init``, each pair's affine stage
-    runs once and is kept in ``aligned`` (position -> (moving, moving_seg, transform, original
-    moving_seg)) for later rounds; Dice then scores the original label map sampled once through
-    the affine and the field, as ``register`` writes it."""
-    per_lam: list[list[RegistrationResult]] = [[] for _ in lambdas]
+    without registration of each pair. Each pair's affine stage runs once: its transform is
+    kept in ``transforms`` (position -> transform, None without a stage) for later rounds,
+    which reload the pair with it (memory stays that of one pair). Dice scores the original
+    label map sampled once through the affine and the field, as ``register`` writes it."""
+    per_lam: list[list[PairResult]] = [[] for _ in lambdas]
     before: list[float] = []
-    aligned = {} if aligned is None else aligned
-    for position, pair in enumerate(pairs):
-        moving, moving_seg, transform, original_seg = aligned.get(position, (None,) * 4)
-        fixed = load_volume(pair.fixed)
-        if moving is None:
-            moving = load_volume(pair.moving)
-            moving_seg = load_volume(pair.moving_seg, label=True)  # type: ignore[arg-type]
-            if init != "none":  # once per pair, kept for the later rounds
-                from hyperreg.apps.native import align_pair
-
-                original = moving
-                original_seg = moving_seg
-                moving, moving_seg, transform = align_pair(moving, fixed, moving_seg, init)
-                if is_identity(transform, original, fixed):
-                    transform = None
-                aligned[position] = (moving, moving_seg, transform, original_seg)
-        fixed_seg = load_volume(pair.fixed_seg, label=True)  # type: ignore[arg-type]
-        results = sweep_lambdas(
-            model,
-            moving,
-            fixed,
-            list(lambdas),
-            moving_seg=moving_seg,
-            fixed_seg=fixed_seg,
-            chunk=chunk,
-            amp=amp,
-            normalization=normalization,
+    transforms = {} if transforms is None else transforms
+    for position, spec in enumerate(pairs):
+        known = position in transforms
+        pair = load_pair(
+            spec.moving, spec.fixed, model=model, moving_seg=spec.moving_seg,
+            fixed_seg=spec.fixed_seg, init="none" if known else init,
+            initial_affine=transforms.get(position), normalization=normalization,
             resample=resample,
         )
-        if transform is not None:  # one interpolation through the chain, as register writes
-            for r in results:
-                finish_chain(r, None, fixed, transform, moving_seg=original_seg,
-                             fixed_seg=fixed_seg, labels=sorted(r.dice or {}), baselines=False)
+        if not known:
+            transforms[position] = pair.transform if init != "none" else None
+        results = pair.register(model, list(lambdas), chunk=chunk, amp=amp)
         for slot, result in zip(per_lam, results):
             slot.append(result)
-        before.append(results[0].extra["dice_before"])
+        before.append(float(pair.dice_before))  # type: ignore[arg-type]
     rows = []
     for lam, results in zip(lambdas, per_lam):
         row: dict[str, Any] = {
@@ -291,7 +270,7 @@ def tune_lambda(
     amp: bool = False,
     normalization: str = "minmax",
     resample: bool = True,
-    init: str = "none",
+    init: str = DEFAULT_INIT,
 ) -> TuneResult:
     """Find λ* maximising mean validation Dice, optionally under a folding limit.
 
@@ -304,9 +283,8 @@ def tune_lambda(
 
     Per-label λ* is the best feasible value for each label over all evaluated λ, so it has the
     coarse grid's resolution away from the global λ* (the refinement brackets that one only).
-    Each pair is reloaded per round, so memory stays that of one pair (with ``init``, the
-    affinely aligned moving image and label map of every pair are kept instead: the affine stage
-    runs once per pair).
+    Each pair is reloaded per round, so memory stays that of one pair; its affine stage runs
+    once (the transform is kept for later rounds).
 
     Args:
         model: A trained :class:`~hyperreg.method.model.HyperMorph`.
@@ -319,9 +297,9 @@ def tune_lambda(
         amp: See :func:`sweep_lambdas`.
         normalization: Intensity normalisation.
         resample: Resample inputs on other grids onto the fixed grid (default True).
-        init: ``"none"`` (default), ``"rigid"`` or ``"affine"``: an affine stage per pair
-            (:func:`hyperreg.apps.native.align_pair`) before the λ work; Dice "before" is then
-            that of the aligned pair.
+        init: ``"affine"`` (default), ``"rigid"`` or ``"none"``: the affine stage, once per
+            pair (:func:`hyperreg.registration.pipeline.load_pair`) before the λ work; Dice
+            "before" is that with no registration.
 
     Returns:
         A :class:`TuneResult`. If no evaluated λ meets ``max_folding``, λ* is the value with the
@@ -361,7 +339,7 @@ def tune_lambda(
         normalization=normalization,
         resample=resample,
         init=init,
-        aligned={},
+        transforms={},
     )
 
     def feasible(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -11,8 +11,8 @@ import argparse
 from typing import Any
 
 from hyperreg.cli import args as opts
-from hyperreg.cli.inputs import check_out_folder, model_for, model_path, pair_options
-from hyperreg.cli.messages import folding_text, mi_text
+from hyperreg.cli.inputs import check_out_folder, model_for, pair_options
+from hyperreg.cli.messages import affine_text, folding_text
 
 __all__ = ["COMMANDS", "add_parsers"]
 
@@ -203,6 +203,9 @@ def add_parsers(sub: Any) -> None:
         help="scaling-and-squaring steps; 0 predicts displacements (default 7, or that of "
         "--init)",
     )
+    train.add_argument(
+        "--no-progress", dest="progress", action="store_false", help="no tqdm progress bar"
+    )
     opts.add_common(train, seed=True)
 
     reg = sub.add_parser("register", help="register a moving image to a fixed image at one λ")
@@ -344,32 +347,18 @@ def _cmd_train(args: argparse.Namespace) -> int:
     import signal
     import sys
 
-    from hyperreg.config import ModelConfig, TrainConfig
+    from hyperreg.apps.models import model_architecture, model_file
+    from hyperreg.config import TrainConfig
     from hyperreg.training.checkpointing import TrainingInterrupted, latest_checkpoint
     from hyperreg.training.train import train
 
-    flags = {
-        "ndim": args.ndim,
-        "int_steps": args.int_steps,
-        "parametrization": args.parametrization,
-    }
-    given = {key: value for key, value in flags.items() if value is not None}
-    model = ModelConfig(**given)
     # the architecture of a run continued (--resume) or fine-tuned (--init) is the model's own
     if args.init:
-        args.init = str(model_path(args.init, "--init"))  # a file, run folder or bundled name
+        args.init = str(model_file(args.init, "init"))  # a file, run folder or bundled name
     source = latest_checkpoint(args.resume) if args.resume else args.init
-    if source:
-        from hyperreg.method.model import load_checkpoint
-
-        model = load_checkpoint(source)[0].config
-        for key, value in given.items():
-            if getattr(model, key) != value:
-                flag = "--" + key.replace("_", "-")
-                raise ValueError(
-                    f"'{source}' was trained with {key} {getattr(model, key)}, but {flag} "
-                    f"{value} was given; drop {flag} or pass that value"
-                )
+    model = model_architecture(
+        source, ndim=args.ndim, int_steps=args.int_steps, parametrization=args.parametrization
+    )
 
     if not args.out and not args.resume:
         raise ValueError("--out is required (or --resume DIR, which then is the output folder)")
@@ -404,7 +393,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         model=model,
     )
     try:
-        train(config, resume=args.resume)  # its last log line names the model written
+        # its last log line names the model written
+        train(config, resume=args.resume, progress=args.progress)
     except TrainingInterrupted as stop:
         folder = args.out or args.resume
         print(
@@ -454,13 +444,10 @@ def _cmd_register(args: argparse.Namespace) -> int:
     )
     for message in result.resampled:
         print(f"{opts.PROG} register: {message}")
-    if "affine_seconds" in result.extra:
-        print(
-            f"{args.init} stage: {result.extra['affine_seconds']:.1f} s, "
-            + mi_text(result.extra["affine_mi_before"], result.extra["affine_mi_after"])
-        )
-    if refine_text(result.extra):
-        print(refine_text(result.extra))
+    if result.affine is not None:
+        print(affine_text(args.init, result.affine))
+    if refine_text(result.refinement):
+        print(refine_text(result.refinement))
     written = [
         p
         for p in (
@@ -475,14 +462,10 @@ def _cmd_register(args: argparse.Namespace) -> int:
     ]
     print(f"λ = {result.lam:g}: wrote {', '.join(written)}")
     if result.dice is not None:
+        alone = "" if result.dice_affine is None else f", {args.init} alone: {result.dice_affine:.4f}"
         print(
-            f"mean Dice {result.mean_dice:.4f} over {len(result.dice)} labels present in both "
-            f"label maps (before registration: {result.extra['dice_before']:.4f}"
-            + (
-                f", {args.init} alone: {result.extra['dice_affine']:.4f})"
-                if "dice_affine" in result.extra
-                else ")"
-            )
+            f"mean Dice {result.mean_dice:.4f} over {len(result.dice)} labels of the input label "
+            f"maps (before registration: {result.dice_before:.4f}{alone})"
         )
     _print_field_summary(result.folding_fraction, result.log_jacobian_std)
     return 0

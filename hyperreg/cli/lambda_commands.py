@@ -13,14 +13,12 @@ from typing import Any
 
 from hyperreg.cli import args as opts
 from hyperreg.cli.inputs import (
-    bundled_model_for,
     check_out_folder,
-    load_model,
     model_for,
     pair_options,
     preprocessing_options,
 )
-from hyperreg.cli.messages import folding_text
+from hyperreg.cli.messages import affine_text, folding_text
 
 __all__ = ["COMMANDS", "add_parsers"]
 
@@ -141,13 +139,16 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         dice = f"{r.mean_dice:7.4f}" if r.dice is not None else f"{'-':>7}"
         print(
             f"{r.lam:8.4g} {dice} {100 * r.folding_fraction:8.3f} {r.log_jacobian_std:7.4f} "
-            f"{r.extra['ncc']:6.3f}"
+            f"{r.ncc if r.ncc is not None else float('nan'):6.3f}"
         )
-        if refine_text(r.extra):
-            print(f"{'':8} {refine_text(r.extra)}")
+        if refine_text(r.refinement):
+            print(f"{'':8} {refine_text(r.refinement)}")
+    first = report.results[0]
+    if first.affine is not None:
+        print(affine_text(args.init, first.affine))
     if report.baseline_dice is not None:
-        stage = "no registration" if args.init == "none" else f"{args.init} alone"
-        print(f"{stage}: mean Dice {report.baseline_dice:.4f}")
+        alone = "" if first.dice_affine is None else f", {args.init} alone {first.dice_affine:.4f}"
+        print(f"no registration: mean Dice {report.baseline_dice:.4f}{alone}")
     print(f"wrote {len(report.files)} files to {args.out}")
     return 0
 
@@ -194,8 +195,6 @@ def _cmd_batch(args: argparse.Namespace) -> int:
     from hyperreg.cli.refining import refinement_from
 
     check_out_folder(args.out)
-    if args.model is None:
-        args.model = str(bundled_model_for(args).path)
     run = run_batch(
         args.model,
         args.pairs,
@@ -204,11 +203,12 @@ def _cmd_batch(args: argparse.Namespace) -> int:
         device=args.device,
         warp_format=args.warp_format,
         progress=args.progress,
-        load_model=load_model,
         refine=refinement_from(args),
         init=args.init,
         **preprocessing_options(args),
     )
+    if run.bundled is not None:
+        print(f"{opts.PROG} batch: used the bundled model {run.bundled} ({run.model})")
     report = run.report
     who = f"rank {run.rank}/{run.world_size}: " if run.world_size > 1 else ""
     print(

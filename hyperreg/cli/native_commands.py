@@ -11,7 +11,7 @@ import argparse
 from typing import Any
 
 from hyperreg.cli import args as opts
-from hyperreg.cli.messages import mi_text
+from hyperreg.cli.messages import affine_text, mi_text
 
 __all__ = ["COMMANDS", "add_parsers"]
 
@@ -67,19 +67,20 @@ def _cmd_affine(args: argparse.Namespace) -> int:
         moved_seg=args.moved_seg,
         seed=args.seed,
     )
+    from hyperreg.registration.pipeline import AffineStage
+
     t = result.transform
-    kept = t.kind != "none" and t.metric_after == t.metric_before
-    kept_text = " (identity kept: no MI gain)" if kept else ""
-    print(
-        f"{args.init}: {t.seconds:.1f} s, {mi_text(t.metric_before, t.metric_after)}{kept_text}"
-    )
+    if t.kind == "none":
+        print(f"{args.init}: {t.seconds:.1f} s, {mi_text(t.metric_before, t.metric_after)}")
+    else:
+        print(affine_text(args.init, AffineStage.of(t)).replace(" stage", "", 1))
     written = [p for p in (args.moved, args.affine_out, args.moved_seg) if p]
     if written:
         print(f"wrote {', '.join(written)}")
     if result.dice is not None:
         print(
-            f"mean Dice {result.mean_dice:.4f} over {len(result.dice)} labels present in both "
-            f"label maps (before registration: {result.dice_before:.4f})"
+            f"mean Dice {result.mean_dice:.4f} over {len(result.dice)} labels of the input label "
+            f"maps (before registration: {result.dice_before:.4f})"
         )
     return 0
 

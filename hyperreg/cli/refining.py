@@ -32,14 +32,14 @@ def refinement_from(args: Any) -> Any:
     return refinement
 
 
-def refine_text(extra: dict[str, float]) -> str:
+def refine_text(stats: Any) -> str:
     """``refined 50 steps in 0.84 s: NCC 0.412 -> 0.468 (loss -0.31 -> -0.36)`` from a result's
-    ``extra`` (see :func:`hyperreg.registration.refine.refine_pair`); '' when not refined."""
-    if not extra.get("refine_steps"):
+    :class:`~hyperreg.registration.pipeline.RefineStats`; '' when not refined (None)."""
+    if stats is None or not stats.steps:
         return ""
-    name = "MI (nats)" if extra.get("refine_sim") == 1 else "NCC"
+    name = "MI (nats)" if stats.similarity == "mi" else "NCC"
     return (
-        f"refined {int(extra['refine_steps'])} steps in {extra['refine_seconds']:.2f} s: "
-        f"{name} {extra['similarity_before']:.4f} -> {extra['similarity_after']:.4f} "
-        f"(loss {extra['loss_before']:.4f} -> {extra['loss_after']:.4f})"
+        f"refined {stats.steps} steps in {stats.seconds:.2f} s: "
+        f"{name} {stats.similarity_before:.4f} -> {stats.similarity_after:.4f} "
+        f"(loss {stats.loss_before:.4f} -> {stats.loss_after:.4f})"
     )

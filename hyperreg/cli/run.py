@@ -83,13 +83,25 @@ def _run(args: argparse.Namespace, prog: str, words: UserWords) -> int:
     except (ValueError, TypeError, FileNotFoundError) as err:
         if args.debug:
             raise
-        print(f"{prog}: error: {words(str(err))}", file=sys.stderr)
+        print(f"{prog}: error: {_message(err, words)}", file=sys.stderr)
         return 2
     except (RuntimeError, OSError) as err:
         if args.debug:
             raise
-        print(f"{prog}: error: {words(str(err))}", file=sys.stderr)
+        print(f"{prog}: error: {_message(err, words)}", file=sys.stderr)
         return 1
+
+
+def _message(err: BaseException, words: UserWords) -> str:
+    """The one-line message of a library error; one that names its argument as data
+    (:class:`hyperreg.registration.pipeline.InputError`) is prefixed with the option whose
+    ``dest`` fed that argument."""
+    text = str(err)
+    argument = getattr(err, "argument", None)
+    option = words.option_of(argument) if isinstance(argument, str) else None
+    if option is not None and not text.startswith(f"argument {option}"):
+        text = f"argument {option}: {text}"
+    return words(text)
 
 
 if __name__ == "__main__":
