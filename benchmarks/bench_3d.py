@@ -12,8 +12,8 @@ Two parts:
    (hyperreg) and ``genericLabel`` (ANTs).
 2. With ``--native``: ``oasis1-freesurfer`` OAS1_0002 ``norm.mgz`` -> OAS1_0001 (native 256³
    spaces, not aligned): hyperreg's affine stage then the model at λ* (one chain,
-   :func:`hyperreg.registration.chain.register_chain`) against ANTs ``SyN`` (affine + SyN),
-   Dice over the aseg labels present in both.
+   :func:`hyperreg.registration.pipeline.load_pair`) against ANTs ``SyN`` (affine + SyN),
+   Dice over the labels of both input label maps (``registration_dice``).
 
 λ* is the grid value with the best mean Dice on this same pair (an optimistic pick; the whole
 grid is printed). The model card says which people trained the model: OAS1_0002 (the moving
@@ -123,29 +123,26 @@ def _aligned(model, files: dict[str, Path], lambdas: Sequence[float], steps: int
 
 
 def _native(model, files: dict[str, Path], lam: float, steps: int, syn: bool) -> list[str]:
-    from hyperreg.geometry.affine import register_affine
-    from hyperreg.registration.chain import align, finish_chain, register_chain
-    from hyperreg.registration.refine import Refinement, refine_pair
+    from hyperreg.registration.pipeline import load_pair
+    from hyperreg.registration.refine import Refinement
 
     v = _load(files)
     segs = {"moving_seg": v["moving_seg"], "fixed_seg": v["fixed_seg"]}
     log("3D native: hyperreg affine + deformable ...")
     start = time.perf_counter()
-    transform = register_affine(v["moving"], v["fixed"], "affine")
-    result = register_chain(model, v["moving"], v["fixed"], lam, transform, **segs)
+    pair = load_pair(v["moving"], v["fixed"], model=model, init="affine", **segs)
+    result = pair.register(model, [lam])[0]
     seconds = time.perf_counter() - start
-    rows = [("no registration (headers)", f"{result.extra['dice_before']:.4f}", "-", "-"),
-            ("hyperreg affine", f"{result.extra['dice_affine']:.4f}", "0",
-             f"{transform.seconds:.1f}"),
+    rows = [("no registration (headers)", f"{result.dice_before:.4f}", "-", "-"),
+            ("hyperreg affine", f"{result.dice_affine:.4f}", "0",
+             f"{pair.transform.seconds:.1f}"),
             (f"hyperreg affine + λ={lam:g}", f"{result.mean_dice:.4f}",
              f"{100 * result.folding_fraction:.3f}", f"{seconds:.1f}")]
     if steps > 0:
         log(f"3D native: hyperreg affine + refine {steps} steps ...")
         start = time.perf_counter()
-        aligned = align(v["moving"], v["fixed"], transform)
-        refined = refine_pair(model, aligned, v["fixed"], lam, Refinement(steps=steps))
-        refined = finish_chain(refined, v["moving"], v["fixed"], transform, **segs)
-        seconds = time.perf_counter() - start + transform.seconds
+        refined = pair.register(model, [lam], Refinement(steps=steps))[0]
+        seconds = time.perf_counter() - start + pair.transform.seconds
         rows.append((f"hyperreg affine + λ={lam:g} + refine {steps} steps",
                      f"{refined.mean_dice:.4f}", f"{100 * refined.folding_fraction:.3f}",
                      f"{seconds:.1f}"))

@@ -1,9 +1,9 @@
 """λ* tuning: the λ that maximises mean validation Dice, optionally under a folding limit.
 
 :func:`tune_lambda` evaluates a coarse λ grid on every validation pair with one sweep per pair
-(:meth:`hyperreg.registration.pipeline.PreparedPair.register`), then refines inside the bracket around the best
-value, and reports the best λ per label too. :func:`write_tune_report` writes ``tune.json`` and
-``tune.png``. Must not import train or cli.
+(:meth:`~hyperreg.registration.pipeline.PreparedPair.register`), then refines inside the
+bracket around the best value, and reports the best λ per label too.
+:func:`write_tune_report` writes ``tune.json`` and ``tune.png``. Must not import train or cli.
 """
 
 from __future__ import annotations

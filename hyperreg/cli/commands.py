@@ -462,7 +462,8 @@ def _cmd_register(args: argparse.Namespace) -> int:
     ]
     print(f"λ = {result.lam:g}: wrote {', '.join(written)}")
     if result.dice is not None:
-        alone = "" if result.dice_affine is None else f", {args.init} alone: {result.dice_affine:.4f}"
+        alone = result.dice_affine
+        alone = "" if alone is None else f", {args.init} alone: {alone:.4f}"
         print(
             f"mean Dice {result.mean_dice:.4f} over {len(result.dice)} labels of the input label "
             f"maps (before registration: {result.dice_before:.4f}{alone})"

@@ -1,16 +1,15 @@
 """Checks of command-line inputs that name the option, made before any work is done.
 
 :func:`model_for` asks the library for the model ``--model`` names (a checkpoint, a run folder
-or a bundled name; :func:`hyperreg.apps.models.resolve_model`); :func:`check_label_maps` rejects an intensity image given as a label map;
-:func:`check_out_folder` rejects an ``--out`` folder that cannot be created. Each raises with a
-one-line message that names the option (``run.main`` turns it into ``hyperreg <cmd>: error: …``
+or a bundled name; :func:`hyperreg.apps.models.resolve_model`); :func:`check_label_maps`
+rejects an intensity image given as a label map; :func:`check_out_folder` rejects an ``--out``
+folder that cannot be created. Each raises with a one-line message that names the option (``run.main`` turns it into ``hyperreg <cmd>: error: …``
 and exit code 2). torch and the library are imported inside the functions.
 """
 
 from __future__ import annotations
 
 import os
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +37,8 @@ def model_for(args: Any) -> Any:
         image = read_pairs(args.pairs)[0].fixed
     resolved = resolve_model(args.model, device, image=image)
     if resolved.bundled is not None:
-        bundled = resolved.bundled
-        print(f"hyperreg {args.command}: using the bundled model {bundled.name} (card: {bundled.card})")
+        name, card = resolved.bundled.name, resolved.bundled.card
+        print(f"hyperreg {args.command}: using the bundled model {name} (card: {card})")
     args.model = str(resolved.path)
     return resolved.model
 

@@ -20,14 +20,14 @@ from hyperreg.method.spatial import jacobian_determinant
 
 __all__ = [
     "dice_per_label",
-    "input_labels",
-    "registration_dice",
     "field_summary",
     "folding_fraction",
     "hd95_per_label",
+    "input_labels",
     "labels_in_both",
     "log_jacobian_std",
     "mean_dice",
+    "registration_dice",
 ]
 
 
