@@ -3,8 +3,9 @@
 :func:`model_for` asks the library for the model ``--model`` names (a checkpoint, a run folder
 or a bundled name; :func:`hyperreg.apps.models.resolve_model`); :func:`check_label_maps`
 rejects an intensity image given as a label map; :func:`check_out_folder` rejects an ``--out``
-folder that cannot be created. Each raises with a one-line message that names the option (``run.main`` turns it into ``hyperreg <cmd>: error: …``
-and exit code 2). torch and the library are imported inside the functions.
+folder that cannot be created. Each raises with a one-line message that names the option
+(``run.main`` turns it into ``hyperreg <cmd>: error: …`` and exit code 2). torch and the
+library are imported inside the functions.
 """
 
 from __future__ import annotations
