@@ -11,7 +11,13 @@ import argparse
 from typing import Any
 
 from hyperreg.cli import args as opts
-from hyperreg.cli.inputs import check_out_folder, model_for, pair_options
+from hyperreg.cli.inputs import (
+    check_out_folder,
+    created_folders,
+    model_for,
+    new_folders,
+    pair_options,
+)
 from hyperreg.cli.messages import affine_text, folding_text
 
 __all__ = ["COMMANDS", "add_parsers"]
@@ -407,6 +413,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_register(args: argparse.Namespace) -> int:
+    outputs = (args.moved, args.warp, args.moved_seg, args.inverse_warp, args.affine_out)
+    folders = new_folders(*outputs, args.field_out)
     from hyperreg.apps.inference import register_files
 
     from hyperreg.cli.refining import refine_text, refinement_from
@@ -461,6 +469,7 @@ def _cmd_register(args: argparse.Namespace) -> int:
         if p
     ]
     print(f"λ = {result.lam:g}: wrote {', '.join(written)}")
+    created_folders(folders)
     if result.dice is not None:
         alone = result.dice_affine
         alone = "" if alone is None else f", {args.init} alone: {alone:.4f}"
@@ -477,6 +486,7 @@ def _print_field_summary(folding_fraction: float, log_jacobian_std: float) -> No
 
 
 def _cmd_warp(args: argparse.Namespace) -> int:
+    folders = new_folders(*args.moved)
     from hyperreg.apps.native import warp_files
 
     if not (args.warp or args.affine):
@@ -497,14 +507,17 @@ def _cmd_warp(args: argparse.Namespace) -> int:
     for out in written:
         kind = "label map (nearest neighbour)" if out.label else "image (linear)"
         print(f"wrote {out.moved}: {kind}, shape {out.shape}")
+    created_folders(folders)
     return 0
 
 
 def _cmd_jacobian(args: argparse.Namespace) -> int:
+    folders = new_folders(args.out)
     from hyperreg.apps.inference import jacobian_file
 
     result = jacobian_file(args.warp, args.out)
     print(f"wrote {args.out}: Jacobian determinant, shape {result.jacobian.shape}")
+    created_folders(folders)
     _print_field_summary(result.folding_fraction, result.log_jacobian_std)
     return 0
 

@@ -29,7 +29,10 @@ def add_parsers(sub: Any) -> None:
         "moved label maps and fields listed in a CSV",
     )
     opts.add_pairs_csv_argument(
-        evaluate, "moved_seg, fixed_seg, optional warp (displacement field) and name"
+        evaluate,
+        "moved_seg, fixed_seg, optional warp (displacement field), moving_seg (the label map "
+        "before registration: Dice is over the labels of moving_seg and fixed_seg, a label the "
+        "warp erased scores 0) and name",
     )
     opts.add_out_argument(
         evaluate,

@@ -17,7 +17,9 @@ from typing import Any
 __all__ = [
     "check_label_maps",
     "check_out_folder",
+    "created_folders",
     "model_for",
+    "new_folders",
     "pair_options",
     "preprocessing_options",
 ]
@@ -94,3 +96,20 @@ def check_out_folder(value: str, option: str = "--out") -> None:
         raise ValueError(f"argument {option}: cannot create folder '{value}': '{folder}' is a file")
     if not os.access(folder, os.W_OK):
         raise ValueError(f"argument {option}: cannot write into '{value}': '{folder}' is read-only")
+
+
+def new_folders(*paths: str | os.PathLike[str] | None) -> list[Path]:
+    """The folders of ``paths`` that do not exist yet (writing the outputs creates them)."""
+    found: list[Path] = []
+    for path in paths:
+        if path is not None and path != "" and not Path(path).parent.exists():
+            if Path(path).parent not in found:
+                found.append(Path(path).parent)
+    return found
+
+
+def created_folders(folders: list[Path]) -> None:
+    """Say which output folders a command created (none were there before it ran)."""
+    for folder in folders:
+        if folder.is_dir():
+            print(f"created folder {folder}")

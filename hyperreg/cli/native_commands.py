@@ -47,7 +47,7 @@ def add_parsers(sub: Any) -> None:
 
 def _cmd_affine(args: argparse.Namespace) -> int:
     from hyperreg.apps.native import affine_files
-    from hyperreg.cli.inputs import check_label_maps
+    from hyperreg.cli.inputs import check_label_maps, created_folders, new_folders
 
     if not (args.moved or args.affine_out or args.moved_seg or args.fixed_seg):
         raise ValueError("nothing to write: give --moved, --affine-out and/or --moved-seg")
@@ -56,6 +56,7 @@ def _cmd_affine(args: argparse.Namespace) -> int:
     if args.fixed_seg and not args.moving_seg:
         raise ValueError("--fixed-seg needs --moving-seg (Dice compares the two label maps)")
     check_label_maps(moving_seg=args.moving_seg, fixed_seg=args.fixed_seg)
+    folders = new_folders(args.moved, args.affine_out, args.moved_seg)
     result = affine_files(
         args.moving,
         args.fixed,
@@ -77,6 +78,7 @@ def _cmd_affine(args: argparse.Namespace) -> int:
     written = [p for p in (args.moved, args.affine_out, args.moved_seg) if p]
     if written:
         print(f"wrote {', '.join(written)}")
+    created_folders(folders)
     if result.dice is not None:
         print(
             f"mean Dice {result.mean_dice:.4f} over {len(result.dice)} labels of the input label "

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ from hyperreg.method.spatial import identity_grid, sample_at, warp
 
 __all__ = [
     "OUTPUT_SUFFIXES",
+    "InputError",
     "NetworkGrid",
     "PathLike",
     "RegistrationResult",
@@ -48,6 +50,15 @@ logger = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike[str]
 OUTPUT_SUFFIXES = SAVE_SUFFIXES  # what io.save_volume and fields.save_displacement write
+
+
+class InputError(ValueError):
+    """A ValueError about one argument, named in :attr:`argument` (the caller's parameter name),
+    so a front end can say which of its own options fed it without parsing the message."""
+
+    def __init__(self, message: str, argument: str) -> None:
+        super().__init__(message)
+        self.argument = argument
 
 
 @dataclass
@@ -385,31 +396,55 @@ def register_pair(
 def check_outputs(
     fn: str, inputs: Sequence[PathLike | None] = (), **outputs: PathLike | None
 ) -> None:
-    """Check output paths before any work: suffix, distinct, not an input, folder creatable."""
+    """Check output paths before any work: suffix, distinct, not an input, folder writable.
+
+    The nearest existing folder of each output is probed by creating (and removing) a temporary
+    file in it, so a folder that reports itself writable but is not (``/proc``, a read-only
+    mount) fails here, naming the argument, not after the registration. A folder that does not
+    exist yet is created when the output is written (the command line says so).
+
+    Raises:
+        InputError (a ValueError): naming the output argument in ``argument``.
+    """
     sources = {Path(p).resolve() for p in inputs if p is not None}
     seen: dict[Path, str] = {}
     for name, out in outputs.items():
         if out is None:
             continue
         if not str(out).endswith(OUTPUT_SUFFIXES):
-            raise ValueError(f"{fn}(): '{name}' must end in {OUTPUT_SUFFIXES}, got '{out}'")
+            raise InputError(f"{fn}(): '{name}' must end in {OUTPUT_SUFFIXES}, got '{out}'", name)
         path = Path(out).resolve()
         if path in seen:
-            raise ValueError(
+            raise InputError(
                 f"{fn}(): '{name}' and '{seen[path]}' are the same file '{out}'; give each "
-                "output its own path"
+                "output its own path",
+                name,
             )
         if path in sources:
-            raise ValueError(
-                f"{fn}(): '{name}' would overwrite the input '{out}'; choose another path"
+            raise InputError(
+                f"{fn}(): '{name}' would overwrite the input '{out}'; choose another path", name
             )
         if path.is_dir():
-            raise ValueError(f"{fn}(): '{name}' is a folder, not a file: '{out}'")
-        folder = path.parent
-        while not folder.exists():
-            folder = folder.parent
-        if not folder.is_dir():
-            raise ValueError(f"{fn}(): cannot write '{out}': '{folder}' is a file, not a folder")
-        if not os.access(folder, os.W_OK):
-            raise ValueError(f"{fn}(): cannot write '{out}': folder '{folder}' is not writable")
+            raise InputError(f"{fn}(): '{name}' is a folder, not a file: '{out}'", name)
+        _check_folder(fn, name, out, path.parent)
         seen[path] = name
+
+
+def _check_folder(fn: str, name: str, out: PathLike, parent: Path) -> None:
+    """The nearest existing folder of ``parent`` takes a new file (probed), else InputError."""
+    folder = parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        raise InputError(
+            f"{fn}(): cannot write '{out}': '{folder}' is a file, not a folder", name
+        )
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".hyperreg-probe-"):
+            pass
+    except OSError as err:
+        raise InputError(
+            f"{fn}(): cannot write '{out}': folder '{folder}' does not take new files "
+            f"({err.strerror or err})",
+            name,
+        ) from err

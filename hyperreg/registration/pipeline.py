@@ -36,7 +36,7 @@ from hyperreg.method.metrics import input_labels, registration_dice
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.chain import composed_displacement, sample_volume
 from hyperreg.registration.lambdas import sweep_lambdas
-from hyperreg.registration.pairs import PathLike, RegistrationResult, onto_grid
+from hyperreg.registration.pairs import InputError, PathLike, RegistrationResult, onto_grid
 from hyperreg.registration.refine import REFINE_SIMILARITIES, Refinement, refine_pair
 
 __all__ = [
@@ -53,15 +53,6 @@ __all__ = [
 DEFAULT_INIT = "affine"
 """The affine stage every entry point runs unless told otherwise (Python and CLI alike)."""
 DEFAULT_NORMALIZATION = "minmax"
-
-
-class InputError(ValueError):
-    """A ValueError about one argument, named in :attr:`argument` (the caller's parameter name),
-    so a front end can say which of its own options fed it without parsing the message."""
-
-    def __init__(self, message: str, argument: str) -> None:
-        super().__init__(message)
-        self.argument = argument
 
 
 @dataclass(frozen=True)
