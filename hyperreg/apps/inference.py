@@ -211,10 +211,11 @@ def register_files(
             "without a velocity field (int_steps 0), whose displacement has no exact inverse",
             "inverse_warp_out",
         )
+    fixed_v = load_volume(fixed)  # each input is read once (and warned about once)
     if (warp_out is not None or inverse_warp_out is not None) and warp_format == "itk":
-        check_itk_grid(load_volume(fixed))
+        check_itk_grid(fixed_v)
     pair = load_pair(
-        moving, fixed, model=model, moving_seg=moving_seg, fixed_seg=fixed_seg, init=init,
+        moving, fixed_v, model=model, moving_seg=moving_seg, fixed_seg=fixed_seg, init=init,
         initial_affine=initial_affine, normalization=normalization, resample=resample,
     )
     result = pair.register(model, [lam], refine, inverse=inverse_warp_out is not None)[0]

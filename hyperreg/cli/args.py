@@ -127,12 +127,12 @@ def percent(text: str) -> float:
 
 
 def add_model_argument(parser: argparse.ArgumentParser) -> None:
-    """``--model``: a checkpoint or the run folder holding model.pt; default a bundled model."""
+    """``--model``: a checkpoint, a run folder or a bundled name; default a bundled model."""
     parser.add_argument(
         "--model",
-        help="checkpoint (.pt) written by 'hyperreg train', or its output folder (model.pt in "
-        "it); default: the bundled pretrained model for the images' dimensionality "
-        "('hyperreg models' lists them)",
+        help="checkpoint (.pt) written by 'hyperreg train', its output folder (model.pt in it), "
+        "or a bundled model's name (hypermorph-2d, hypermorph-3d; 'hyperreg models' lists "
+        "them); default: the bundled model for the images' dimensionality",
     )
 
 
