@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import gzip
-import importlib.util
 import json
 import os
 import subprocess
@@ -176,29 +175,6 @@ def test_batch_torchrun_two_processes(job: dict[str, Path]) -> None:
     assert [int(r["rank"]) for r in summary] == [0, 1, 0, 1, 0]
     records = sorted((job["out"] / "pairs").glob("pair*/record.json"))
     assert [json.loads(p.read_text())["index"] for p in records] == [0, 1, 2, 3, 4]
-
-
-def test_batch_script_from_python(job: dict[str, Path], capsys) -> None:
-    spec = importlib.util.spec_from_file_location(
-        "batch_register", REPO / "scripts" / "batch_register.py"
-    )
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    code = module.main(
-        [
-            "--model",
-            str(job["model"]),
-            "--pairs",
-            str(job["csv"]),
-            "--out",
-            str(job["out"]),
-            "--lambda",
-            "0.5",
-        ]
-    )
-    assert code == 1  # the broken pair
-    assert len(_rows(job["out"] / "summary.csv")) == 4
-    assert len(_rows(job["out"] / "failures.csv")) == 1
 
 
 def test_batch_rerun_without_affine_stage_drops_the_old_affine(job: dict[str, Path]) -> None:
