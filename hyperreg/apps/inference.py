@@ -189,11 +189,17 @@ def register_files(
     """
     fn = "register_files"
     if moved_seg is not None and moving_seg is None:
-        raise InputError(f"{fn}(): 'moved_seg' needs 'moving_seg' (the label map to warp)",
-                         "moved_seg")
+        raise InputError(
+            f"{fn}(): 'moved_seg' needs 'moving_seg' (the label map to warp)", "moved_seg"
+        )
     check_option(fn, "warp_format", warp_format, DISPLACEMENT_FORMATS)
-    outputs = dict(moved=moved, warp_out=warp_out, moved_seg=moved_seg,
-                   inverse_warp_out=inverse_warp_out, field_out=field_out)
+    outputs = dict(
+        moved=moved,
+        warp_out=warp_out,
+        moved_seg=moved_seg,
+        inverse_warp_out=inverse_warp_out,
+        field_out=field_out,
+    )
     check_outputs(fn, (moving, fixed, moving_seg, fixed_seg), **outputs)
     check_transform_path(fn, "affine_out", affine_out)
     if inverse_warp_out is not None and (init != "none" or initial_affine is not None):
@@ -215,8 +221,15 @@ def register_files(
     if (warp_out is not None or inverse_warp_out is not None) and warp_format == "itk":
         check_itk_grid(fixed_v)
     pair = load_pair(
-        moving, fixed_v, model=model, moving_seg=moving_seg, fixed_seg=fixed_seg, init=init,
-        initial_affine=initial_affine, normalization=normalization, resample=resample,
+        moving,
+        fixed_v,
+        model=model,
+        moving_seg=moving_seg,
+        fixed_seg=fixed_seg,
+        init=init,
+        initial_affine=initial_affine,
+        normalization=normalization,
+        resample=resample,
     )
     result = pair.register(model, [lam], refine, inverse=inverse_warp_out is not None)[0]
     write_result(result, pair, **outputs, affine_out=affine_out, warp_format=warp_format)

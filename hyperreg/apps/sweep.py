@@ -353,8 +353,15 @@ def sweep_files(
     if refine is not None:
         check_refinement(fn, refine)
     pair = load_pair(
-        moving, fixed, model=model, moving_seg=moving_seg, fixed_seg=fixed_seg, init=init,
-        initial_affine=initial_affine, normalization=normalization, resample=resample,
+        moving,
+        fixed,
+        model=model,
+        moving_seg=moving_seg,
+        fixed_seg=fixed_seg,
+        init=init,
+        initial_affine=initial_affine,
+        normalization=normalization,
+        resample=resample,
     )
     results = pair.register(model, lambdas, refine, chunk=chunk, amp=amp, ncc=True)
     out_dir = Path(out)

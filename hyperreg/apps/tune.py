@@ -215,9 +215,14 @@ def _evaluate(
     for position, spec in enumerate(pairs):
         known = position in transforms
         pair = load_pair(
-            spec.moving, spec.fixed, model=model, moving_seg=spec.moving_seg,
-            fixed_seg=spec.fixed_seg, init="none" if known else init,
-            initial_affine=transforms.get(position), normalization=normalization,
+            spec.moving,
+            spec.fixed,
+            model=model,
+            moving_seg=spec.moving_seg,
+            fixed_seg=spec.fixed_seg,
+            init="none" if known else init,
+            initial_affine=transforms.get(position),
+            normalization=normalization,
             resample=resample,
         )
         if not known:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import Any
 
 __all__ = [
     "DEVICE_HELP",
@@ -38,6 +39,7 @@ __all__ = [
     "percent",
     "positive_int",
     "refine_steps",
+    "refinement_from",
     "subparser",
 ]
 
@@ -320,3 +322,21 @@ def add_affine_out_argument(parser: argparse.ArgumentParser) -> None:
         "plane slices is written as AffineTransform_double_2_2 (what ANTs applies to 2D "
         "images), any other 2D one as its 3D equivalent",
     )
+
+
+def refinement_from(args: Any) -> Any:
+    """The :class:`~hyperreg.registration.refine.Refinement` of ``args``, or None for 0 steps.
+
+    Raises:
+        ValueError: If ``--refine-lr`` is not in (0, 100).
+    """
+    if not getattr(args, "refine", 0):
+        return None
+    from hyperreg.registration.refine import Refinement, check_refinement
+
+    refinement = Refinement(steps=args.refine, sim=args.refine_sim, lr=args.refine_lr)
+    try:
+        check_refinement("refine", refinement)
+    except ValueError as err:
+        raise ValueError(f"argument --refine-lr: {str(err).split(': ', 1)[1]}") from None
+    return refinement

@@ -24,6 +24,7 @@ __all__ = [
     "preprocessing_options",
 ]
 
+
 def model_for(args: Any) -> Any:
     """The model ``--model`` names (:func:`hyperreg.apps.models.resolve_model`) on the device of
     ``--device``; without ``--model``, the bundled model for the dimensionality of the fixed image

@@ -245,15 +245,28 @@ class PreparedPair:
         if (refinement is not None and refinement.steps > 0) or inverse:
             raw = [
                 refine_pair(
-                    model, self.aligned, self.fixed, float(lam), refinement or Refinement(steps=0),
-                    normalization=self.normalization, inverse=inverse, **segs,
+                    model,
+                    self.aligned,
+                    self.fixed,
+                    float(lam),
+                    refinement or Refinement(steps=0),
+                    normalization=self.normalization,
+                    inverse=inverse,
+                    **segs,
                 )
                 for lam in lams
             ]
         else:
             raw = sweep_lambdas(
-                model, self.aligned, self.fixed, list(lams), chunk=chunk, amp=amp,
-                normalization=self.normalization, ncc=ncc, **segs,
+                model,
+                self.aligned,
+                self.fixed,
+                list(lams),
+                chunk=chunk,
+                amp=amp,
+                normalization=self.normalization,
+                ncc=ncc,
+                **segs,
             )
         return [self._finish(r, refinement) for r in raw]
 
@@ -401,8 +414,15 @@ def load_pair(
         affine = AffineStage.of(transform) if init != "none" else None
         chained = init != "none" and not _is_identity(transform, moving_v, fixed_v)
     return _prepared(
-        moving_v, fixed_v, moving_seg_v, fixed_seg_v, transform, chained, affine,
-        normalization, resample,
+        moving_v,
+        fixed_v,
+        moving_seg_v,
+        fixed_seg_v,
+        transform,
+        chained,
+        affine,
+        normalization,
+        resample,
     )
 
 
