@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from lambda_helpers import save_tiny_model, write_pair
 
-from hyperreg.apps.batch import PairSpec, read_pairs, run_batch, shard
+from hyperreg.apps.batch import run_batch
+from hyperreg.apps.inputs import PairSpec, read_pairs, shard
 from hyperreg.cli import main
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from lambda_helpers import blob, save_tiny_model, write_nifti, write_pair
 
-from hyperreg.apps.inference import MAX_LABELS, check_label_map
+from hyperreg.apps.inputs import MAX_LABELS, check_label_map
 from hyperreg.cli import build_parser, main
 from hyperreg.cli.args import subparser
 from hyperreg.cli.messages import UserWords

@@ -14,14 +14,15 @@ import torch
 from lambda_helpers import SHAPE, blob, labels_of, save_tiny_model, tiny_model, write_pair
 from torch import nn
 
-from hyperreg.apps.batch import PairSpec
+from hyperreg.apps.inputs import PairSpec
 from hyperreg.cli import main
 from hyperreg.config import ModelConfig
 from hyperreg.registration.pairs import register_pair
 from hyperreg.geometry.io import Volume
 from hyperreg.method.model import RegistrationOutput
 from hyperreg.method.spatial import warp
-from hyperreg.apps.sweep import parse_lambdas, sweep_lambdas
+from hyperreg.apps.inputs import parse_lambdas
+from hyperreg.apps.sweep import sweep_lambdas
 from hyperreg.apps.tune import tune_lambda
 
 

@@ -15,7 +15,6 @@ Jacobian determinant map. Must not import train or cli.
 from __future__ import annotations
 
 import logging
-import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -46,10 +45,8 @@ from hyperreg.apps.native import check_transform_path, warp_files
 from hyperreg.registration.refine import Refinement, check_refinement
 
 __all__ = [
-    "MAX_LABELS",
     "JacobianResult",
     "WarpResult",
-    "check_label_map",
     "jacobian_file",
     "register_files",
     "warp_file",
@@ -57,55 +54,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-LABEL_TOLERANCE = 1e-2  # |x - rint(x)| above this: not a label id (as in geometry.io)
-MAX_LABELS = 2000  # more distinct values than this: an intensity image, not a label map
-
-
-def check_label_map(fn: str, name: str, path: PathLike) -> None:
-    """Raise unless ``path`` holds a label map: integer ids, at most :data:`MAX_LABELS` of them.
-
-    :func:`hyperreg.geometry.io.load_volume` reads any image as a label map when asked (rounding,
-    with a warning for values far from integers); Dice on an intensity image read that way is
-    meaningless (typically no label in common, mean Dice NaN). This check makes that an error.
-    The rule: every voxel within ``1e-2`` of an integer, and at most :data:`MAX_LABELS`
-    distinct values (FreeSurfer's aparc.a2009s+aseg has about 190, Schaefer-1000 about 1000;
-    an intensity image stored as integers has thousands).
-
-    Args:
-        fn: Name of the calling function, for the message.
-        name: Name of the argument (or CSV column) that gave ``path``.
-        path: Label map file (NIfTI, MGZ or npz).
-
-    Raises:
-        FileNotFoundError: If ``path`` is missing.
-        ValueError: If it is unreadable (see ``load_volume``), has values that are not
-            integers, or more than :data:`MAX_LABELS` distinct values.
-    """
-    with warnings.catch_warnings():  # e.g. "constant" for an empty label map: not a concern
-        warnings.simplefilter("ignore")
-        data = load_volume(path).data  # float32, finite, 2D or 3D
-    if not data.size:
-        return
-    ids = np.rint(data)
-    deviation = float(np.max(np.abs(data - ids)))
-    if deviation > LABEL_TOLERANCE:
-        raise ValueError(
-            f"{fn}(): '{name}' must be a label map of integer ids, but '{path}' has values up "
-            f"to {deviation:.3g} away from an integer (range [{data.min():g}, {data.max():g}]); "
-            "is it an intensity image?"
-        )
-    ids = ids.astype(np.int64).ravel()
-    if ids.min() >= 0 and ids.max() < 2**20:
-        count = int(np.count_nonzero(np.bincount(ids)))
-    else:
-        count = len(np.unique(ids))
-    if count > MAX_LABELS:
-        raise ValueError(
-            f"{fn}(): '{name}' must be a label map (at most {MAX_LABELS} distinct ids), but "
-            f"'{path}' has {count} distinct values; is it an intensity image?"
-        )
-
 
 def register_files(
     model: HyperMorph,

@@ -11,7 +11,6 @@ helpers). Must not import train or cli.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +40,6 @@ from hyperreg.registration.refine import Refinement, check_refinement
 
 __all__ = [
     "SweepReport",
-    "parse_lambdas",
     "sweep_files",
     "sweep_lambdas",
     "write_sweep_csv",
@@ -50,47 +48,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _MONTAGE_MAX = 12  # at most this many λ columns in the montage (evenly chosen)
-
-
-def parse_lambdas(text: str) -> list[float]:
-    """Parse a λ list: ``"start:stop:count"`` (inclusive, evenly spaced) or ``"0.1,0.3,0.5"``.
-
-    Args:
-        text: ``"0:1:11"`` gives 0, 0.1, ..., 1; a comma list gives its values in order; a single
-            number gives one value.
-
-    Returns:
-        The values, each in [0, 1], rounded to 10 decimals (``0.30000000000000004`` -> ``0.3``).
-
-    Raises:
-        ValueError: If the text is malformed, ``count`` is not a positive integer, ``start >
-            stop``, a value lies outside [0, 1] (NaN included), or the list is empty.
-    """
-    fn = "parse_lambdas"
-    usage = "'start:stop:count' (inclusive, e.g. 0:1:11) or a comma list such as 0.1,0.3,0.5"
-    text = str(text).strip()
-    try:
-        if ":" in text:
-            parts = text.split(":")
-            if len(parts) != 3:
-                raise ValueError
-            start, stop = float(parts[0]), float(parts[1])
-            count = int(parts[2])
-            if count < 1:
-                raise ValueError(f"{fn}(): 'count' must be a positive integer, got {parts[2]!r}")
-            if start > stop:
-                raise ValueError(f"{fn}(): 'start' must be <= 'stop', got {text!r}")
-            values = np.linspace(start, stop, count).tolist() if count > 1 else [start]
-        else:
-            values = [float(item) for item in text.split(",")]
-    except ValueError as err:
-        if str(err).startswith(fn):
-            raise
-        raise ValueError(f"{fn}(): λ list must be {usage}, got {text!r}") from None
-    bad = [v for v in values if math.isnan(v) or not 0.0 <= v <= 1.0]
-    if bad:
-        raise ValueError(f"{fn}(): every λ must lie in [0, 1], got {bad[:4]} in {text!r}")
-    return [round(v, 10) for v in values]
 
 
 # --------------------------------------------------------------------------------------------
@@ -316,7 +273,7 @@ def sweep_files(
         model: A trained :class:`~hyperreg.method.model.HyperMorph`.
         moving: Moving image file.
         fixed: Fixed image file; every output is on its grid.
-        lambdas: λ values (see :func:`parse_lambdas`).
+        lambdas: λ values (see :func:`hyperreg.apps.inputs.parse_lambdas`).
         out: Output folder (created).
         moving_seg: Moving label map file, or None.
         fixed_seg: Fixed label map file, or None; Dice needs both.

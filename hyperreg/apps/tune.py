@@ -20,9 +20,8 @@ import numpy as np
 import torch
 
 from hyperreg._files import write_json
-from hyperreg.apps.batch import PairSpec
+from hyperreg.apps.inputs import PairSpec, parse_lambdas
 from hyperreg.apps.plotting import plot_lambda_curves, pyplot, save_figure
-from hyperreg.apps.sweep import parse_lambdas
 from hyperreg.geometry.affine import AffineTransform
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.pairs import PathLike
@@ -262,6 +261,49 @@ def _best(rows: Sequence[dict[str, Any]], key: str = "mean_dice") -> dict[str, A
     return min(rows, key=lambda r: (r["folding_percent"], -r["lambda"]))
 
 
+def _check_tune(
+    fn: str,
+    pairs: Sequence[PairSpec],
+    lambdas: Sequence[float] | None,
+    max_folding: float | None,
+    refine_rounds: int,
+    refine_points: int,
+) -> list[float]:
+    """The arguments of :func:`tune_lambda` checked before any work; the coarse grid, sorted."""
+    if not pairs:
+        raise ValueError(f"{fn}(): 'pairs' must hold at least one pair, got none")
+    for pair in pairs:
+        if pair.moving_seg is None or pair.fixed_seg is None:
+            raise ValueError(
+                f"{fn}(): pair {pair.index} ('{pair.moving}' -> '{pair.fixed}') must have "
+                "moving_seg and fixed_seg: λ* is chosen on Dice"
+            )
+    grid = parse_lambdas("0:1:11") if lambdas is None else [float(v) for v in lambdas]
+    grid = sorted(set(grid))
+    if len(grid) < 2 or any(math.isnan(v) or not 0 <= v <= 1 for v in grid):
+        raise ValueError(
+            f"{fn}(): 'lambdas' must hold at least 2 distinct values in [0, 1], got {grid}"
+        )
+    if max_folding is not None and (math.isnan(max_folding) or max_folding < 0):
+        raise ValueError(f"{fn}(): 'max_folding' must be a percentage >= 0, got {max_folding}")
+    if refine_rounds < 0 or refine_points < 1:
+        raise ValueError(
+            f"{fn}(): 'refine_rounds' must be >= 0 and 'refine_points' >= 1, got "
+            f"{refine_rounds} and {refine_points}"
+        )
+    return grid
+
+
+def _per_label(rows: Sequence[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Best feasible λ (and its Dice) per label over every evaluated row."""
+    keys = sorted({k for r in rows for k in r if k.startswith("dice_")}, key=lambda k: int(k[5:]))
+    per_label = {}
+    for key in keys:
+        label_best = _best(rows, key)
+        per_label[int(key[5:])] = {"lambda": label_best["lambda"], "dice": label_best.get(key)}
+    return per_label
+
+
 @torch.no_grad()
 def tune_lambda(
     model: HyperMorph,
@@ -317,27 +359,7 @@ def tune_lambda(
             ``refine_rounds`` / ``refine_points`` is negative / below 1.
     """
     fn = "tune_lambda"
-    if not pairs:
-        raise ValueError(f"{fn}(): 'pairs' must hold at least one pair, got none")
-    for pair in pairs:
-        if pair.moving_seg is None or pair.fixed_seg is None:
-            raise ValueError(
-                f"{fn}(): pair {pair.index} ('{pair.moving}' -> '{pair.fixed}') must have "
-                "moving_seg and fixed_seg: λ* is chosen on Dice"
-            )
-    grid = parse_lambdas("0:1:11") if lambdas is None else [float(v) for v in lambdas]
-    grid = sorted(set(grid))
-    if len(grid) < 2 or any(math.isnan(v) or not 0 <= v <= 1 for v in grid):
-        raise ValueError(
-            f"{fn}(): 'lambdas' must hold at least 2 distinct values in [0, 1], got {grid}"
-        )
-    if max_folding is not None and (math.isnan(max_folding) or max_folding < 0):
-        raise ValueError(f"{fn}(): 'max_folding' must be a percentage >= 0, got {max_folding}")
-    if refine_rounds < 0 or refine_points < 1:
-        raise ValueError(
-            f"{fn}(): 'refine_rounds' must be >= 0 and 'refine_points' >= 1, got "
-            f"{refine_rounds} and {refine_points}"
-        )
+    grid = _check_tune(fn, pairs, lambdas, max_folding, refine_rounds, refine_points)
     options = dict(
         chunk=chunk,
         amp=amp,
@@ -379,13 +401,7 @@ def tune_lambda(
             f"{best['lambda']:.4g} has the least ({best['folding_percent']:.3f} %)",
             stacklevel=2,
         )
-    label_keys = sorted(
-        {k for r in rows for k in r if k.startswith("dice_")}, key=lambda k: int(k[5:])
-    )
-    per_label = {}
-    for key in label_keys:
-        label_best = _best(rows, key)
-        per_label[int(key[5:])] = {"lambda": label_best["lambda"], "dice": label_best.get(key)}
+    per_label = _per_label(rows)
     span = lambda_star_range(rows, best["lambda"])
     return TuneResult(
         lambda_star=best["lambda"],

@@ -106,7 +106,7 @@ def add_common(parser: argparse.ArgumentParser, *, device: bool = True, seed: bo
 
 def lambda_list(text: str) -> list[float]:
     """A λ grid: ``0:1:11`` (start:stop:count) or ``0.1,0.3,0.5``."""
-    from hyperreg.apps.sweep import parse_lambdas
+    from hyperreg.apps.inputs import parse_lambdas
 
     try:
         return parse_lambdas(text)

@@ -36,7 +36,7 @@ def model_for(args: Any) -> Any:
     device = resolve_device(args.command, args.device)
     image = getattr(args, "fixed", None)
     if image is None and args.model is None:
-        from hyperreg.apps.batch import read_pairs
+        from hyperreg.apps.inputs import read_pairs
 
         image = read_pairs(args.pairs)[0].fixed
     resolved = resolve_model(args.model, device, image=image)
@@ -53,7 +53,7 @@ def check_label_maps(**maps: str | os.PathLike[str] | None) -> None:
     Keyword names are argument ``dest`` names (``moving_seg=args.moving_seg``); the message
     names the option.
     """
-    from hyperreg.apps.inference import check_label_map
+    from hyperreg.apps.inputs import check_label_map
 
     for dest, path in maps.items():
         if path is not None:

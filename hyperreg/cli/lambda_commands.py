@@ -123,8 +123,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from hyperreg.apps.batch import read_pairs
-    from hyperreg.apps.inference import check_label_map
+    from hyperreg.apps.inputs import read_pairs
+    from hyperreg.apps.inputs import check_label_map
     from hyperreg.apps.tune import tune_lambda, write_tune_report
 
     check_out_folder(args.out)
