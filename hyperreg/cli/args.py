@@ -33,6 +33,7 @@ __all__ = [
     "add_refine_arguments",
     "add_resample_argument",
     "add_warp_format_argument",
+    "fraction",
     "lambda_list",
     "lambda_value",
     "non_negative_int",
@@ -112,6 +113,17 @@ def lambda_list(text: str) -> list[float]:
         return parse_lambdas(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err).replace("parse_lambdas(): ", "")) from None
+
+
+def fraction(text: str) -> float:
+    """A number in [0, 1] (``--synth``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must lie in [0, 1], got {text}")
+    return value
 
 
 def percent(text: str) -> float:

@@ -26,17 +26,6 @@ def add_parsers(sub: Any) -> None:
     _add_demo(sub)
 
 
-def _fraction(text: str) -> float:
-    """A number in [0, 1] (``--synth``)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number in [0, 1], got {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must lie in [0, 1], got {text}")
-    return value
-
-
 def _add_train_data(train: argparse.ArgumentParser) -> None:
     """Where the scans come from, how they are split and gridded, and synthesis."""
     train.add_argument(
@@ -81,7 +70,7 @@ def _add_train_data(train: argparse.ArgumentParser) -> None:
     )
     train.add_argument(
         "--synth",
-        type=_fraction,
+        type=opts.fraction,
         default=0.0,
         metavar="FRACTION",
         help="share of training pairs synthesised from label maps (SynthMorph): 0 = real "

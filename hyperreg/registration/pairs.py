@@ -40,6 +40,7 @@ __all__ = [
     "model_input",
     "network_grid",
     "network_inputs",
+    "onto_fixed_grid",
     "onto_grid",
     "prepare_pair",
     "register_pair",
@@ -263,20 +264,33 @@ def prepare_pair(
                     f"'{image.path}', got {describe_grid(seg)} vs {describe_grid(image)}; "
                     "resample it first (resample=True)"
                 )
-    notes: list[str] = []
-    moving, note = onto_grid(fn, moving, fixed, "moving", label=False, resample=resample)
-    notes += [note] if note else []
-    if moving_seg is not None:
-        moving_seg, note = onto_grid(
-            fn, moving_seg, fixed, "moving label map", label=True, resample=resample
-        )
-        notes += [note] if note else []
-    if fixed_seg is not None:
-        fixed_seg, note = onto_grid(
-            fn, fixed_seg, fixed, "fixed label map", label=True, resample=resample
-        )
-        notes += [note] if note else []
+    (moving, moving_seg, fixed_seg), notes = onto_fixed_grid(
+        fn, fixed, moving, moving_seg, fixed_seg, resample=resample
+    )
+    assert moving is not None  # given, so returned
     return moving, moving_seg, fixed_seg, notes
+
+
+def onto_fixed_grid(
+    fn: str,
+    fixed: Volume,
+    moving: Volume | None,
+    moving_seg: Volume | None,
+    fixed_seg: Volume | None,
+    *,
+    resample: bool,
+) -> tuple[tuple[Volume | None, Volume | None, Volume | None], list[str]]:
+    """The moving image, moving label map and fixed label map (each None or a Volume) on
+    ``fixed``'s grid (:func:`onto_grid`), and one note per volume that was resampled."""
+    roles = (("moving", False), ("moving label map", True), ("fixed label map", True))
+    out: list[Volume | None] = []
+    notes: list[str] = []
+    for volume, (role, label) in zip((moving, moving_seg, fixed_seg), roles):
+        if volume is not None:
+            volume, note = onto_grid(fn, volume, fixed, role, label=label, resample=resample)
+            notes += [note] if note else []
+        out.append(volume)
+    return (out[0], out[1], out[2]), notes
 
 
 def result_from_output(

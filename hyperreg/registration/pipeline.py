@@ -36,7 +36,12 @@ from hyperreg.method.metrics import input_labels, registration_dice
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.chain import composed_displacement, sample_volume
 from hyperreg.registration.lambdas import sweep_lambdas
-from hyperreg.registration.pairs import InputError, PathLike, RegistrationResult, onto_grid
+from hyperreg.registration.pairs import (
+    InputError,
+    PathLike,
+    RegistrationResult,
+    onto_fixed_grid,
+)
 from hyperreg.registration.refine import REFINE_SIMILARITIES, Refinement, refine_pair
 
 __all__ = [
@@ -444,27 +449,23 @@ def _prepared(
 ) -> PreparedPair:
     """The grids, label maps and baselines of a pair whose affine stage is done."""
     fn = "load_pair"
-    notes: list[str] = []
+    (aligned, aligned_seg, fixed_seg), notes = onto_fixed_grid(
+        fn,
+        fixed,
+        None if chained else moving,
+        None if chained else moving_seg,
+        fixed_seg,
+        resample=resample,
+    )
     if chained:
         aligned = resample_affine(moving, fixed, transform)
-        notes.append(
-            f"moving '{moving.path}' sampled once through the {affine.kind if affine else 'affine'}"
-            " stage and the field onto the fixed grid"
+        kind = affine.kind if affine else "affine"
+        notes.insert(
+            0,
+            f"moving '{moving.path}' sampled once through the {kind} stage and the field onto "
+            "the fixed grid",
         )
-    else:
-        aligned, note = onto_grid(fn, moving, fixed, "moving", label=False, resample=resample)
-        notes += [note] if note else []
-    aligned_seg = None
-    if moving_seg is not None and not chained:
-        aligned_seg, note = onto_grid(
-            fn, moving_seg, fixed, "moving label map", label=True, resample=resample
-        )
-        notes += [note] if note else []
-    if fixed_seg is not None:
-        fixed_seg, note = onto_grid(
-            fn, fixed_seg, fixed, "fixed label map", label=True, resample=resample
-        )
-        notes += [note] if note else []
+    assert aligned is not None
     labels = dice_before = dice_affine = None
     if moving_seg is not None and fixed_seg is not None:
         labels = input_labels(moving_seg.data, fixed_seg.data)
