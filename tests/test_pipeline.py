@@ -177,3 +177,24 @@ def test_a_missing_output_folder_is_created_and_said(
     assert main([*args, "--moved", str(moved)]) == 0
     assert moved.is_file()
     assert f"created folder {moved.parent}" in capsys.readouterr().out
+
+
+def test_identity_kept_says_why_and_shows_no_mi_change() -> None:
+    """The affine stage keeps the identity for small motion too: the line must not claim "no MI
+    gain" with "MI before -> before"."""
+    from hyperreg.cli.messages import affine_text
+    from hyperreg.registration.pipeline import AffineStage
+
+    kept = AffineStage("affine", 1.2, -0.61, -0.61, identity_kept=True)
+    text = affine_text("affine", kept)
+    assert "identity kept" in text and "under 3 voxels" in text and "->" not in text
+    moved = AffineStage("affine", 1.2, -0.61, -0.66, identity_kept=False)
+    assert "-0.6100 -> -0.6600" in affine_text("affine", moved)
+
+
+def test_label_names_auto_knows_the_freesurfer_hypointensity_ids() -> None:
+    from hyperreg.apps.structures import structure_names
+
+    names = structure_names([4, 43, 78, 79, 80, 81, 82])
+    assert names[78] == "Left-WM-hypointensities" and names[82] == "Right-non-WM-hypointensities"
+    assert names[4] == "Left-Lateral-Ventricle"  # the whole map gets FreeSurfer names
