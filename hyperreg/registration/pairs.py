@@ -26,7 +26,7 @@ from hyperreg.geometry.intensity import normalize_intensity
 from hyperreg.geometry.io import SAVE_SUFFIXES, Volume, check_same_grid, same_grid
 from hyperreg.geometry.resample import describe_grid, isotropic_grid, resample_to
 from hyperreg.method.losses import gradient_loss
-from hyperreg.method.metrics import dice_per_label, field_summary, mean_dice
+from hyperreg.method.metrics import field_summary, registration_dice
 from hyperreg.method.model import HyperMorph, RegistrationOutput
 from hyperreg.method.spatial import identity_grid, sample_at, warp
 
@@ -331,7 +331,7 @@ def result_from_output(
     summary = field_summary(disp)
     dice = None
     if moved_seg is not None and fixed_seg is not None:
-        dice = dice_per_label(moved_seg, fixed_seg.data, labels)
+        dice = registration_dice(moved_seg, fixed_seg.data, moving_seg.data, labels)
     return RegistrationResult(
         moved=moved,
         disp=disp[0].cpu().numpy(),
@@ -401,7 +401,8 @@ def register_pair(
     scale = model.config.int_downsize if regularised.shape[2] < out.disp.shape[2] else 1
     result.extra["smoothness"] = scale * float(gradient_loss(regularised.float()))
     if result.dice is not None and moving_seg is not None and fixed_seg is not None:
-        result.extra["dice_before"] = mean_dice(moving_seg.data, fixed_seg.data, list(result.dice))
+        before = registration_dice(moving_seg.data, fixed_seg.data, labels=list(result.dice))
+        result.extra["dice_before"] = float(np.mean(list(before.values()))) if before else math.nan
     return result
 
 
