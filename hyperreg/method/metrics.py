@@ -27,6 +27,7 @@ __all__ = [
     "labels_in_both",
     "log_jacobian_std",
     "mean_dice",
+    "mean_registration_dice",
     "registration_dice",
 ]
 
@@ -168,6 +169,17 @@ def registration_dice(
         total = int(in_a.sum()) + int(in_b.sum())
         scores[int(label)] = 0.0 if total == 0 else 2.0 * int((in_a & in_b).sum()) / total
     return scores
+
+
+def mean_registration_dice(
+    moved_seg: object,
+    fixed_seg: object,
+    moving_seg: object | None = None,
+    labels: Sequence[int] | None = None,
+) -> float:
+    """Mean of :func:`registration_dice` (the one convention; NaN when no label is scored)."""
+    scores = registration_dice(moved_seg, fixed_seg, moving_seg, labels)
+    return float(np.mean(list(scores.values()))) if scores else float("nan")
 
 
 def hd95_per_label(
