@@ -5,8 +5,8 @@ Two parts:
 1. ``neurite-oasis`` OAS1_0002 ``aligned_norm`` -> OAS1_0001 (both already in one affine
    template space, 160 × 192 × 224 at 1 mm): mean Dice over the seg35 labels of both input
    maps (an erased label counts 0), folding (% of voxels with J ≤ 0) and wall time, for no
-   registration, hyperreg at every λ of ``--lambdas`` (one batched pass, :func:`hyperreg.apps.sweep.sweep_lambdas`; the model runs at
-   its own voxel size and the field comes back to the 1 mm grid), hyperreg with test-time
+   registration, hyperreg at every λ of ``--lambdas`` (one batched pass,
+   :func:`hyperreg.apps.sweep.sweep_lambdas`; the model runs at its own voxel size and the field comes back to the 1 mm grid), hyperreg with test-time
    refinement (``--refine-steps``) at λ*, ANTs ``SyNOnly`` with its default metric (Mattes MI)
    and, with ``--syn-cc``, ``syn_metric="CC"``. Label maps are warped with nearest neighbour
    (hyperreg) and ``genericLabel`` (ANTs).
