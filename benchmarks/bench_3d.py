@@ -2,14 +2,14 @@
 
 Two parts:
 
-1. ``neurite-oasis`` OAS1_0002 ``aligned_norm`` -> OAS1_0001 (both already in one affine
-   template space, 160 × 192 × 224 at 1 mm): mean Dice over the seg35 labels of both input
-   maps (an erased label counts 0), folding (% of voxels with J ≤ 0) and wall time, for no
-   registration, hyperreg at every λ of ``--lambdas`` (one batched pass,
-   :func:`hyperreg.apps.sweep.sweep_lambdas`; the model runs at its own voxel size and the field comes back to the 1 mm grid), hyperreg with test-time
-   refinement (``--refine-steps``) at λ*, ANTs ``SyNOnly`` with its default metric (Mattes MI)
-   and, with ``--syn-cc``, ``syn_metric="CC"``. Label maps are warped with nearest neighbour
-   (hyperreg) and ``genericLabel`` (ANTs).
+1. ``neurite-oasis`` OAS1_0002 ``aligned_norm`` -> OAS1_0001 (both already in one affine template
+   space, 160 × 192 × 224 at 1 mm): mean Dice over the seg35 labels of both input maps (an erased
+   label counts 0), folding (% of voxels with J ≤ 0) and wall time, for no registration, hyperreg
+   at every λ of ``--lambdas`` (one batched pass, :func:`hyperreg.apps.sweep.sweep_lambdas`; the
+   model runs at its own voxel size and the field comes back to the 1 mm grid), hyperreg with
+   test-time refinement (``--refine-steps``) at λ*, ANTs ``SyNOnly`` with its default metric
+   (Mattes MI) and, with ``--syn-cc``, ``syn_metric="CC"``. Label maps are warped with nearest
+   neighbour (hyperreg) and ``genericLabel`` (ANTs).
 2. With ``--native``: ``oasis1-freesurfer`` OAS1_0002 ``norm.mgz`` -> OAS1_0001 (native 256³
    spaces, not aligned): hyperreg's affine stage then the model at λ* (one chain,
    :func:`hyperreg.registration.pipeline.load_pair`) against ANTs ``SyN`` (affine + SyN),
