@@ -11,6 +11,14 @@ follows :func:`hyperreg.method.metrics.registration_dice` (labels of the inputs,
 label scores 0). ``register``, ``sweep``, ``tune`` and ``batch`` (:mod:`hyperreg.apps`) are
 shells around these two calls that write files and reports. Must not import training, apps or
 cli.
+
+Where the next features plug in: an initial transform read from a file is ``initial_affine`` of
+:func:`load_pair` (today an ``AffineTransform`` used instead of the stage; once
+``geometry.affine`` offers ``load_initial_affine(path, moving, fixed)`` and
+``register_affine(..., initial=...)``, a path read here and a stage started from it); a default
+λ sits beside :data:`DEFAULT_INIT`; choosing λ per pair (``--lambda auto``) is a function of a
+:class:`PreparedPair` and a model that runs :meth:`PreparedPair.register` on a grid and picks
+one result, before the shells write anything.
 """
 
 from __future__ import annotations
