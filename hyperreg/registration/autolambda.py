@@ -26,8 +26,20 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-__all__ = ["AUTO_GAIN", "AUTO_GRID", "AUTO_MAX_FOLDING", "AutoLambda", "choose_lambda"]
+if TYPE_CHECKING:  # annotations only: the pipeline is not needed to choose from a curve
+    from hyperreg.method.model import HyperMorph
+    from hyperreg.registration.pipeline import PreparedPair
+
+__all__ = [
+    "AUTO_GAIN",
+    "AUTO_GRID",
+    "AUTO_MAX_FOLDING",
+    "AutoLambda",
+    "auto_lambda",
+    "choose_lambda",
+]
 
 AUTO_GRID = (0.01, 0.03, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
 AUTO_GAIN = 0.9
@@ -122,3 +134,27 @@ def choose_lambda(
             f"(similarity {sim[pick]:.4f})"
         )
     return AutoLambda(lam[pick], reason, lam, sim, fold)
+
+
+def auto_lambda(
+    prepared: PreparedPair, model: HyperMorph, grid: Sequence[float] = AUTO_GRID
+) -> AutoLambda:
+    """Choose λ for a prepared pair without its labels: one batched sweep over ``grid``
+    (:meth:`~hyperreg.registration.pipeline.PreparedPair.register` with NCC), then
+    :func:`choose_lambda` on the NCC / folding curve.
+
+    Args:
+        prepared: The pair (:func:`~hyperreg.registration.pipeline.load_pair`).
+        model: The model that will register it.
+        grid: λ values to search, in [0, 1].
+
+    Returns:
+        :class:`AutoLambda`; register the pair at ``.lam`` afterwards (the sweep's results are
+        not kept, so a refined registration still optimises at the chosen λ only).
+
+    Raises:
+        ValueError: As :meth:`~hyperreg.registration.pipeline.PreparedPair.register`.
+    """
+    results = prepared.register(model, list(grid), ncc=True)
+    similarity = [float(r.ncc) if r.ncc is not None else math.nan for r in results]
+    return choose_lambda(list(grid), similarity, [r.folding_fraction for r in results])
