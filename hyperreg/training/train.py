@@ -25,6 +25,7 @@ References:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -68,7 +69,7 @@ from hyperreg.training.sources import (
 )
 from hyperreg.training.synth import SynthPairSampler, label_maps_from_scans
 from hyperreg.method.objective import LABEL_LOSSES, Objective
-from hyperreg.method.model import HyperMorph, RegistrationOutput, save_checkpoint
+from hyperreg.method.model import HyperMorph, RegistrationOutput, load_checkpoint, save_checkpoint
 from hyperreg.training.steplog import (
     LOG_COLUMNS,
     StepStats,
@@ -326,6 +327,15 @@ def prepare_data(
         record["mode"] = "none"
         record["note"] = "validation off (no held-out people and val_every = 0)"
     record["val_pairs"] = [pair.name for pair in val]
+    unlabelled = [pair.name for pair in val if pair.moving_seg is None or pair.fixed_seg is None]
+    if unlabelled:
+        record["val_unlabelled"] = unlabelled
+        if load_validation:
+            logger.warning(
+                "validation: %d of %d pairs have no label map on one side (%s): their Dice is "
+                "not computed%s", len(unlabelled), len(val), ", ".join(unlabelled[:3]),
+                "; validation scores by similarity" if len(unlabelled) == len(val) else "",
+            )
     if load_validation:
         logger.info("data split: %s", record["note"])
     return sampler, val, record
@@ -399,6 +409,7 @@ def train(
         FileNotFoundError: If ``config.data`` does not exist, or ``resume`` holds no checkpoint.
         RuntimeError: If the loss becomes non-finite.
     """
+    config = _keep_init_settings(config, resume)
     config = config.resolved()  # lr 0 -> DEFAULT_LR[ndim]; model.spacing = spacing
     _validate(config)
     context, device = distributed.setup(config.device)
@@ -410,6 +421,25 @@ def train(
         raise
     distributed.cleanup(context)
     return final
+
+
+def _keep_init_settings(
+    config: TrainConfig, resume: str | os.PathLike[str] | None
+) -> TrainConfig:
+    """A fine-tuning run (``init``) that does not set a voxel size works at its model's: a
+    model trained at 1 mm is fine-tuned at 1 mm, not at the data's own voxels (and its
+    storage orientation is kept with ``conform``)."""
+    if not config.init or resume is not None or config.spacing:
+        return config
+    stored = load_checkpoint(config.init)[0].config
+    changes: dict[str, Any] = {}
+    if stored.spacing:
+        changes["spacing"] = float(stored.spacing)
+    if stored.orientation and config.model.ndim == 3 and not config.conform:
+        changes["conform"] = True
+    if changes:
+        logger.info("fine-tuning '%s' at its own settings %s", config.init, changes)
+    return dataclasses.replace(config, **changes) if changes else config
 
 
 def _train(
