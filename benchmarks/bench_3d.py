@@ -2,18 +2,18 @@
 
 Two parts:
 
-1. ``neurite-oasis`` OAS1_0002 ``aligned_norm`` -> OAS1_0001 (both already in one affine
-   template space, 160 × 192 × 224 at 1 mm): mean Dice over the seg35 labels present in both,
-   folding (% of voxels with J ≤ 0) and wall time, for no registration, hyperreg at every λ of
-   ``--lambdas`` (one batched pass, :func:`hyperreg.apps.sweep.sweep_lambdas`; the model runs at
-   its own voxel size and the field comes back to the 1 mm grid), hyperreg with test-time
-   refinement (``--refine-steps``) at λ*, ANTs ``SyNOnly`` with its default metric (Mattes MI)
-   and, with ``--syn-cc``, ``syn_metric="CC"``. Label maps are warped with nearest neighbour
-   (hyperreg) and ``genericLabel`` (ANTs).
+1. ``neurite-oasis`` OAS1_0002 ``aligned_norm`` -> OAS1_0001 (both already in one affine template
+   space, 160 × 192 × 224 at 1 mm): mean Dice over the seg35 labels of both input maps (an erased
+   label counts 0), folding (% of voxels with J ≤ 0) and wall time, for no registration, hyperreg
+   at every λ of ``--lambdas`` (one batched pass, :func:`hyperreg.apps.sweep.sweep_lambdas`; the
+   model runs at its own voxel size and the field comes back to the 1 mm grid), hyperreg with
+   test-time refinement (``--refine-steps``) at λ*, ANTs ``SyNOnly`` with its default metric
+   (Mattes MI) and, with ``--syn-cc``, ``syn_metric="CC"``. Label maps are warped with nearest
+   neighbour (hyperreg) and ``genericLabel`` (ANTs).
 2. With ``--native``: ``oasis1-freesurfer`` OAS1_0002 ``norm.mgz`` -> OAS1_0001 (native 256³
    spaces, not aligned): hyperreg's affine stage then the model at λ* (one chain,
-   :func:`hyperreg.registration.chain.register_chain`) against ANTs ``SyN`` (affine + SyN),
-   Dice over the aseg labels present in both.
+   :func:`hyperreg.registration.pipeline.load_pair`) against ANTs ``SyN`` (affine + SyN),
+   Dice over the labels of both input label maps (``registration_dice``).
 
 λ* is the grid value with the best mean Dice on this same pair (an optimistic pick; the whole
 grid is printed). The model card says which people trained the model: OAS1_0002 (the moving
@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DATA_ROOT, log, table
 
 from hyperreg.geometry.io import load_volume
-from hyperreg.method.metrics import mean_dice
+from hyperreg.method.metrics import mean_registration_dice
 
 LAMBDAS = (0.01, 0.03, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7)
 
@@ -74,8 +74,10 @@ def ants_registration(files: dict[str, Path], kind: str, metric: str | None = No
         interpolator="genericLabel",
     )
     fixed_seg = ants.image_read(str(files["fixed_seg"]))
-    dice = mean_dice(np.rint(moved_seg.numpy()).astype(np.int32),
-                     np.rint(fixed_seg.numpy()).astype(np.int32))
+    moving_seg = ants.image_read(str(files["moving_seg"]))
+    dice = mean_registration_dice(np.rint(moved_seg.numpy()).astype(np.int32),
+                                  np.rint(fixed_seg.numpy()).astype(np.int32),
+                                  np.rint(moving_seg.numpy()).astype(np.int32))
     warp = next(t for t in reg["fwdtransforms"] if t.endswith((".nii", ".nii.gz")))
     jacobian = ants.create_jacobian_determinant_image(fixed, warp).numpy()
     return {"seconds": seconds, "dice": dice, "folding": 100.0 * float((jacobian <= 0).mean())}
@@ -88,8 +90,8 @@ def _aligned(model, files: dict[str, Path], lambdas: Sequence[float], steps: int
 
     v = _load(files)
     segs = {"moving_seg": v["moving_seg"], "fixed_seg": v["fixed_seg"]}
-    rows = [("no registration", f"{mean_dice(v['moving_seg'].data, v['fixed_seg'].data):.4f}",
-             "-", "-")]
+    before = mean_registration_dice(v["moving_seg"].data, v["fixed_seg"].data)
+    rows = [("no registration", f"{before:.4f}", "-", "-")]
     log("3D aligned: hyperreg sweep ...")
     start = time.perf_counter()
     results = sweep_lambdas(model, v["moving"], v["fixed"], lambdas, **segs)
@@ -123,29 +125,26 @@ def _aligned(model, files: dict[str, Path], lambdas: Sequence[float], steps: int
 
 
 def _native(model, files: dict[str, Path], lam: float, steps: int, syn: bool) -> list[str]:
-    from hyperreg.geometry.affine import register_affine
-    from hyperreg.registration.chain import align, finish_chain, register_chain
-    from hyperreg.registration.refine import Refinement, refine_pair
+    from hyperreg.registration.pipeline import load_pair
+    from hyperreg.registration.refine import Refinement
 
     v = _load(files)
     segs = {"moving_seg": v["moving_seg"], "fixed_seg": v["fixed_seg"]}
     log("3D native: hyperreg affine + deformable ...")
     start = time.perf_counter()
-    transform = register_affine(v["moving"], v["fixed"], "affine")
-    result = register_chain(model, v["moving"], v["fixed"], lam, transform, **segs)
+    pair = load_pair(v["moving"], v["fixed"], model=model, init="affine", **segs)
+    result = pair.register(model, [lam])[0]
     seconds = time.perf_counter() - start
-    rows = [("no registration (headers)", f"{result.extra['dice_before']:.4f}", "-", "-"),
-            ("hyperreg affine", f"{result.extra['dice_affine']:.4f}", "0",
-             f"{transform.seconds:.1f}"),
+    rows = [("no registration (headers)", f"{result.dice_before:.4f}", "-", "-"),
+            ("hyperreg affine", f"{result.dice_affine:.4f}", "0",
+             f"{pair.transform.seconds:.1f}"),
             (f"hyperreg affine + λ={lam:g}", f"{result.mean_dice:.4f}",
              f"{100 * result.folding_fraction:.3f}", f"{seconds:.1f}")]
     if steps > 0:
         log(f"3D native: hyperreg affine + refine {steps} steps ...")
         start = time.perf_counter()
-        aligned = align(v["moving"], v["fixed"], transform)
-        refined = refine_pair(model, aligned, v["fixed"], lam, Refinement(steps=steps))
-        refined = finish_chain(refined, v["moving"], v["fixed"], transform, **segs)
-        seconds = time.perf_counter() - start + transform.seconds
+        refined = pair.register(model, [lam], Refinement(steps=steps))[0]
+        seconds = time.perf_counter() - start + pair.transform.seconds
         rows.append((f"hyperreg affine + λ={lam:g} + refine {steps} steps",
                      f"{refined.mean_dice:.4f}", f"{100 * refined.folding_fraction:.3f}",
                      f"{seconds:.1f}"))

@@ -133,7 +133,7 @@ def _arm_job(config, arm: str, lam: float | None, lambdas: list[float], reuse: b
     """Train (or reuse) one run and evaluate it on the held-out people; the result dict."""
     from hyperreg.config import to_dict
     from hyperreg.method.model import load_checkpoint
-    from hyperreg.training.train import prepare_data
+    from hyperreg.training.train import prepare_data, training_objective
     from hyperreg.training.validation import evaluate
 
     out = Path(config.out)
@@ -163,7 +163,8 @@ def _arm_job(config, arm: str, lam: float | None, lambdas: list[float], reuse: b
             model, _ = load_checkpoint(out / "model.pt")
         at = lambdas
         _, pairs, _ = prepare_data(config)
-        row = evaluate(model, pairs, at, config.sim, config.ncc_window)
+        model.objective = training_objective(config)
+        row = evaluate(model, pairs, at)
         for value in at:
             result["dice"][f"{value:g}"] = row[f"dice_{value:g}"]
             result["folding_pct"][f"{value:g}"] = row[f"folding_pct_{value:g}"]

@@ -3,8 +3,9 @@
 On the shared OASIS pair (moving OAS1_0002 → fixed OAS1_0001), in 2D (the 160×192 coronal
 slices with their 24-label maps) and in 3D (the 160×192×224 volumes with their 35-label maps,
 or block-averaged by an integer factor with ``--size3d``, labels then taken at every factor-th
-voxel): mean Dice over the non-zero labels present in both label maps (one list for every
-method, scored with ``hyperreg.method.metrics.mean_dice``), folding (% of voxels with Jacobian
+voxel): mean Dice over the non-zero labels of the two input label maps, an erased label
+counting 0 (one list for every method, scored with
+``hyperreg.method.metrics.mean_registration_dice``), folding (% of voxels with Jacobian
 determinant ≤ 0, ``hyperreg.method.metrics.folding_fraction``) and wall time, one registration per
 method, plus the unregistered pair.
 
@@ -79,8 +80,9 @@ def load_pair(
             img = img.reshape(size3d[0], f, size3d[1], f, size3d[2], f).mean(axis=(1, 3, 5))
             lab = lab[::f, ::f, ::f]
         arrays[role], arrays[f"{role}_seg"] = np.ascontiguousarray(img), np.ascontiguousarray(lab)
-    present = set(np.unique(arrays["moving_seg"])) & set(np.unique(arrays["fixed_seg"]))
-    arrays["labels"] = sorted(int(v) for v in present if v != 0)
+    from hyperreg.method.metrics import input_labels
+
+    arrays["labels"] = input_labels(arrays["moving_seg"], arrays["fixed_seg"])
     return arrays
 
 
@@ -97,7 +99,7 @@ def run_ants(kind: str, pair: dict, seed: int) -> dict:
     import ants
     import numpy as np
 
-    from hyperreg.method.metrics import mean_dice
+    from hyperreg.method.metrics import mean_registration_dice as mean_dice
 
     fixed = ants.from_numpy(pair["fixed"])
     moving = ants.from_numpy(pair["moving"])
@@ -118,7 +120,8 @@ def run_ants(kind: str, pair: dict, seed: int) -> dict:
             transformlist=reg["fwdtransforms"],
             interpolator="genericLabel",
         ).numpy()
-        dice = mean_dice(np.rint(moved_seg).astype("int32"), pair["fixed_seg"], pair["labels"])
+        moved_seg = np.rint(moved_seg).astype("int32")
+        dice = mean_dice(moved_seg, pair["fixed_seg"], labels=pair["labels"])
         folding = "n/a"
         warps = [t for t in reg["fwdtransforms"] if t.endswith((".nii.gz", ".nii"))]
         if warps:
@@ -132,7 +135,7 @@ def run_hyperreg(model_path: str | Path, lam: float, pair: dict, repeats: int, d
 
     from hyperreg.registration.pairs import register_pair
     from hyperreg.geometry.io import Volume
-    from hyperreg.method.metrics import mean_dice
+    from hyperreg.method.metrics import mean_registration_dice as mean_dice
     from hyperreg.method.model import load_checkpoint
 
     model, _ = load_checkpoint(model_path, map_location=device)
@@ -158,7 +161,7 @@ def run_hyperreg(model_path: str | Path, lam: float, pair: dict, repeats: int, d
         result = call()
         times.append(time.perf_counter() - start)
     return {
-        "dice": mean_dice(result.moved_seg, pair["fixed_seg"], pair["labels"]),
+        "dice": mean_dice(result.moved_seg, pair["fixed_seg"], labels=pair["labels"]),
         "folding": f"{100.0 * result.folding_fraction:.3f}",
         "seconds": statistics.median(times),
     }
@@ -201,9 +204,9 @@ def train_3d(pair: dict, steps: int, work: Path, device: str, lr: float) -> Path
 
 
 def _rows(pair: dict, model: str | Path, lam: float, args, device) -> tuple[list, dict]:
-    from hyperreg.method.metrics import mean_dice
+    from hyperreg.method.metrics import mean_registration_dice as mean_dice
 
-    before = mean_dice(pair["moving_seg"], pair["fixed_seg"], pair["labels"])
+    before = mean_dice(pair["moving_seg"], pair["fixed_seg"], labels=pair["labels"])
     rows = [["no registration", f"{before:.3f}", "0", "0"]]
     found = {"none": {"dice": before}}
     for kind in args.methods:
@@ -286,7 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sections.append((title, rows, found))
 
     print(
-        f"Moving {MOVING} → fixed {FIXED}; mean Dice over the labels present in both label "
+        f"Moving {MOVING} → fixed {FIXED}; mean Dice over the labels of both input label "
         "maps; folding = % of voxels with Jacobian determinant ≤ 0 (ANTs: of its deformable "
         f"warp); wall time of one registration (hyperreg: median of {args.repeats} "
         f"`register_pair` calls after a warm-up, device {args.device}). hyperreg uses λ* = "

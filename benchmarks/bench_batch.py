@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             model = save_checkpoint(HyperMorph(ModelConfig(ndim=len(dims))), root / "model.pt")
             pairs = _write_pairs(root, dims, args.pairs)
             start = time.perf_counter()
-            run_batch(model, pairs, root / "out", lam=0.3, device=args.device)
+            run_batch(model, pairs, root / "out", lam=0.3, device=args.device, init="none")
             seconds = time.perf_counter() - start
         rows.append([size, args.pairs, f"{seconds:.1f}", f"{args.pairs / seconds:.2f}"])
     print(

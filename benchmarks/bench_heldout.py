@@ -15,7 +15,8 @@ grids). ANTs (antspyx ``ants.registration``) runs ``SyNOnly`` with its default m
 (Mattes MI) and with ``syn_metric="CC"`` on the files as read by ANTs (physical space, no
 affine stage: the pairs share a template space), and its label maps are warped with
 ``genericLabel``. Dice is the mean over the non-zero labels present in both label maps
-(:func:`hyperreg.method.metrics.mean_dice`); folding is the share of voxels with J ≤ 0 of each
+(:func:`hyperreg.method.metrics.mean_registration_dice`: the labels of the input maps, an
+erased label counting 0); folding is the share of voxels with J ≤ 0 of each
 method's own field. Times are wall times per pair on this machine.
 
     python benchmarks/bench_heldout.py --model hyperreg/pretrained/hypermorph-2d.pt
@@ -107,7 +108,7 @@ def ants_syn(pair: dict, metric: str | None) -> dict:
     image, Dice of the label maps warped with genericLabel, folding % from ANTs' own Jacobian."""
     import ants
 
-    from hyperreg.method.metrics import mean_dice
+    from hyperreg.method.metrics import mean_registration_dice
 
     fixed = _ants_read(pair["fixed"])
     moving = _ants_read(pair["moving"])
@@ -122,8 +123,10 @@ def ants_syn(pair: dict, metric: str | None) -> dict:
             fixed, _ants_read(pair["moving_seg"]), reg["fwdtransforms"],
             interpolator="genericLabel",
         )
-        out["dice"] = mean_dice(
-            np.rint(moved_seg.numpy()).astype(np.int32), np.rint(fixed_seg.numpy()).astype(np.int32)
+        out["dice"] = mean_registration_dice(
+            np.rint(moved_seg.numpy()).astype(np.int32),
+            np.rint(fixed_seg.numpy()).astype(np.int32),
+            np.rint(_ants_read(pair["moving_seg"]).numpy()).astype(np.int32),
         )
     jacobian = ants.create_jacobian_determinant_image(fixed, reg["fwdtransforms"][0]).numpy()
     out["folding"] = 100.0 * float((jacobian <= 0).mean())
@@ -141,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
 
     from hyperreg.geometry.io import load_volume
-    from hyperreg.method.metrics import mean_dice
+    from hyperreg.method.metrics import mean_registration_dice
     from hyperreg.method.model import load_checkpoint
 
     model, _ = load_checkpoint(args.model)
@@ -154,8 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         log(f"pair {index + 1}/{len(pairs)}: {pair['name']}")
         ours = _hyperreg(model, pair, args.lambdas)
         syn, syncc = ants_syn(pair, None), ants_syn(pair, "CC")
-        before = mean_dice(load_volume(pair["moving_seg"], label=True).data,
-                           load_volume(pair["fixed_seg"], label=True).data)
+        before = mean_registration_dice(load_volume(pair["moving_seg"], label=True).data,
+                                        load_volume(pair["fixed_seg"], label=True).data)
         rows.append({"pair": pair, "ours": ours, "syn": syn, "syncc": syncc, "before": before})
 
     print("## People never seen in training: bundled 2D model vs ANTs SyN / SyN-CC\n")

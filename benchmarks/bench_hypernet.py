@@ -44,6 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from hyperreg.method.model import HyperMorph, save_checkpoint
     from hyperreg.training.data import LambdaSampler, PairSampler, find_scans, validation_pairs
     from hyperreg.training.validation import evaluate
+    from hyperreg.training.train import training_objective
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -80,7 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "cpu",
                 label,
             )
-            result = evaluate(model, pairs, args.eval_lambdas, config.sim, config.ncc_window)
+            model.objective = training_objective(config)
+            result = evaluate(model, pairs, args.eval_lambdas)
             dice = float(np.mean([result[f"dice_{lam:g}"] for lam in args.eval_lambdas]))
             params = sum(p.numel() for p in model.hypernet.parameters())
             path = save_checkpoint(model, work / f"rank{rank}.pt")

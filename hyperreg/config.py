@@ -39,6 +39,11 @@ class ModelConfig:
     # and the field brought back to the fixed grid (hyperreg.registration.pairs.network_grid).
     # 0 = the input's own voxels. Not part of the architecture: the weights do not depend on it.
     spacing: float = 0.0
+    # Storage orientation (axis codes, e.g. "RAS") the network was trained in: a 3D pair is
+    # resampled onto a grid of these axes for the network and the field brought back
+    # (hyperreg.geometry.resample.conformed_grid). "" = the fixed image's own axes (models
+    # trained before this setting existed). Not part of the architecture.
+    orientation: str = ""
 
     def __post_init__(self) -> None:
         if self.ndim not in (2, 3):
@@ -62,9 +67,9 @@ class ModelConfig:
             raise ValueError(f"ModelConfig(): 'spacing' must be >= 0 (mm), got {self.spacing}")
 
     def architecture(self) -> dict[str, Any]:
-        """Every setting the weights depend on (all but ``spacing``), as a plain dict: what a
-        resumed or fine-tuned run must share with its checkpoint."""
-        return {k: v for k, v in to_dict(self).items() if k != "spacing"}
+        """Every setting the weights depend on (all but ``spacing`` and ``orientation``), as a
+        plain dict: what a resumed or fine-tuned run must share with its checkpoint."""
+        return {k: v for k, v in to_dict(self).items() if k not in ("spacing", "orientation")}
 
 
 # Adam learning rates chosen from measurements (benchmarks/RESULTS_hypernet.md,
@@ -116,16 +121,30 @@ class TrainConfig:
     synth: float = 0.0
     synth_labels: tuple[str, ...] = ()  # more label maps for synthesis (files or sources)
     init: str = ""  # pretrained model (.pt) to start from: fine-tuning, same architecture
+    # anatomy-aware objective (hyperreg.method.objective): label overlap of the warped moving
+    # label map with the fixed one, where a pair has both ("none" = image similarity only)
+    label_loss: str = "none"  # "none", "dice" or "mse"
+    label_weight: float = 1.0
+    max_labels: int = 24  # labels per pair in the label term (a random subset when more)
+    label_downsize: int = 1  # label term on a grid this many times coarser (2: 8x cheaper in 3D)
+    # 3D: every scan resampled to RAS storage order (the model records it) and its foreground
+    # centred in the training grid: for people each scanned in their own position
+    conform: bool = False
     model: ModelConfig = field(default_factory=ModelConfig)
 
     def resolved(self) -> TrainConfig:
         """This run as :func:`hyperreg.training.train.train` runs it: ``lr`` 0 replaced by
-        :data:`DEFAULT_LR` for the model's ndim, and the model working at the voxel size it is
-        trained at (``model.spacing = spacing``). Idempotent."""
+        :data:`DEFAULT_LR` for the model's ndim, and the model working at the voxel size and
+        in the storage orientation it is trained at (``model.spacing = spacing``;
+        ``model.orientation = "RAS"`` with ``conform`` in 3D). Idempotent."""
         return dataclasses.replace(
             self,
             lr=self.lr or DEFAULT_LR[self.model.ndim],
-            model=dataclasses.replace(self.model, spacing=float(self.spacing)),
+            model=dataclasses.replace(
+                self.model,
+                spacing=float(self.spacing),
+                orientation="RAS" if self.conform and self.model.ndim == 3 else "",
+            ),
         )
 
 

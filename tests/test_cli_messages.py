@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from lambda_helpers import blob, save_tiny_model, write_nifti, write_pair
 
-from hyperreg.apps.inference import MAX_LABELS, check_label_map
+from hyperreg.apps.inputs import MAX_LABELS, check_label_map
 from hyperreg.cli import build_parser, main
 from hyperreg.cli.args import subparser
 from hyperreg.cli.messages import UserWords
@@ -280,7 +280,8 @@ def test_batch_records_an_intensity_label_map_as_a_failed_pair(
     err = capsys.readouterr().err
     assert "pair00000 failed: 'moving_seg' must be a label map of integer ids" in err
     failure = json.loads((pair["out"] / "pairs" / "pair00000" / "failure.json").read_text())
-    assert failure["error"].startswith("ValueError:") and "moving_seg" in failure["error"]
+    # the message itself, not the exception's class name (issue 23)
+    assert not failure["error"].startswith("ValueError") and "moving_seg" in failure["error"]
     assert not (pair["out"] / "pairs" / "pair00000" / "moved.nii.gz").exists()
 
 

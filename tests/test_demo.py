@@ -10,9 +10,9 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-from shared_paths import OASIS
+from shared_paths import OASIS, needs_data
 from hyperreg.apps.demo import DEMO_LAMBDAS, _slice_affine, run_demo
-
+from hyperreg.apps.plotting import pyplot
 
 
 def test_slice_affine_maps_slice_voxels_to_volume_world() -> None:
@@ -39,9 +39,36 @@ def _check_outputs(out: Path, pairs: int) -> None:
     assert "| λ |" in (out / "results.md").read_text()
 
 
+def _record_titles(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Panel and figure titles of every figure saved from now on."""
+    plt = pyplot()
+    titles: list[str] = []
+    real_save = plt.Figure.savefig
+
+    def record(fig, *args, **kwargs):  # type: ignore[no-untyped-def]
+        titles.extend(ax.get_title() for ax in fig.axes if ax.get_title())
+        titles.append(fig._suptitle.get_text() if fig._suptitle else "")
+        return real_save(fig, *args, **kwargs)
+
+    monkeypatch.setattr(plt.Figure, "savefig", record)
+    return titles
+
+
+def _check_figure_titles(titles: list[str]) -> None:
+    # the alignment can be judged by eye: edges, checkerboards and label borders, all titled
+    joined = " | ".join(titles)
+    assert "moving (input, no registration)" in joined
+    assert "red: fixed edges" in joined
+    assert "checkerboard moving / fixed" in joined and "checkerboard moved" in joined
+    assert "labels before: fixed yellow" in joined
+    assert sum("moved cyan, both green" in t for t in titles) == len(DEMO_LAMBDAS)
+
+
 @pytest.mark.skipif(importlib.util.find_spec("nilearn") is None, reason="nilearn not installed")
-def test_demo_on_template(tmp_path: Path) -> None:
+def test_demo_on_template(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    titles = _record_titles(monkeypatch)
     report = run_demo(tmp_path, steps=2, eval_pairs=2, progress=False, device="cpu")
+    _check_figure_titles(titles)
     _check_outputs(tmp_path, pairs=2)
     assert "MNI152" in report
     rows = list(csv.DictReader((tmp_path / "results.csv").open()))
@@ -49,9 +76,11 @@ def test_demo_on_template(tmp_path: Path) -> None:
     assert "field_error" in rows[0] and "field_error: mean end-point error" in report
 
 
-@pytest.mark.skipif(not OASIS.is_dir(), reason=f"shared OASIS data not found at {OASIS}")
-def test_demo_on_oasis(tmp_path: Path) -> None:
+@needs_data("neurite-oasis")
+def test_demo_on_oasis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    titles = _record_titles(monkeypatch)
     report = run_demo(tmp_path, data=str(OASIS), steps=2, progress=False, device="cpu")
+    _check_figure_titles(titles)
     _check_outputs(tmp_path, pairs=2)
     # real pairs have no true field: neither the columns nor the legend name a field error
     columns = next(csv.reader((tmp_path / "results.csv").open()))

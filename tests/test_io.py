@@ -17,6 +17,7 @@ from hyperreg.geometry.fields import save_displacement
 from hyperreg.geometry.io import (
     Volume,
     check_same_grid,
+    has_header,
     load_volume,
     same_grid,
     save_volume,
@@ -158,26 +159,67 @@ def test_mgh_loads_with_vox2ras_affine(tmp_path: Path, suffix: str) -> None:
 
 
 @pytest.mark.parametrize("key", ["vol", "vol_data", "anything"])
-def test_npz_loads_with_identity_affine(tmp_path: Path, key: str) -> None:
+def test_npz_loads_with_identity_affine_when_asked(tmp_path: Path, key: str) -> None:
     data = _asymmetric((4, 5, 6)).astype(np.float64)
     path = tmp_path / "x.npz"
     np.savez_compressed(path, **{key: data})
-    vol = load_volume(path)
+    vol = load_volume(path, assume_identity=True)
     np.testing.assert_array_equal(vol.affine, np.eye(4))
     np.testing.assert_array_equal(vol.data, data.astype(np.float32))
     assert vol.data.dtype == np.float32
     assert vol.spacing == (1.0, 1.0, 1.0)
+    assert vol.codes == (1, 1)
+
+
+def test_npz_geometry_is_never_assumed_silently(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "moving.npz"
+    np.savez(path, vol=_asymmetric((4, 5, 6)))
+    assert not has_header(path) and has_header(tmp_path / "x.nii.gz")
+    with pytest.raises(
+        ValueError, match=r"'.*moving\.npz' has no header.*geometry_from.*assume_identity=True"
+    ):
+        load_volume(path)
+    with pytest.raises(ValueError, match=r"moving\.npz' has no header: pass one of"):
+        load_volume(
+            path,
+            assume_identity=True,
+            geometry_from=Volume(np.zeros((4, 5, 6)), np.eye(4), (4, 5, 6)),
+        )
+    with pytest.raises(TypeError, match="'geometry_from' must be a Volume"):
+        load_volume(path, geometry_from=np.eye(4))  # type: ignore[arg-type]
+    # the geometry of the fixed image, on the same grid only
+    fixed_path = _write_nifti(tmp_path / "fixed.nii.gz", _asymmetric((4, 5, 6)), _rotated_affine())
+    fixed = load_volume(fixed_path)
+    with caplog.at_level(logging.INFO, logger="hyperreg"):
+        vol = load_volume(path, geometry_from=fixed)
+        load_volume(path, assume_identity=True)
+    np.testing.assert_array_equal(vol.affine, fixed.affine)
+    assert vol.codes == fixed.codes and vol.path == path
+    assert not [r for r in caplog.records if r.levelno >= logging.INFO]  # nothing printed
+    other = load_volume(_write_nifti(tmp_path / "other.nii.gz", _asymmetric((4, 5, 7))))
+    with pytest.raises(
+        ValueError,
+        match=r"moving\.npz' has no header and spatial shape \(4, 5, 6\).*"
+        r"other\.nii\.gz' with shape \(4, 5, 7\)",
+    ):
+        load_volume(path, geometry_from=other)
+    # files with a header ignore both options
+    np.testing.assert_array_equal(
+        load_volume(fixed_path, geometry_from=other, assume_identity=True).affine, fixed.affine
+    )
 
 
 def test_npz_prefers_vol_key_and_rejects_ambiguous_files(tmp_path: Path) -> None:
     path = tmp_path / "x.npz"
     vol = _asymmetric((3, 4))
     np.savez(path, seg=np.zeros((3, 4)), vol=vol)
-    np.testing.assert_array_equal(load_volume(path).data, vol)
+    np.testing.assert_array_equal(load_volume(path, assume_identity=True).data, vol)
     path2 = tmp_path / "y.npz"
     np.savez(path2, a=np.zeros((3, 4)), b=np.ones((3, 4)))
     with pytest.raises(ValueError, match=r"'vol' or 'vol_data'.*\['a', 'b'\]"):
-        load_volume(path2)
+        load_volume(path2, assume_identity=True)
 
 
 def test_sform_is_used_when_its_code_is_positive(tmp_path: Path) -> None:
@@ -187,7 +229,43 @@ def test_sform_is_used_when_its_code_is_positive(tmp_path: Path) -> None:
     img.set_qform(qform, code=1)
     img.set_sform(sform, code=2)
     img.to_filename(tmp_path / "x.nii.gz")
-    np.testing.assert_array_equal(load_volume(tmp_path / "x.nii.gz").affine, sform)
+    with pytest.warns(UserWarning, match=r"sform \(code 2\) and a qform \(code 1\) that disagree"):
+        vol = load_volume(tmp_path / "x.nii.gz")
+    np.testing.assert_array_equal(vol.affine, sform)
+
+
+def test_agreeing_or_unused_forms_do_not_warn(tmp_path: Path) -> None:
+    sform = _rotated_affine()
+    for sform_code, qform_code, qform in ((2, 1, sform), (2, 0, np.eye(4)), (0, 1, sform)):
+        img = nib.Nifti1Image(_asymmetric((4, 5, 6)), None)
+        img.set_qform(qform, code=qform_code)
+        img.set_sform(sform, code=sform_code)
+        img.to_filename(tmp_path / "x.nii.gz")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            load_volume(tmp_path / "x.nii.gz")
+
+
+def test_sheared_affine_is_written_as_sform_only_never_an_orthogonalised_qform(
+    tmp_path: Path,
+) -> None:
+    sheared = np.array([[1.0, 0.3, 0, -10], [0, 1.0, 0, -20], [0, 0, 2.0, 5], [0, 0, 0, 1]])
+    for codes in ((2, 1), (1, 1), (0, 1)):
+        like = Volume(np.zeros((4, 5, 6), np.float32), sheared, (4, 5, 6), codes=codes)
+        path = save_volume(tmp_path / "sheared.nii.gz", _asymmetric((4, 5, 6)), like)
+        header = nib.load(path).header
+        assert int(header["qform_code"]) == 0, codes  # no silently orthogonalised qform
+        assert int(header["sform_code"]) == (codes[0] or 2)
+        np.testing.assert_allclose(header.get_sform(), sheared, atol=1e-6)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            np.testing.assert_allclose(load_volume(path).affine, sheared, atol=1e-6)
+    # an affine a qform can hold keeps the reference's codes and a qform equal to the sform
+    rotated = _rotated_affine()
+    like = Volume(np.zeros((4, 5, 6), np.float32), rotated, (4, 5, 6), codes=(2, 1))
+    header = nib.load(save_volume(tmp_path / "r.nii.gz", _asymmetric((4, 5, 6)), like)).header
+    assert (int(header["sform_code"]), int(header["qform_code"])) == (2, 1)
+    np.testing.assert_allclose(header.get_qform(), header.get_sform(), atol=1e-5)
 
 
 def test_qform_is_used_when_sform_code_is_zero(tmp_path: Path) -> None:
@@ -310,10 +388,22 @@ def test_labels_keep_negative_values_and_reject_nonfinite(tmp_path: Path) -> Non
         load_volume(path, label=True, allow_nonfinite=True)
 
 
-def test_labels_far_from_integers_warn(tmp_path: Path) -> None:
-    path = _write_nifti(tmp_path / "img.nii", np.array([[0.2, 1.5], [0.0, 3.0]], np.float32))
-    with pytest.warns(UserWarning, match="not close to integers"):
+def test_labels_far_from_integers_are_an_error_naming_the_file(tmp_path: Path) -> None:
+    # a label map holding 2.5 must not become label 2 (or 3) with only a warning
+    path = _write_nifti(tmp_path / "half.nii", np.array([[0.0, 2.5], [1.0, 3.0]], np.float32))
+    with pytest.raises(
+        ValueError, match=r"'.*half\.nii' must hold integer label ids.*1 voxels.*2\.5"
+    ):
         load_volume(path, label=True)
+    path = _write_nifti(tmp_path / "img.nii", np.array([[0.2, 1.5], [0.0, 3.0]], np.float32))
+    with pytest.raises(ValueError, match="img.nii' must hold integer label ids"):
+        load_volume(path, label=True)
+    # rounding noise of a scale factor is still read as the nearest id, without a warning
+    noisy = np.array([[0.0, 2.9999], [1.00004, 2035.0]], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        vol = load_volume(_write_nifti(tmp_path / "noisy.nii", noisy), label=True)
+    np.testing.assert_array_equal(vol.data, [[0, 3], [1, 2035]])
 
 
 @pytest.mark.parametrize(
@@ -487,11 +577,18 @@ needs_data = pytest.mark.skipif(
 
 
 @needs_cases
-def test_case_c01_uses_sform() -> None:
+def test_case_c01_uses_sform_and_warns(tmp_path: Path) -> None:
     path = CASES / "c01_qform_sform_conflict.nii.gz"
     img = nib.load(path)
     assert int(img.header["sform_code"]) > 0
-    np.testing.assert_array_equal(load_volume(path).affine, img.get_sform())
+    with pytest.warns(
+        UserWarning, match=r"c01_qform_sform_conflict.*disagree.*17.32 mm apart.*using the sform"
+    ):
+        vol = load_volume(path)
+    np.testing.assert_array_equal(vol.affine, img.get_sform())
+    # an output on its grid carries one consistent pair: qform = sform
+    out = nib.load(save_volume(tmp_path / "out.nii.gz", vol.data, vol)).header
+    np.testing.assert_allclose(out.get_qform(), out.get_sform(), atol=1e-5)
 
 
 @needs_cases
@@ -534,6 +631,7 @@ def test_case_c09_truncated_error() -> None:
 
 
 @needs_cases
+@pytest.mark.filterwarnings("ignore:.*sform.*qform.*disagree")
 def test_case_c04_c12_grid_mismatch_is_reported() -> None:
     fixed = load_volume(CASES / "c01_qform_sform_conflict.nii.gz")
     for name in ("c04_other_grid_150x181.nii.gz", "c12_fixed_aniso.nii.gz"):
@@ -583,7 +681,7 @@ def test_shared_npz_is_the_same_geometry_as_neurite_oasis() -> None:
     path = DATA / "learn2reg-tutorials2019" / "subject_1_vol.npz"
     if not path.is_file():
         pytest.skip(f"{path} not found")
-    vol = load_volume(path)
+    vol = load_volume(path, assume_identity=True)
     assert vol.spatial_shape == (160, 192, 224)
     np.testing.assert_array_equal(vol.affine, np.eye(4))
     assert nib.aff2axcodes(vol.affine) == ("R", "A", "S")  # the documented identity rule

@@ -274,3 +274,24 @@ def test_mi_loss_rejects(kwargs: dict, match: str) -> None:
         mi_loss(a, a, **kwargs)
     with pytest.raises(TypeError, match="'moved' must be a floating-point tensor"):
         mi_loss(a.long(), a)
+
+
+@pytest.mark.parametrize("scale", [4095.0, 100.0, 2.5])
+@pytest.mark.parametrize("shape", [(24, 20), (14, 12, 16)], ids=["2d", "3d"])
+def test_ncc_flat_windows_stay_uncorrelated_above_unit_range(shape, make_texture, scale) -> None:
+    # Half textured, half flat at a non-zero level with a faint shared ripple (1e-4, far below
+    # the epsilon for [0, 1] images, so those windows count as flat). In raw scanner units an
+    # absolute epsilon let the ripple's variance through and counted the flat half as a perfect
+    # match; the loss must equal that of the [0, 1] images, whatever each image's scale. (The
+    # grids are large enough for windows that neither reach the texture nor the zero padding.)
+    moved, fixed = make_texture(shape, batch=2), make_texture(shape, batch=2)
+    half = shape[0] // 2
+    ripple = 1e-4 * torch.rand_like(moved[:, :, half:])
+    moved[:, :, half:] = 0.6 + ripple
+    fixed[:, :, half:] = 0.3 + ripple
+    moved[:, :, 0], fixed[:, :, 0] = 1.0, 1.0  # max |x| is 1 in every sample
+    expected = ncc_loss(moved, fixed, window=WINDOW, reduction="none")
+    actual = ncc_loss(scale * moved, scale * fixed, window=WINDOW, reduction="none")
+    assert_close(actual, expected, rtol=0, atol=1e-4)
+    mixed = ncc_loss(scale * moved, fixed, window=WINDOW, reduction="none")  # own scale each
+    assert_close(mixed, expected, rtol=0, atol=1e-4)

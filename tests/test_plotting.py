@@ -9,9 +9,12 @@ from nibabel.orientations import apply_orientation, axcodes2ornt, inv_ornt_aff, 
 
 from hyperreg.apps.plotting import (
     DISPLAY_CONVENTION,
+    alignment_figure,
     checkerboard,
     edge_mask,
+    label_boundaries,
     oriented_slice,
+    plot_lambda_curves,
     pyplot,
     show_slice,
 )
@@ -160,3 +163,88 @@ def test_edge_mask_finds_a_step() -> None:
     assert not edge_mask(np.ones((3, 3))).any()
     with pytest.raises(ValueError, match="'fraction'"):
         edge_mask(image, fraction=0.0)
+
+
+def test_label_boundaries_outline_both_sides() -> None:
+    labels = np.zeros((5, 6), dtype=np.int32)
+    labels[1:4, 2:5] = 7
+    edges = label_boundaries(labels)
+    inside = np.zeros_like(edges)
+    inside[2, 3] = True  # the one pixel of label 7 with no other label beside it
+    assert edges[1:4, 2:5].sum() == 8 and not edges[2, 3]
+    assert edges[0, 2] and edges[2, 1] and not edges[0, 0]
+    with pytest.raises(ValueError, match="'labels' must be 2D"):
+        label_boundaries(np.zeros(4))
+
+
+def _legend_texts(ax) -> list[str]:
+    legend = ax.get_legend()
+    return [t.get_text() for t in legend.get_texts()]
+
+
+def test_lambda_curves_name_each_baseline_truthfully() -> None:
+    plt = pyplot()
+    fig, ax = plt.subplots()
+    lams, dice, folding = [0.1, 0.5, 0.9], [0.7, 0.72, 0.69], [0.2, 0.05, 0.0]
+    plot_lambda_curves(ax, lams, dice, folding, dice_before=0.41, dice_affine=0.52)
+    texts = _legend_texts(ax)
+    assert "no registration" in texts and "affine alone" in texts
+    plt.close(fig)
+    # one number from an older caller: never called "no registration" (it is often the
+    # affine-alone Dice), unless the caller says so
+    fig, ax = plt.subplots()
+    plot_lambda_curves(ax, lams, dice, folding, baseline=0.52)
+    texts = _legend_texts(ax)
+    assert "no registration" not in texts
+    assert "Dice before the deformable stage (after the affine, if any)" in texts
+    plt.close(fig)
+    fig, ax = plt.subplots()
+    plot_lambda_curves(ax, lams, dice, folding, baseline=0.52, baseline_label="affine alone")
+    assert "affine alone" in _legend_texts(ax)
+    plt.close(fig)
+
+
+def test_alignment_figure_panels_say_what_they_show(tmp_path, monkeypatch) -> None:
+    plt = pyplot()
+    titles: list[str] = []
+    real_save = plt.Figure.savefig
+
+    def record(fig, *args, **kwargs):
+        titles.extend(ax.get_title() for ax in fig.axes if ax.get_title())
+        titles.append(fig._suptitle.get_text())
+        return real_save(fig, *args, **kwargs)
+
+    monkeypatch.setattr(plt.Figure, "savefig", record)
+    affine = np.array([[-1.0, 0, 0, 80], [0, 0, 1, -0.5], [0, -1, 0, 96], [0, 0, 0, 1]])
+    rng = np.random.default_rng(0)
+    fixed = rng.random((24, 20)).astype(np.float32)
+    seg = np.zeros((24, 20), np.int32)
+    seg[5:15, 4:12] = 3
+    path = alignment_figure(
+        tmp_path / "qc.png",
+        fixed,
+        np.roll(fixed, 1, 0),
+        affine,
+        moving=np.roll(fixed, 3, 0),
+        moving_title="moving after the affine stage",
+        fixed_seg=seg,
+        moved_seg=np.roll(seg, 1, 0),
+        moving_seg=np.roll(seg, 3, 0),
+        title="a.nii.gz to b.nii.gz at λ = 0.5",
+    )
+    assert path.stat().st_size > 5_000
+    joined = " | ".join(titles)
+    for text in (
+        "before: moving after the affine stage",
+        "after: fixed edges (red) on moved",
+        "after: checkerboard moved / fixed",
+        "after: |moved − fixed|",
+        "label borders, fixed yellow",
+        "a.nii.gz to b.nii.gz at λ = 0.5. alignment check; coronal",
+    ):
+        assert text in joined, text
+    titles.clear()
+    alignment_figure(tmp_path / "plain.png", fixed, fixed, affine)  # no labels, no before row
+    assert not any("label" in t for t in titles) and not any("before" in t for t in titles)
+    with pytest.raises(ValueError, match="'moved' must have the shape of 'fixed'"):
+        alignment_figure(tmp_path / "bad.png", fixed, fixed[:3], affine)

@@ -119,7 +119,7 @@ def test_bundled_models_are_named_for_model_and_init(tmp_path: Path, monkeypatch
     """--model hypermorph-2d and --init hypermorph-2d work from any folder."""
     import hyperreg.training.train as training
 
-    from hyperreg.cli.inputs import model_path
+    from hyperreg.apps.models import model_file as model_path
 
     assert model_path("hypermorph-2d") == default_model(2).path
     seen = {}

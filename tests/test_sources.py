@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 import torch
 
+from shared_paths import DATA, needs_data
+
 from hyperreg.config import ModelConfig, TrainConfig
 from hyperreg.training.data import MixtureSampler, PairSampler, split_people
 from hyperreg.training.sources import (
@@ -22,11 +24,8 @@ from hyperreg.training.sources import (
     training_shape,
 )
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
-needs_shared = pytest.mark.skipif(
-    not (SHARED / "mindboggle-trt20-2d").is_dir(),
-    reason=f"shared real data (sections 6-8) not found at {SHARED}",
-)
+SHARED = DATA
+needs_shared = needs_data("mindboggle-trt20-2d")
 SMALL = ModelConfig(enc_channels=(4, 8), dec_channels=(8, 8, 4), hyper_hidden=(8,), int_steps=3)
 
 

@@ -14,14 +14,15 @@ import torch
 from lambda_helpers import SHAPE, blob, labels_of, save_tiny_model, tiny_model, write_pair
 from torch import nn
 
-from hyperreg.apps.batch import PairSpec
+from hyperreg.apps.inputs import PairSpec
 from hyperreg.cli import main
 from hyperreg.config import ModelConfig
 from hyperreg.registration.pairs import register_pair
 from hyperreg.geometry.io import Volume
 from hyperreg.method.model import RegistrationOutput
 from hyperreg.method.spatial import warp
-from hyperreg.apps.sweep import parse_lambdas, sweep_lambdas
+from hyperreg.apps.inputs import parse_lambdas
+from hyperreg.apps.sweep import sweep_lambdas
 from hyperreg.apps.tune import tune_lambda
 
 
@@ -340,7 +341,7 @@ def known_pairs(tmp_path: Path) -> list[PairSpec]:
 
 
 def test_tune_finds_the_known_lambda(known_pairs: list[PairSpec]) -> None:
-    result = tune_lambda(_KnownModel(), known_pairs)
+    result = tune_lambda(_KnownModel(), known_pairs, init="none")
     # Dice is 1 exactly while the error |SLOPE (λ - 0.37)| rounds to 0 voxels
     assert abs(result.lambda_star - TRUE_LAMBDA) <= 0.5 / SLOPE
     assert result.dice_at_star == pytest.approx(1.0)
@@ -363,7 +364,7 @@ def test_tune_reports_the_range_within_noise_and_no_registration(
     from hyperreg.apps.tune import DICE_NOISE_FLOOR
     from hyperreg.method.metrics import mean_dice
 
-    result = tune_lambda(_KnownModel(), known_pairs)
+    result = tune_lambda(_KnownModel(), known_pairs, init="none")
     lo, hi = result.lambda_star_range
     assert lo <= result.lambda_star <= hi
     # both pairs score Dice 1 at λ*, so the standard error is 0 and the floor applies
@@ -445,8 +446,10 @@ def test_lambda_star_is_rounded_to_its_range() -> None:
 
 
 def test_tune_respects_the_folding_limit(known_pairs: list[PairSpec]) -> None:
-    free = tune_lambda(_KnownModel(fold=True), known_pairs)
-    limited = tune_lambda(_KnownModel(fold=True), known_pairs, max_folding=0.0)
+    free = tune_lambda(_KnownModel(fold=True), known_pairs, init="none")
+    limited = tune_lambda(
+        _KnownModel(fold=True), known_pairs, max_folding=0.0, init="none"
+    )
     assert limited.constraint_met
     assert limited.folding_percent_at_star == 0.0
     assert free.folding_percent_at_star > 0.0  # the unconstrained optimum folds
@@ -468,6 +471,7 @@ def test_tune_unmet_limit_warns(known_pairs: list[PairSpec]) -> None:
             lambdas=[0.0, 0.2],
             refine_rounds=0,
             max_folding=0.0,
+            init="none",
         )
     assert not result.constraint_met and result.lambda_star == 0.2
 

@@ -10,12 +10,14 @@ import numpy as np
 import pytest
 import torch
 
+from shared_paths import DATA, needs_data
+
 from hyperreg.config import ModelConfig, TrainConfig
 from hyperreg.training.data import MixtureSampler
 from hyperreg.training.sources import Scan, find_scans
 from hyperreg.training.synth import SynthPairSampler, label_maps_from_scans
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = DATA
 SMALL = ModelConfig(enc_channels=(4, 8), dec_channels=(8, 8, 4), hyper_hidden=(8,), int_steps=3)
 
 
@@ -151,9 +153,7 @@ def test_train_synthetic_only_and_mixed(tmp_path: Path) -> None:
         )
 
 
-@pytest.mark.skipif(
-    not (SHARED / "mindboggle-trt20-2d").is_dir(), reason=f"shared real data not found at {SHARED}"
-)
+@needs_data("mindboggle-trt20-2d")
 def test_synthesis_from_shared_dkt_labels() -> None:
     scans = find_scans(SHARED / "mindboggle-trt20-2d", 2)
     maps = label_maps_from_scans(scans[:3], 2)

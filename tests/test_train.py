@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import itertools
 import os
@@ -16,7 +17,7 @@ from shared_paths import OASIS as SHARED
 from hyperreg.config import ModelConfig, TrainConfig
 from hyperreg.method.losses import gradient_loss, mse_loss, ncc_loss
 from hyperreg.method.metrics import folding_fraction
-from hyperreg.method.model import RegistrationOutput, load_checkpoint
+from hyperreg.method.model import HyperMorph, RegistrationOutput, load_checkpoint, save_checkpoint
 from hyperreg.training.train import hypermorph_loss, train
 
 SMALL = ModelConfig(ndim=2, enc_channels=(8, 8, 8, 8), dec_channels=(8,) * 7, hyper_hidden=(16, 16))
@@ -258,3 +259,16 @@ def test_default_lr_is_resolved_per_dimension_and_recorded(tmp_path: Path, ndim:
     config = TrainConfig(out=str(tmp_path), steps=1, batch_size=1, model=small, device="cpu")
     train(config, pairs=Pairs(), progress=False)
     assert json.loads((tmp_path / "config.json").read_text())["lr"] == lr
+
+
+def test_fine_tuning_keeps_the_models_voxel_size(tmp_path: Path) -> None:
+    """train --init of a model working at 1 mm fine-tunes at 1 mm (it was reset to 0 before)."""
+    base = HyperMorph(dataclasses.replace(SMALL, spacing=1.0))
+    init = save_checkpoint(base, tmp_path / "base.pt")
+    config = TrainConfig(out=str(tmp_path / "tuned"), steps=1, batch_size=1, init=str(init),
+                         checkpoint_every=1, model=SMALL)
+    final = train(config, BlobPairs(), progress=False)
+    model, payload = load_checkpoint(final)
+    assert model.config.spacing == 1.0
+    assert payload["train_config"]["spacing"] == 1.0
+    assert payload["train_config"]["init"] == str(init)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -55,8 +56,11 @@ def test_validation_loss_is_the_training_objective(make_blobs, ndim, int_steps, 
             param.add_(0.05 * torch.randn_like(param))
     pairs = _pairs(make_blobs, shape)
     lambdas = [0.0, 0.25, 1.0]
+    model.objective = dataclasses.replace(
+        model.objective, similarity=sim, ncc_window=5, mse_sigma=0.1
+    )
     model.train()
-    row = evaluate(model, pairs, lambdas, sim=sim, ncc_window=5, mse_sigma=0.1)
+    row = evaluate(model, pairs, lambdas)
     assert model.training  # the mode is restored
     assert set(row) == set(validation_columns(lambdas)[1:])
 

@@ -24,12 +24,13 @@ import math
 import os
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hyperreg._files import read_csv, write_csv, write_json
+from hyperreg._files import write_csv, write_json
+from hyperreg.apps.inputs import PairSpec, read_pairs, shard
 
 if TYPE_CHECKING:  # annotations only: the module stays light to import (no torch)
     from hyperreg.registration.pairs import PathLike
@@ -46,111 +47,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-PAIR_COLUMNS = ("moving", "fixed", "moving_seg", "fixed_seg", "lambda")
 RECORD = "record.json"
 FAILURE = "failure.json"
-
-
-@dataclass(frozen=True)
-class PairSpec:
-    """One row of a pair CSV.
-
-    Attributes:
-        index: 0-based row number (header excluded); it names the pair's output folder.
-        moving: Moving image path.
-        fixed: Fixed image path.
-        moving_seg: Moving label map path, or None.
-        fixed_seg: Fixed label map path, or None.
-        lam: The row's λ, or None when its ``lambda`` cell is empty or absent.
-    """
-
-    index: int
-    moving: Path
-    fixed: Path
-    moving_seg: Path | None = None
-    fixed_seg: Path | None = None
-    lam: float | None = None
-
-    @property
-    def name(self) -> str:
-        """Output folder name, ``pair00042`` for row 42."""
-        return f"pair{self.index:05d}"
-
-
-def read_pairs(path: PathLike, *, require_segs: bool = False) -> list[PairSpec]:
-    """Read a pair CSV.
-
-    Args:
-        path: CSV with a header holding ``moving`` and ``fixed``, optionally ``moving_seg``,
-            ``fixed_seg`` and ``lambda`` (other columns are ignored). Empty cells mean "none".
-            Relative paths are relative to the CSV's folder. Files are not opened here.
-        require_segs: Every row must name both label maps (for λ tuning on Dice).
-
-    Returns:
-        One :class:`PairSpec` per data row, in file order.
-
-    Raises:
-        FileNotFoundError: If ``path`` does not exist.
-        ValueError: If the header lacks ``moving`` or ``fixed``, a row has an empty ``moving``
-            or ``fixed`` cell, a ``lambda`` cell is not a number in [0, 1], a label map is
-            missing with ``require_segs``, or there are no rows.
-    """
-    fn = "read_pairs"
-    path = Path(path)
-    header, rows = read_csv(fn, path)
-    missing = [c for c in ("moving", "fixed") if c not in header]
-    if missing:
-        raise ValueError(
-            f"{fn}(): '{path}' must have a header with columns {PAIR_COLUMNS[:2]} (optional "
-            f"{PAIR_COLUMNS[2:]}), got {tuple(header)}"
-        )
-    if not rows:
-        raise ValueError(f"{fn}(): '{path}' has a header but no pairs")
-    base = path.parent
-
-    def resolve(text: str) -> Path | None:
-        return (base / text) if text else None
-
-    pairs = []
-    for index, row in enumerate(rows):
-        where = f"'{path}' row {index} (line {index + 2})"
-        if not row.get("moving") or not row.get("fixed"):
-            raise ValueError(f"{fn}(): {where} must name both 'moving' and 'fixed'")
-        lam = None
-        if row.get("lambda"):
-            try:
-                lam = float(row["lambda"])
-            except ValueError:
-                lam = math.nan
-            if math.isnan(lam) or not 0.0 <= lam <= 1.0:
-                raise ValueError(
-                    f"{fn}(): {where}: 'lambda' must be a number in [0, 1], got {row['lambda']!r}"
-                )
-        spec = PairSpec(
-            index=index,
-            moving=base / row["moving"],
-            fixed=base / row["fixed"],
-            moving_seg=resolve(row.get("moving_seg", "")),
-            fixed_seg=resolve(row.get("fixed_seg", "")),
-            lam=lam,
-        )
-        if require_segs and (spec.moving_seg is None or spec.fixed_seg is None):
-            raise ValueError(f"{fn}(): {where} must name 'moving_seg' and 'fixed_seg'")
-        pairs.append(spec)
-    return pairs
-
-
-def shard(pairs: Sequence[PairSpec], rank: int, world_size: int) -> list[PairSpec]:
-    """Rows ``rank::world_size``: the shards of ranks ``0..N-1`` cover every row exactly once.
-
-    Raises:
-        ValueError: Unless ``0 <= rank < world_size``.
-    """
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(
-            f"shard(): 'rank' must lie in [0, world_size), got rank {rank}, world_size {world_size}"
-        )
-    return list(pairs[rank::world_size])
 
 
 @dataclass
@@ -208,13 +106,13 @@ def batch_register(
     desc: str = "pairs",
     rank: int = 0,
     refine: Any = None,
-    init: str = "none",
+    init: str | None = None,
 ) -> BatchReport:
     """Register every pair of ``pairs`` (one shard) with per-pair records, resumably.
 
     For each pair: if ``pairs/<name>/record.json`` matches the pair (same files and λ) and its
     outputs exist, skip it. Otherwise check its label maps
-    (:func:`hyperreg.apps.inference.check_label_map`: integer ids, not an intensity image) and
+    (:func:`hyperreg.apps.inputs.check_label_map`: integer ids, not an intensity image) and
     call :func:`hyperreg.apps.inference.register_files`, which
     writes ``moved.nii.gz``, ``warp.nii.gz`` (and ``moved_seg.nii.gz`` with a moving label map)
     atomically, then write the record (the pair's summary row) atomically. Any exception of one
@@ -235,10 +133,11 @@ def batch_register(
         refine: A :class:`~hyperreg.registration.refine.Refinement` to refine each pair's field
             (its steps and similarity are part of a pair's identity: a rerun with other
             settings redoes the pair), or None.
-        init: ``"none"`` (default), ``"rigid"`` or ``"affine"``: the affine stage of
-            :func:`~hyperreg.apps.inference.register_files`, once per pair; its transform is
-            written as ``affine.mat`` and ``warp.nii.gz`` holds the composed transform. Part of
-            a pair's identity.
+        init: ``"affine"``, ``"rigid"`` or ``"none"``; None (default) is the pipeline's default
+            (:data:`hyperreg.registration.pipeline.DEFAULT_INIT`, ``"affine"``): the affine
+            stage of :func:`~hyperreg.apps.inference.register_files`, once per pair; its
+            transform is written as ``affine.mat`` and ``warp.nii.gz`` holds the composed
+            transform. Part of a pair's identity.
 
     Returns:
         A :class:`BatchReport`.
@@ -249,20 +148,18 @@ def batch_register(
     """
     from tqdm import tqdm
 
-    from hyperreg.apps.inference import check_label_map, register_files
+    from hyperreg.registration.pipeline import DEFAULT_INIT
 
     fn = "batch_register"
-    if refine is not None:
-        from hyperreg.registration.refine import check_refinement
-
-        check_refinement(fn, refine)
-    if lam is not None and (math.isnan(lam) or not 0.0 <= lam <= 1.0):
-        raise ValueError(f"{fn}(): 'lam' must lie in [0, 1], got {lam}")
-    lacking = [p.index for p in pairs if p.lam is None]
-    if lacking and lam is None:
-        raise ValueError(
-            f"{fn}(): rows {lacking[:5]} have no 'lambda' and no default λ was given (--lambda)"
-        )
+    init = DEFAULT_INIT if init is None else init
+    _check_batch(fn, pairs, lam, refine)
+    options = dict(
+        normalization=normalization,
+        resample=resample,
+        warp_format=warp_format,
+        refine=refine,
+        init=init,
+    )
     start = time.perf_counter()
     report = BatchReport()
     root = Path(out) / "pairs"
@@ -271,67 +168,26 @@ def batch_register(
     for pair in bar:
         pair_lam = pair.lam if pair.lam is not None else float(lam)  # type: ignore[arg-type]
         folder = root / pair.name
-        identity = _identity(pair, pair_lam)
-        if refine is not None and refine.steps > 0:
-            identity["refine"] = f"{refine.steps} {refine.sim} {refine.lr:g}"
-        if init != "none":
-            identity["init"] = init
+        identity, outputs = _plan(pair, pair_lam, refine, init)
         if _finished(folder, identity):
             report.skipped += 1
             continue
         folder.mkdir(exist_ok=True)
-        outputs = {
-            "moved": "moved.nii.gz",
-            "warp": "warp.nii.gz",
-            "moved_seg": "moved_seg.nii.gz" if pair.moving_seg else "",
-        }
-        if init != "none":
-            outputs["affine"] = "affine.mat"
         tic = time.perf_counter()
         try:
-            for column in ("moving_seg", "fixed_seg"):
-                if getattr(pair, column) is not None:
-                    check_label_map(fn, column, getattr(pair, column))
-            result = register_files(
-                model,
-                pair.moving,
-                pair.fixed,
-                pair_lam,
-                moved=folder / outputs["moved"],
-                warp_out=folder / outputs["warp"],
-                moving_seg=pair.moving_seg,
-                fixed_seg=pair.fixed_seg,
-                moved_seg=folder / outputs["moved_seg"] if outputs["moved_seg"] else None,
-                normalization=normalization,
-                resample=resample,
-                warp_format=warp_format,
-                refine=refine,
-                init=init,
-                affine_out=folder / outputs["affine"] if init != "none" else None,
-            )
+            result = _register_pair(model, pair, pair_lam, folder, outputs, **options)
         except KeyboardInterrupt:
             raise
         except Exception as err:  # one bad pair must not stop the batch
             report.failed += 1
             logger.warning("%s(): %s failed: %s", fn, pair.name, err)
-            write_json(
-                folder / FAILURE,
-                {
-                    **identity,
-                    "error": f"{type(err).__name__}: {err}",
-                    "traceback": traceback.format_exc(),
-                },
-            )
+            failure = {**identity, "error": _error_text(err), "traceback": traceback.format_exc()}
+            write_json(folder / FAILURE, failure)
             continue
         record = {
             **identity,
-            "mean_dice": result.mean_dice if result.dice is not None else None,
-            "folding_percent": 100.0 * result.folding_fraction,
-            "log_jacobian_std": result.log_jacobian_std,
+            **_scores(result),
             "seconds": time.perf_counter() - tic,
-            "refine_seconds": result.extra.get("refine_seconds"),
-            "similarity_before": result.extra.get("similarity_before"),
-            "similarity_after": result.extra.get("similarity_after"),
             "rank": rank,
             **outputs,
             "resampled": "; ".join(result.resampled),
@@ -344,6 +200,93 @@ def batch_register(
         report.done += 1
     report.seconds = time.perf_counter() - start
     return report
+
+
+def _check_batch(fn: str, pairs: Sequence[PairSpec], lam: float | None, refine: Any) -> None:
+    """Before any work: the refinement, the default λ, and a λ for every row."""
+    if refine is not None:
+        from hyperreg.registration.refine import check_refinement
+
+        check_refinement(fn, refine)
+    if lam is not None and (math.isnan(lam) or not 0.0 <= lam <= 1.0):
+        raise ValueError(f"{fn}(): 'lam' must lie in [0, 1], got {lam}")
+    lacking = [p.index for p in pairs if p.lam is None]
+    if lacking and lam is None:
+        raise ValueError(
+            f"{fn}(): rows {lacking[:5]} have no 'lambda' and no default λ was given ('lam')"
+        )
+
+
+def _plan(
+    pair: PairSpec, lam: float, refine: Any, init: str
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """A pair's identity (what a finished record must match) and its output file names."""
+    identity = _identity(pair, lam)
+    if refine is not None and refine.steps > 0:
+        identity["refine"] = f"{refine.steps} {refine.sim} {refine.lr:g}"
+    outputs = {
+        "moved": "moved.nii.gz",
+        "warp": "warp.nii.gz",
+        "moved_seg": "moved_seg.nii.gz" if pair.moving_seg else "",
+    }
+    if init != "none":
+        identity["init"] = init
+        outputs["affine"] = "affine.mat"
+    return identity, outputs
+
+
+def _register_pair(
+    model: Any,
+    pair: PairSpec,
+    lam: float,
+    folder: Path,
+    outputs: dict[str, str],
+    **options: Any,
+) -> Any:
+    """Check a pair's label maps and register it with its outputs in ``folder``: the
+    :class:`~hyperreg.registration.pipeline.PairResult` of
+    :func:`~hyperreg.apps.inference.register_files`."""
+    from hyperreg.apps.inference import register_files
+    from hyperreg.apps.inputs import check_label_map
+
+    for column in ("moving_seg", "fixed_seg"):
+        if getattr(pair, column) is not None:
+            check_label_map("batch_register", column, getattr(pair, column))
+    return register_files(
+        model,
+        pair.moving,
+        pair.fixed,
+        lam,
+        moved=folder / outputs["moved"],
+        warp_out=folder / outputs["warp"],
+        moving_seg=pair.moving_seg,
+        fixed_seg=pair.fixed_seg,
+        moved_seg=folder / outputs["moved_seg"] if outputs["moved_seg"] else None,
+        affine_out=folder / outputs["affine"] if "affine" in outputs else None,
+        **options,
+    )
+
+
+def _scores(result: Any) -> dict[str, Any]:
+    """The summary cells of one result: Dice, folding and the refinement's statistics."""
+    refined = result.refinement
+    return {
+        "mean_dice": result.mean_dice if result.dice is not None else None,
+        "folding_percent": 100.0 * result.folding_fraction,
+        "log_jacobian_std": result.log_jacobian_std,
+        "refine_seconds": refined.seconds if refined else None,
+        "similarity_before": refined.similarity_before if refined else None,
+        "similarity_after": refined.similarity_after if refined else None,
+    }
+
+
+def _error_text(err: BaseException) -> str:
+    """The message of a failed pair for ``failures.csv``: the library's own words; the exception
+    type only when the message is empty, or for an unexpected error (not a bad input)."""
+    text = " ".join(str(err).split())
+    if isinstance(err, (ValueError, TypeError, OSError)) and text:
+        return text
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
 SUMMARY_COLUMNS = (
@@ -422,6 +365,8 @@ class BatchRun:
         total: Rows in the pair CSV.
         merged: ``(summary, failures, rows, failures)`` from :func:`merge_records` if this
             process merged, else None.
+        model: The checkpoint file used.
+        bundled: The bundled model's name when no model was named, else None.
     """
 
     report: BatchReport
@@ -429,10 +374,12 @@ class BatchRun:
     world_size: int
     total: int
     merged: tuple[Path, Path, int, int] | None
+    model: Path | None = None
+    bundled: str | None = None
 
 
 def run_batch(
-    model_path: PathLike,
+    model: PathLike | None,
     pairs_csv: PathLike,
     out: PathLike,
     *,
@@ -442,9 +389,8 @@ def run_batch(
     resample: bool = True,
     warp_format: str = "voxel",
     progress: bool = False,
-    load_model: Callable[[PathLike, Any], Any] | None = None,
     refine: Any = None,
-    init: str = "none",
+    init: str | None = None,
 ) -> BatchRun:
     """One process of a batch job: read the pairs, run this rank's shard, merge.
 
@@ -458,7 +404,9 @@ def run_batch(
     ``device`` ``"auto"`` or ``"cuda"`` and CUDA present, rank ``r`` uses GPU ``LOCAL_RANK``.
 
     Args:
-        model_path: Checkpoint written by ``hyperreg train``.
+        model: Checkpoint written by ``hyperreg train``, its run folder or a bundled model's
+            name; None: the bundled model for the first pair's dimensionality
+            (:func:`hyperreg.apps.models.resolve_model`).
         pairs_csv: Pair CSV (:func:`read_pairs`).
         out: Output folder.
         lam: Default λ for rows without one.
@@ -467,9 +415,6 @@ def run_batch(
         resample: Resample inputs on other grids onto the fixed grid.
         warp_format: ``"voxel"`` or ``"itk"``.
         progress: Progress bar on rank 0.
-        load_model: ``load_model(model_path, device) -> model``; default: the model of
-            :func:`hyperreg.method.model.load_checkpoint` (the CLI passes one that also takes a
-            run folder and words its errors for ``--model``).
         refine: Test-time refinement per pair (see :func:`batch_register`), or None.
         init: The affine stage per pair (see :func:`batch_register`).
 
@@ -483,7 +428,7 @@ def run_batch(
     import torch
 
     from hyperreg._checks import resolve_device
-    from hyperreg.method.model import load_checkpoint
+    from hyperreg.apps.models import resolve_model
     from hyperreg.training.distributed import read_env
 
     rank, world, local_rank = read_env()
@@ -494,23 +439,20 @@ def run_batch(
     if lacking and lam is None:  # checked on every row before any rank starts work
         raise ValueError(
             f"run_batch(): rows {lacking[:5]} of '{pairs_csv}' have no 'lambda'; give a "
-            "default λ (--lambda)"
+            "default λ ('lam')"
         )
     mine = shard(pairs, rank, world)
     resolved = resolve_device("run_batch", device)
     if resolved.type == "cuda" and resolved.index is None and world > 1:
         resolved = torch.device("cuda", local_rank % torch.cuda.device_count())
-    if load_model is None:
-        model, _ = load_checkpoint(model_path, map_location=resolved)
-    else:
-        model = load_model(model_path, resolved)
+    resolved_model = resolve_model(model, resolved, image=pairs[0].fixed)
     group = world > 1 and "MASTER_ADDR" in os.environ and torch.distributed.is_available()
     if group and not torch.distributed.is_initialized():
         torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
     try:
         desc = f"rank {rank}/{world}" if world > 1 else "pairs"
         report = batch_register(
-            model,
+            resolved_model.model,
             mine,
             out,
             lam=lam,
@@ -534,4 +476,12 @@ def run_batch(
     finally:
         if group and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
-    return BatchRun(report=report, rank=rank, world_size=world, total=len(pairs), merged=merged)
+    return BatchRun(
+        report=report,
+        rank=rank,
+        world_size=world,
+        total=len(pairs),
+        merged=merged,
+        model=resolved_model.path,
+        bundled=resolved_model.bundled.name if resolved_model.bundled else None,
+    )

@@ -12,7 +12,8 @@ the template; with ``steps > 0`` a model is first trained on the demo's training
 
 Outputs in ``out``: ``model/`` (checkpoint and log, when trained here), ``nifti/`` (fixed,
 moving, moved, moved labels and displacement at each λ for the first held-back pair),
-``demo_figure.png`` (moved images and field magnitudes across λ; Dice and folding against λ),
+``demo_figure.png`` (moved images with the fixed image's edges, checkerboards, label borders and
+field magnitudes across λ; Dice and folding against λ),
 ``results.csv`` and ``results.md``.
 """
 
@@ -30,7 +31,16 @@ from torch import Tensor
 from hyperreg._checks import resolve_device
 from hyperreg._files import atomic_text, write_csv
 from hyperreg.apps.pretrained import default_model
-from hyperreg.apps.plotting import oriented_slice, pyplot, save_figure, show_slice
+from hyperreg.apps.plotting import (
+    checkerboard,
+    edge_mask,
+    label_boundaries,
+    oriented_slice,
+    overlay_edges,
+    pyplot,
+    save_figure,
+    show_slice,
+)
 from hyperreg.config import ModelConfig, TrainConfig
 from hyperreg.geometry.fields import save_displacement
 from hyperreg.geometry.intensity import normalize_intensity
@@ -258,6 +268,7 @@ def _evaluate(
                 )
                 save_displacement(nifti / f"disp_{tag}.nii.gz", result.disp.cpu().numpy()[0], like)
                 pair.setdefault("moved", []).append(result.moved.cpu().numpy()[0, 0])  # type: ignore[union-attr]
+                pair.setdefault("moved_seg", []).append(moved_seg.astype(np.int32))  # type: ignore[union-attr]
                 pair.setdefault("magnitude", []).append(result.disp.norm(dim=1).cpu().numpy()[0])  # type: ignore[union-attr]
     return rows
 
@@ -275,22 +286,48 @@ def _table(rows: list[dict[str, object]]) -> list[dict[str, float]]:
     return table
 
 
+def _label_borders(ax: object, fixed: np.ndarray, other: np.ndarray) -> None:
+    """Label borders on ``ax``: the fixed map's only (yellow), the other's only (cyan), both
+    (green); ``fixed`` and ``other`` are oriented 2D label maps."""
+    first, second = label_boundaries(fixed), label_boundaries(other)
+    overlay_edges(ax, first & ~second, color="yellow")
+    overlay_edges(ax, second & ~first, color="cyan")
+    overlay_edges(ax, first & second, color="lime")
+
+
 def _figure(
     pair: dict[str, object], table: list[dict[str, float]], path: Path, pairs: int, labels: str
 ) -> None:
+    """demo_figure.png, three rows for the first pair plus the curves over all pairs:
+
+    1. moving, fixed, and the moved image at each λ with the fixed image's edges in red;
+    2. a checkerboard of the moved image (middle λ) and the fixed image, the Dice and folding
+       curves, and the displacement magnitude at each λ;
+    3. a checkerboard of moving and fixed (before), and the label borders of the fixed map
+       (yellow) against the moving map (before) and each moved map (cyan), agreement green.
+    """
     plt = pyplot()
     count = len(DEMO_LAMBDAS)
-    fig, axes = plt.subplots(2, count + 2, figsize=(2.5 * (count + 2), 5.8), layout="constrained")
+    fig, axes = plt.subplots(3, count + 2, figsize=(2.5 * (count + 2), 8.6), layout="constrained")
 
     affine = np.asarray(pair["affine"])
     fixed = oriented_slice(pair["fixed"].numpy()[0, 0], affine)  # type: ignore[union-attr]
-    moving = pair["moving"].numpy()[0, 0]  # type: ignore[union-attr]
-    show_slice(axes[0, 0], moving, "moving", affine, cmap="gray", letters=True)
-    show_slice(axes[0, 1], fixed, "fixed", cmap="gray", letters=True)
+    moving = oriented_slice(pair["moving"].numpy()[0, 0], affine)  # type: ignore[union-attr]
+    fixed_seg = oriented_slice(pair["fixed_seg"].numpy()[0, 0], affine).data  # type: ignore[union-attr]
+    moving_seg = oriented_slice(pair["moving_seg"].numpy()[0, 0], affine).data  # type: ignore[union-attr]
+    edges = edge_mask(fixed.data)
+    grey = dict(cmap="gray", vmin=0.0, vmax=1.0)
+    show_slice(axes[0, 0], moving, "moving (input, no registration)", letters=True, **grey)
+    show_slice(axes[0, 1], fixed, "fixed", letters=True, **grey)
     vmax = max(float(m.max()) for m in pair["magnitude"])  # type: ignore[union-attr]
+    middle = count // 2
     for column, lam in enumerate(DEMO_LAMBDAS, start=2):
-        moved, magnitude = pair["moved"][column - 2], pair["magnitude"][column - 2]  # type: ignore[index]
-        show_slice(axes[0, column], moved, f"moved, λ = {lam}", affine, cmap="gray")
+        index = column - 2
+        moved = oriented_slice(pair["moved"][index], affine)  # type: ignore[index]
+        moved_seg = oriented_slice(pair["moved_seg"][index], affine).data  # type: ignore[index]
+        magnitude = pair["magnitude"][index]  # type: ignore[index]
+        show_slice(axes[0, column], moved, f"moved, λ = {lam}\nred: fixed edges", **grey)
+        overlay_edges(axes[0, column], edges)
         shown = show_slice(
             axes[1, column],
             magnitude,
@@ -300,8 +337,28 @@ def _figure(
             vmin=0,
             vmax=vmax,
         )
+        show_slice(
+            axes[2, column],
+            fixed,
+            f"labels, λ = {lam}: fixed yellow,\nmoved cyan, both green",
+            **grey,
+        )
+        _label_borders(axes[2, column], fixed_seg, moved_seg)
+        if index == middle:
+            board = checkerboard(moved.data, fixed.data)
+            show_slice(
+                axes[1, 0],
+                fixed._replace(data=board),
+                f"checkerboard moved\n(λ = {lam}) / fixed",
+                **grey,
+            )
     fig.colorbar(shown, ax=axes[1, 2:].tolist(), fraction=0.02, pad=0.01, label="|u| (voxels)")
-    axes[1, 0].axis("off")
+    board = checkerboard(moving.data, fixed.data)
+    show_slice(
+        axes[2, 0], fixed._replace(data=board), "checkerboard moving / fixed\n(before)", **grey
+    )
+    show_slice(axes[2, 1], fixed, "labels before: fixed yellow,\nmoving cyan, both green", **grey)
+    _label_borders(axes[2, 1], fixed_seg, moving_seg)
     ax = axes[1, 1]
     lams = [t["lambda"] for t in table]
     ax.plot(lams, [t["dice"] for t in table], "o-", label="Dice after")
@@ -317,10 +374,9 @@ def _figure(
     twin.set_ylim(0, max(0.1, 1.2 * max(folding)))
     twin.set_ylabel("folding (% J ≤ 0)", color="tab:red", fontsize=8)
     ax.legend(fontsize=7, loc="upper right")
-    ax.set_title(f"mean over {pairs} held-back pairs", fontsize=9)
+    ax.set_title(f"Dice and folding vs λ,\nmean over {pairs} held-back pairs", fontsize=8)
     fig.suptitle(
-        f"{pair['name']}: moved images and displacement magnitudes across λ (top rows: this "
-        f"pair; {fixed.label})",
+        f"{pair['name']}: alignment across λ (all images but the curves: this pair; {fixed.label})",
         fontsize=10,
     )
     save_figure(fig, path)

@@ -2,8 +2,9 @@
 
 :func:`read_evaluation_csv` reads a CSV with columns ``moved_seg`` and ``fixed_seg`` (label maps
 of integer ids on one grid) and optionally ``warp`` (the displacement field, either format of
-:func:`hyperreg.geometry.fields.load_displacement`) and ``name``. :func:`evaluate_pair` scores
-one row: Dice and HD95 per structure (:func:`hyperreg.method.metrics.dice_per_label`,
+:func:`hyperreg.geometry.fields.load_displacement`), ``moving_seg`` and ``name``.
+:func:`evaluate_pair` scores one row: Dice and HD95 per structure
+(:func:`hyperreg.method.metrics.registration_dice`, the one convention of every command;
 :func:`~hyperreg.method.metrics.hd95_per_label`, MONAI, in mm from the fixed map's voxel size).
 With a field it adds the folding percentage (central-difference ``J ≤ 0``), the standard
 deviation of ``log J``, and the non-diffeomorphic volume as the Learn2Reg LUMIR challenge
@@ -34,10 +35,10 @@ from hyperreg.geometry.fields import load_displacement
 from hyperreg.geometry.io import load_volume
 from hyperreg.method.diffeomorphism import non_diffeomorphic_volume
 from hyperreg.method.metrics import (
-    dice_per_label,
     field_summary,
     hd95_per_label,
-    labels_in_both,
+    input_labels,
+    registration_dice,
 )
 from hyperreg.registration.pairs import PathLike
 
@@ -62,6 +63,7 @@ class EvaluationRow:
     moved_seg: Path
     fixed_seg: Path
     warp: Path | None = None
+    moving_seg: Path | None = None
 
 
 @dataclass
@@ -71,7 +73,8 @@ class PairScores:
     Attributes:
         index: Row number (0-based, header excluded).
         name: The row's ``name`` cell, or ``row<index>``.
-        dice: ``{label: Dice}`` over the non-zero labels present in both maps.
+        dice: ``{label: Dice}`` over the labels of the inputs
+            (:func:`~hyperreg.method.metrics.registration_dice`).
         hd95: ``{label: HD95}`` in mm (NaN where undefined).
         folding_percent: % of voxels with central-difference ``J ≤ 0`` (None without a field).
         log_jacobian_std: Standard deviation of ``log J`` (None without a field).
@@ -118,7 +121,8 @@ class EvaluationReport:
 
 
 def read_evaluation_csv(path: PathLike) -> list[EvaluationRow]:
-    """Read an evaluation CSV: ``moved_seg``, ``fixed_seg``, optional ``warp`` and ``name``.
+    """Read an evaluation CSV: ``moved_seg``, ``fixed_seg``, optional ``warp``, ``moving_seg``
+    (the label map before registration: its labels are scored too) and ``name``.
 
     Files are not opened here (a missing file fails its row in :func:`evaluate_csv`).
 
@@ -144,7 +148,7 @@ def read_evaluation_csv(path: PathLike) -> list[EvaluationRow]:
                 f"{fn}(): '{path}' row {index} (line {index + 2}) must name both 'moved_seg' "
                 "and 'fixed_seg'"
             )
-        warp = row.get("warp", "")
+        warp, moving_seg = row.get("warp", ""), row.get("moving_seg", "")
         out.append(
             EvaluationRow(
                 index=index,
@@ -152,6 +156,7 @@ def read_evaluation_csv(path: PathLike) -> list[EvaluationRow]:
                 moved_seg=path.parent / row["moved_seg"],
                 fixed_seg=path.parent / row["fixed_seg"],
                 warp=path.parent / warp if warp else None,
+                moving_seg=path.parent / moving_seg if moving_seg else None,
             )
         )
     return out
@@ -165,6 +170,7 @@ def evaluate_pair(
     index: int = 0,
     name: str = "",
     labels: Sequence[int] | None = None,
+    moving_seg: PathLike | None = None,
 ) -> PairScores:
     """Score one registered pair from its files.
 
@@ -174,7 +180,11 @@ def evaluate_pair(
         warp: Displacement field on the fixed grid (voxel or ITK format), or None.
         index: Row number, stored in the result.
         name: Pair name, stored in the result.
-        labels: Label ids to score; default the non-zero ids present in both maps.
+        labels: Label ids to score; default hyperreg's convention
+            (:func:`~hyperreg.method.metrics.registration_dice`): the non-zero ids of the input
+            label maps, ``moving_seg`` (or, without it, ``moved_seg``) and ``fixed_seg``; a
+            label missing from ``moved_seg`` or ``fixed_seg`` scores Dice 0 (HD95 NaN).
+        moving_seg: The moving label map before registration (any grid), or None.
 
     Returns:
         :class:`PairScores`.
@@ -192,11 +202,14 @@ def evaluate_pair(
             f"{fn}(): 'moved_seg' '{moved_seg}' and 'fixed_seg' '{fixed_seg}' must share a grid, "
             f"got shapes {moved.spatial_shape} and {fixed.spatial_shape}"
         )
-    labels = labels_in_both(moved.data, fixed.data) if labels is None else list(labels)
+    if labels is None:
+        before = load_volume(moving_seg, label=True).data if moving_seg is not None else moved.data
+        labels = input_labels(before, fixed.data)
+    labels = list(labels)
     scores = PairScores(
         index=index,
         name=name or f"row{index}",
-        dice=dice_per_label(moved.data, fixed.data, labels),
+        dice=registration_dice(moved.data, fixed.data, labels=labels),
         hd95=hd95_per_label(moved.data, fixed.data, labels, spacing=fixed.spacing),
     )
     if warp is not None:
@@ -250,12 +263,17 @@ def evaluate_csv(pairs_csv: PathLike, out: PathLike, *, naming: str = "auto") ->
                 warnings.simplefilter("ignore", UserWarning)  # e.g. an empty label in HD95
                 pairs.append(
                     evaluate_pair(
-                        row.moved_seg, row.fixed_seg, row.warp, index=row.index, name=row.name
+                        row.moved_seg,
+                        row.fixed_seg,
+                        row.warp,
+                        index=row.index,
+                        name=row.name,
+                        moving_seg=row.moving_seg,
                     )
                 )
         except (OSError, ValueError, TypeError, RuntimeError) as err:
             logger.debug("evaluate_csv(): row %d (%s) failed: %s", row.index, row.name, err)
-            failures.append((row.index, row.name, f"{type(err).__name__}: {err}"))
+            failures.append((row.index, row.name, " ".join(str(err).split())))
     labels = sorted({label for p in pairs for label in p.dice})
     names = structure_names(labels, naming)
     folder = Path(out)

@@ -14,9 +14,7 @@ Jacobian determinant map. Must not import train or cli.
 
 from __future__ import annotations
 
-import functools
 import logging
-import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -29,86 +27,33 @@ from hyperreg.geometry.fields import (
     load_displacement,
     save_displacement,
 )
-from hyperreg.geometry.io import Volume, check_same_grid, load_volume, save_volume
+from hyperreg.geometry.io import Volume, load_volume, save_volume
 from hyperreg.method.metrics import field_summary
 from hyperreg.method.model import HyperMorph
-from hyperreg.geometry.affine import AFFINE_INITS
+from hyperreg.geometry.affine import AffineTransform, save_affine
 from hyperreg.method.spatial import jacobian_determinant
-from hyperreg.registration.pairs import (
-    PathLike,
-    RegistrationResult,
-    check_outputs,
-    register_pair,
+from hyperreg.registration.pairs import PathLike, check_outputs
+from hyperreg.registration.pipeline import (
+    DEFAULT_INIT,
+    DEFAULT_NORMALIZATION,
+    InputError,
+    PairResult,
+    PreparedPair,
+    load_pair,
 )
-from hyperreg.apps.native import (
-    check_transform_path,
-    native_inputs,
-    native_outputs,
-    save_chain,
-    warp_files,
-)
-from hyperreg.registration.refine import Refinement, check_refinement, refine_pair
+from hyperreg.apps.native import check_transform_path, warp_files
+from hyperreg.registration.refine import Refinement, check_refinement
 
 __all__ = [
-    "MAX_LABELS",
     "JacobianResult",
     "WarpResult",
-    "check_label_map",
     "jacobian_file",
     "register_files",
     "warp_file",
+    "write_result",
 ]
 
 logger = logging.getLogger(__name__)
-
-LABEL_TOLERANCE = 1e-2  # |x - rint(x)| above this: not a label id (as in geometry.io)
-MAX_LABELS = 2000  # more distinct values than this: an intensity image, not a label map
-
-
-def check_label_map(fn: str, name: str, path: PathLike) -> None:
-    """Raise unless ``path`` holds a label map: integer ids, at most :data:`MAX_LABELS` of them.
-
-    :func:`hyperreg.geometry.io.load_volume` reads any image as a label map when asked (rounding,
-    with a warning for values far from integers); Dice on an intensity image read that way is
-    meaningless (typically no label in common, mean Dice NaN). This check makes that an error.
-    The rule: every voxel within ``1e-2`` of an integer, and at most :data:`MAX_LABELS`
-    distinct values (FreeSurfer's aparc.a2009s+aseg has about 190, Schaefer-1000 about 1000;
-    an intensity image stored as integers has thousands).
-
-    Args:
-        fn: Name of the calling function, for the message.
-        name: Name of the argument (or CSV column) that gave ``path``.
-        path: Label map file (NIfTI, MGZ or npz).
-
-    Raises:
-        FileNotFoundError: If ``path`` is missing.
-        ValueError: If it is unreadable (see ``load_volume``), has values that are not
-            integers, or more than :data:`MAX_LABELS` distinct values.
-    """
-    with warnings.catch_warnings():  # e.g. "constant" for an empty label map: not a concern
-        warnings.simplefilter("ignore")
-        data = load_volume(path).data  # float32, finite, 2D or 3D
-    if not data.size:
-        return
-    ids = np.rint(data)
-    deviation = float(np.max(np.abs(data - ids)))
-    if deviation > LABEL_TOLERANCE:
-        raise ValueError(
-            f"{fn}(): '{name}' must be a label map of integer ids, but '{path}' has values up "
-            f"to {deviation:.3g} away from an integer (range [{data.min():g}, {data.max():g}]); "
-            "is it an intensity image?"
-        )
-    ids = ids.astype(np.int64).ravel()
-    if ids.min() >= 0 and ids.max() < 2**20:
-        count = int(np.count_nonzero(np.bincount(ids)))
-    else:
-        count = len(np.unique(ids))
-    if count > MAX_LABELS:
-        raise ValueError(
-            f"{fn}(): '{name}' must be a label map (at most {MAX_LABELS} distinct ids), but "
-            f"'{path}' has {count} distinct values; is it an intensity image?"
-        )
-
 
 def register_files(
     model: HyperMorph,
@@ -121,49 +66,45 @@ def register_files(
     moving_seg: PathLike | None = None,
     fixed_seg: PathLike | None = None,
     moved_seg: PathLike | None = None,
-    normalization: str = "minmax",
+    normalization: str = DEFAULT_NORMALIZATION,
     resample: bool = True,
     warp_format: str = "voxel",
     refine: Refinement | None = None,
     inverse_warp_out: PathLike | None = None,
-    init: str = "none",
+    init: str = DEFAULT_INIT,
     affine_out: PathLike | None = None,
     field_out: PathLike | None = None,
-) -> RegistrationResult:
-    """Load, register and write: the file-level form of :func:`register_pair`.
+    initial_affine: AffineTransform | None = None,
+) -> PairResult:
+    """Load, register and write one pair at one λ (``hyperreg register``).
 
-    With ``init="affine"`` (or ``"rigid"``) a world-space affine stage runs first
-    (:func:`hyperreg.geometry.affine.register_affine`: Mattes MI, so it works across contrasts;
-    the identity is kept when it does not improve MI), the model registers the affinely aligned
-    pair, and the moved image and label map are sampled **once** from the original files through
-    the chain (:mod:`hyperreg.registration.chain`). Frames and units: the affine maps a fixed
-    world point to a moving one, RAS mm in memory and LPS mm in ``affine_out`` (ITK's
-    convention); ``warp_out`` then holds the **composed** transform as one displacement field on
-    the fixed grid ``(N, *S)`` (voxel format: fixed voxels, i/j/k order, ``moved[x] =
-    moving(x + w(x))`` with the moving file resampled through the headers; ITK format: LPS mm,
-    applied by ``antsApplyTransforms``/SimpleITK to the moving file in one step), and
-    ``field_out`` the deformable field alone. ``init="none"`` (the default here; the CLI's
-    default is ``affine``) registers the pair as it lies in world space.
-
-    Every input is read and checked before anything is written; each output is written
-    atomically with the fixed image's affine and disk layout. Inputs not on the fixed grid are
-    resampled onto it first (see :func:`register_pair`; ``resample=False`` makes that an error).
-    ``warp_out`` receives the displacement field on the fixed grid in ``warp_format``: ``"voxel"``
-    (channel last, voxels, i/j/k order) or ``"itk"`` (LPS world mm, vector intent, 5D; see
-    :func:`hyperreg.geometry.fields.save_displacement`).
+    A shell around :func:`hyperreg.registration.pipeline.load_pair` and
+    :meth:`~hyperreg.registration.pipeline.PreparedPair.register`: every output path is checked
+    and every input read and checked first, then the pair is registered, and only then are the
+    outputs written (each atomically, with the fixed image's affine and disk layout). With
+    ``init="affine"`` (the default, here as on the command line) or ``"rigid"`` a world-space
+    affine stage runs first (Mattes MI, so it works across contrasts; the identity is kept when
+    it does not help), and the moved image and label map are sampled **once** from the original
+    files through the chain (:mod:`hyperreg.registration.chain`). Frames and units: the affine
+    maps a fixed world point to a moving one, RAS mm in memory and LPS mm in ``affine_out``
+    (ITK's convention); ``warp_out`` holds the **composed** transform as one displacement field
+    on the fixed grid (voxel format: fixed voxels, i/j/k order, ``moved[x] = moving(x + w(x))``
+    with the moving file resampled through the headers; ITK format: LPS mm, applied by
+    ``antsApplyTransforms``/SimpleITK to the moving file in one step), and ``field_out`` the
+    deformable field alone.
 
     Args:
         model: A trained :class:`~hyperreg.method.model.HyperMorph`.
         moving: Moving image file (NIfTI, MGZ or npz).
         fixed: Fixed image file; every output takes its grid, affine and disk layout.
         lam: λ in [0, 1].
-        moved: Output for the moved image (float32, normalised intensities), or None.
-        warp_out: Output for the displacement field, or None.
+        moved: Output for the moved image (float32, the moving image's intensities), or None.
+        warp_out: Output for the displacement field of the whole transform, or None.
         moving_seg: Moving label map file (rounded to integers), or None.
         fixed_seg: Fixed label map file (for Dice), or None.
         moved_seg: Output for the moved label map (unscaled integer type), or None.
         normalization: Intensity normalisation, see
-        :func:`hyperreg.geometry.intensity.normalize_intensity`.
+            :func:`hyperreg.geometry.intensity.normalize_intensity`.
         resample: Resample inputs on other grids onto the fixed grid (default True).
         warp_format: ``"voxel"`` (default) or ``"itk"``.
         refine: Test-time refinement of the field for this pair
@@ -172,100 +113,104 @@ def register_files(
         inverse_warp_out: Output for the inverse displacement field (``exp(−v)``, same grid,
             affine and ``warp_format`` as ``warp_out``), or None. Needs a diffeomorphic model
             and ``init="none"``.
-        init: ``"none"`` (default), ``"rigid"`` or ``"affine"``: the affine stage.
+        init: ``"affine"`` (default), ``"rigid"`` or ``"none"``: the affine stage.
         affine_out: Output ITK transform file (``.mat``, ``.tfm`` or ``.txt``) of that stage,
             or None.
         field_out: Output for the deformable displacement field alone (``warp_format``), or
             None; with ``affine_out`` it is the same transform as ``warp_out``.
+        initial_affine: A transform to use instead of the affine stage (with ``init="none"``),
+            or None.
 
     Returns:
-        The :class:`RegistrationResult` (``resampled`` lists what was resampled).
+        The :class:`~hyperreg.registration.pipeline.PairResult` (``resampled`` lists what was
+        resampled; ``affine`` and ``refinement`` hold those stages' statistics).
 
     Raises:
         FileNotFoundError: If an input is missing.
         ValueError: If an input is unreadable or invalid (4D series, non-finite voxels, grids
-            that differ with ``resample=False``), ``moved_seg`` is asked for without
-            ``moving_seg``, an output suffix or ``warp_format`` is wrong, the ITK format cannot
-            represent a 2D fixed grid (:func:`hyperreg.geometry.fields.check_itk_grid`), ``lam``
-            is out of range, ``refine`` is invalid (step count outside [0, 10000]),
-            ``inverse_warp_out`` is asked of a model without a velocity field, ``init`` is
-            unknown, or the affine stage fails (2D with 3D, images that do not overlap in world
-            space, a diverging registration).
+            that differ with ``resample=False``, a model of another dimensionality),
+            ``moved_seg`` is asked for without ``moving_seg``, an output path is unusable or
+            its suffix wrong, the ITK format cannot represent a 2D fixed grid, ``lam`` is out
+            of range, ``refine`` is invalid, ``inverse_warp_out`` is asked of a model without a
+            velocity field or with an affine stage, ``init`` is unknown, or the affine stage
+            fails (images that do not overlap in world space, a diverging registration).
     """
     fn = "register_files"
     if moved_seg is not None and moving_seg is None:
-        raise ValueError(f"{fn}(): 'moved_seg' needs 'moving_seg' (the label map to warp)")
+        raise InputError(
+            f"{fn}(): 'moved_seg' needs 'moving_seg' (the label map to warp)", "moved_seg"
+        )
     check_option(fn, "warp_format", warp_format, DISPLACEMENT_FORMATS)
-    check_outputs(
-        fn,
-        (moving, fixed, moving_seg, fixed_seg),
+    outputs = dict(
         moved=moved,
         warp_out=warp_out,
         moved_seg=moved_seg,
         inverse_warp_out=inverse_warp_out,
         field_out=field_out,
     )
-    check_option(fn, "init", init, AFFINE_INITS)
+    check_outputs(fn, (moving, fixed, moving_seg, fixed_seg), **outputs)
     check_transform_path(fn, "affine_out", affine_out)
-    if inverse_warp_out is not None and init != "none":
-        raise ValueError(
+    if inverse_warp_out is not None and (init != "none" or initial_affine is not None):
+        raise InputError(
             f"{fn}(): 'inverse_warp_out' inverts only the deformable field; with 'init' "
             f"{init!r} the transform also holds an affine: use 'init' 'none' (for a pair that is "
-            "already aligned, e.g. by 'hyperreg affine')"
+            "already aligned, e.g. by 'hyperreg affine')",
+            "inverse_warp_out",
         )
     if refine is not None:
         check_refinement(fn, refine)
     if inverse_warp_out is not None and model.config.int_steps == 0:
-        raise ValueError(
+        raise InputError(
             f"{fn}(): 'inverse_warp_out' needs a model with a velocity field; this is a model "
-            "without a velocity field (int_steps 0), whose displacement has no exact inverse"
+            "without a velocity field (int_steps 0), whose displacement has no exact inverse",
+            "inverse_warp_out",
         )
-    moving_v = load_volume(moving)
-    fixed_v = load_volume(fixed)
-    moving_seg_v = load_volume(moving_seg, label=True) if moving_seg is not None else None
-    fixed_seg_v = load_volume(fixed_seg, label=True) if fixed_seg is not None else None
+    fixed_v = load_volume(fixed)  # each input is read once (and warned about once)
     if (warp_out is not None or inverse_warp_out is not None) and warp_format == "itk":
         check_itk_grid(fixed_v)
-    if not resample:  # differing grids are an error whatever the init (no silent resampling)
-        check_same_grid(moving_v, fixed_v)
-    native = native_inputs(moving_v, fixed_v, moving_seg_v, init)
-    run = register_pair
-    if (refine is not None and refine.steps > 0) or inverse_warp_out is not None:
-        run = functools.partial(
-            refine_pair,
-            refinement=refine or Refinement(steps=0),
-            inverse=inverse_warp_out is not None,
-        )
-    result = run(
-        model,
-        native.moving,
+    pair = load_pair(
+        moving,
         fixed_v,
-        lam,
-        moving_seg=native.moving_seg,
-        fixed_seg=fixed_seg_v if native.moving_seg is not None else None,
+        model=model,
+        moving_seg=moving_seg,
+        fixed_seg=fixed_seg,
+        init=init,
+        initial_affine=initial_affine,
         normalization=normalization,
         resample=resample,
     )
-    result, composed = native_outputs(
-        result, native, moving_v, fixed_v, moving_seg=moving_seg_v, fixed_seg=fixed_seg_v
-    )
-    if moved is not None:
-        save_volume(moved, result.moved, fixed_v)
-    save_chain(
-        result,
-        composed,
-        native.transform,
-        fixed_v,
-        warp_out=warp_out,
-        field_out=field_out,
-        affine_out=affine_out,
-        warp_format=warp_format,
-    )
-    if inverse_warp_out is not None and result.inverse_disp is not None:
-        save_displacement(inverse_warp_out, result.inverse_disp, fixed_v, format=warp_format)
-    if moved_seg is not None and result.moved_seg is not None:
-        save_volume(moved_seg, result.moved_seg, fixed_v, label=True)
+    result = pair.register(model, [lam], refine, inverse=inverse_warp_out is not None)[0]
+    write_result(result, pair, **outputs, affine_out=affine_out, warp_format=warp_format)
     return result
+
+
+def write_result(
+    result: PairResult,
+    pair: PreparedPair,
+    *,
+    moved: PathLike | None = None,
+    warp_out: PathLike | None = None,
+    moved_seg: PathLike | None = None,
+    inverse_warp_out: PathLike | None = None,
+    field_out: PathLike | None = None,
+    affine_out: PathLike | None = None,
+    warp_format: str = "voxel",
+) -> None:
+    """Write the outputs of one registration that are given, each atomically, on the fixed
+    grid with its affine and layout (see :func:`register_files` for their contents)."""
+    fixed = pair.fixed
+    if moved is not None:
+        save_volume(moved, result.moved, fixed)
+    if warp_out is not None:
+        save_displacement(warp_out, result.warp, fixed, format=warp_format)
+    if field_out is not None:
+        save_displacement(field_out, result.disp, fixed, format=warp_format)
+    if affine_out is not None:
+        save_affine(affine_out, pair.transform, fixed.ndim)
+    if inverse_warp_out is not None and result.inverse_disp is not None:
+        save_displacement(inverse_warp_out, result.inverse_disp, fixed, format=warp_format)
+    if moved_seg is not None and result.moved_seg is not None:
+        save_volume(moved_seg, result.moved_seg, fixed, label=True)
 
 
 class WarpResult(NamedTuple):

@@ -30,29 +30,18 @@ from hyperreg.geometry.affine import (
     register_affine,
     save_affine,
 )
-from hyperreg.geometry.fields import load_displacement, save_displacement
+from hyperreg.geometry.fields import load_displacement
 from hyperreg.geometry.io import Volume, check_same_grid, load_volume, same_grid, save_volume
 from hyperreg.geometry.resample import describe_grid, resample_to
-from hyperreg.method.metrics import mean_dice
-from hyperreg.registration.chain import (
-    align,
-    composed_displacement,
-    finish_chain,
-    is_identity,
-    sample_volume,
-)
-from hyperreg.registration.pairs import PathLike, RegistrationResult, check_outputs
+from hyperreg.method.metrics import registration_dice
+from hyperreg.registration.chain import sample_volume
+from hyperreg.registration.pairs import PathLike, check_outputs
 
 __all__ = [
     "AffineResult",
-    "NativeInputs",
     "WarpedFile",
     "affine_files",
-    "align_pair",
     "check_transform_path",
-    "native_inputs",
-    "native_outputs",
-    "save_chain",
     "warp_files",
 ]
 
@@ -118,7 +107,8 @@ def affine_files(
             ``AffineTransform_double_3_3``, LPS mm, fixed point -> moving point, as
             ``antsApplyTransforms -t`` and ``sitk.ReadTransform`` take it.
         moving_seg: Moving label map, warped with nearest neighbour (for ``moved_seg``/Dice).
-        fixed_seg: Fixed label map: with ``moving_seg``, Dice over the labels present in both.
+        fixed_seg: Fixed label map: with ``moving_seg``, Dice over the labels of the two input
+            maps (:func:`~hyperreg.method.metrics.registration_dice`).
         moved_seg: Output for the moved label map (integer type), or None.
         seed: Seed of the metric sampling (3D).
 
@@ -154,13 +144,12 @@ def affine_files(
     if moving_seg_v is not None:
         moved_seg_v = sample_volume(moving_seg_v, transform, None, fixed_v, label=True)
         if fixed_seg_v is not None:
-            from hyperreg.method.metrics import dice_per_label
-
             if not same_grid(fixed_seg_v, fixed_v):
                 fixed_seg_v = resample_to(fixed_seg_v, fixed_v, label=True)
-            dice = dice_per_label(moved_seg_v.data, fixed_seg_v.data)
+            dice = registration_dice(moved_seg_v.data, fixed_seg_v.data, moving_seg_v.data)
             before = resample_to(moving_seg_v, fixed_v, label=True).data
-            dice_before = mean_dice(before, fixed_seg_v.data, list(dice))
+            scores = registration_dice(before, fixed_seg_v.data, labels=list(dice))
+            dice_before = float(np.mean(list(scores.values()))) if scores else float("nan")
     if affine_out is not None:
         save_affine(affine_out, transform, fixed_v.ndim)
     if moved is not None:
@@ -168,78 +157,6 @@ def affine_files(
     if moved_seg is not None and moved_seg_v is not None:
         save_volume(moved_seg, moved_seg_v.data, fixed_v, label=True)
     return AffineResult(transform, dice, dice_before)
-
-
-class NativeInputs(NamedTuple):
-    """The deformable stage's inputs after the affine stage (see :func:`native_inputs`).
-
-    Attributes:
-        moving: Moving image for the model: on the fixed grid through ``transform``, or the
-            original when there is nothing to compose.
-        moving_seg: Moving label map for the model's own Dice: None when chained (the chain's
-            outputs recompute it from the original, :func:`native_outputs`), else the original.
-        transform: The affine (identity for ``init="none"``).
-        chained: Whether outputs must go through the chain (an affine other than the identity,
-            or an identity on another grid, with ``init`` other than ``"none"``).
-    """
-
-    moving: Volume
-    moving_seg: Volume | None
-    transform: AffineTransform
-    chained: bool
-
-
-def native_inputs(
-    moving: Volume,
-    fixed: Volume,
-    moving_seg: Volume | None,
-    init: str,
-    *,
-    seed: int = 0,
-) -> NativeInputs:
-    """Run the affine stage of ``init`` and return what the deformable stage should register.
-
-    ``init="none"`` changes nothing (inputs on other grids are then resampled through the
-    headers by the deformable stage, as without an affine stage).
-
-    Raises:
-        ValueError: As :func:`~hyperreg.geometry.affine.register_affine`.
-    """
-    transform = register_affine(moving, fixed, init, seed=seed)
-    chained = init != "none" and not is_identity(transform, moving, fixed)
-    if not chained:
-        return NativeInputs(moving, moving_seg, transform, False)
-    return NativeInputs(align(moving, fixed, transform), None, transform, True)
-
-
-def native_outputs(
-    result: RegistrationResult,
-    native: NativeInputs,
-    moving: Volume,
-    fixed: Volume,
-    *,
-    moving_seg: Volume | None = None,
-    fixed_seg: Volume | None = None,
-) -> tuple[RegistrationResult, np.ndarray]:
-    """The chain's outputs of a deformable result, and the composed field to write as ``--warp``.
-
-    Returns:
-        ``(result, composed)``: ``result`` with ``moved``/``moved_seg``/Dice from the original
-        files through the chain (when chained; :func:`~hyperreg.registration.chain.finish_chain`),
-        and the composed displacement ``(N, *S)`` in fixed voxels (``result.disp`` itself when
-        not chained). ``result.extra`` gains ``"affine_seconds"``, ``"affine_mi_before"`` and
-        ``"affine_mi_after"`` (Mattes MI, lower is better) when an affine stage ran.
-    """
-    if native.transform.kind != "none":
-        result.extra["affine_seconds"] = native.transform.seconds
-        result.extra["affine_mi_before"] = native.transform.metric_before
-        result.extra["affine_mi_after"] = native.transform.metric_after
-    if not native.chained:
-        return result, result.disp
-    result = finish_chain(
-        result, moving, fixed, native.transform, moving_seg=moving_seg, fixed_seg=fixed_seg
-    )
-    return result, composed_displacement(native.transform, result.disp, fixed)
 
 
 class WarpedFile(NamedTuple):
@@ -359,49 +276,3 @@ def warp_files(
         save_volume(out, data, grid, label=label)
         outputs.append(WarpedFile(Path(out), label, grid.spatial_shape, data, grid, note))
     return outputs
-
-
-def save_chain(
-    result: RegistrationResult,
-    composed: np.ndarray,
-    transform: AffineTransform,
-    fixed: Volume,
-    *,
-    warp_out: PathLike | None,
-    field_out: PathLike | None,
-    affine_out: PathLike | None,
-    warp_format: str,
-) -> None:
-    """Write the composed field (``warp_out``), the deformable field alone (``field_out``) and
-    the ITK affine (``affine_out``), each when given, in ``warp_format`` for the fields."""
-    if warp_out is not None:
-        save_displacement(warp_out, composed, fixed, format=warp_format)
-    if field_out is not None:
-        save_displacement(field_out, result.disp, fixed, format=warp_format)
-    if affine_out is not None:
-        save_affine(affine_out, transform, fixed.ndim)
-
-
-def align_pair(
-    moving: Volume,
-    fixed: Volume,
-    moving_seg: Volume | None,
-    init: str,
-    *,
-    seed: int = 0,
-) -> tuple[Volume, Volume | None, AffineTransform]:
-    """The pair for λ work (sweep, tune): ``moving`` and ``moving_seg`` on the fixed grid through
-    the ``init`` affine, computed once (linear for the image, nearest neighbour for the label
-    map); unchanged for ``init="none"``.
-
-    Returns:
-        ``(moving, moving_seg, transform)``.
-
-    Raises:
-        ValueError: As :func:`~hyperreg.geometry.affine.register_affine`.
-    """
-    native = native_inputs(moving, fixed, moving_seg, init, seed=seed)
-    if not native.chained:
-        return moving, moving_seg, native.transform
-    seg = align(moving_seg, fixed, native.transform, label=True) if moving_seg is not None else None
-    return native.moving, seg, native.transform

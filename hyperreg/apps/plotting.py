@@ -4,14 +4,16 @@
 render on machines without a display); :func:`save_figure` writes a PNG atomically;
 :func:`oriented_slice` and :func:`show_slice` draw every image in one anatomical convention
 (:data:`DISPLAY_CONVENTION`, derived from the image affine); :func:`checkerboard` and
-:func:`edge_mask` build the alignment-check views; :func:`plot_lambda_curves` draws Dice and
-folding against λ. Must not import torch or model code.
+:func:`edge_mask` build the alignment-check views, :func:`label_boundaries` the label contours,
+and :func:`alignment_figure` puts them together for one registered pair (the register figure);
+:func:`plot_lambda_curves` draws Dice and folding against λ. Must not import torch or model code.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -23,8 +25,10 @@ from hyperreg._files import atomic_write
 __all__ = [
     "DISPLAY_CONVENTION",
     "OrientedSlice",
+    "alignment_figure",
     "checkerboard",
     "edge_mask",
+    "label_boundaries",
     "middle_slice",
     "oriented_slice",
     "overlay_edges",
@@ -306,6 +310,175 @@ def overlay_edges(ax: Any, mask: np.ndarray, color: str = "red") -> Any:
     return ax.imshow(rgba, interpolation="nearest")
 
 
+def label_boundaries(labels: np.ndarray) -> np.ndarray:
+    """Boolean map of label boundaries of a 2D label map: pixels whose label differs from that
+    of a face neighbour (right or below, or left or above), background (0) included, so every
+    structure is outlined on both sides of its border.
+
+    Args:
+        labels: Integer-valued array of shape ``(H, W)``.
+
+    Returns:
+        Boolean array of shape ``(H, W)``.
+
+    Raises:
+        ValueError: If ``labels`` is not 2D.
+
+    Example:
+        >>> label_boundaries(np.array([[0, 0, 2], [0, 0, 2]])).astype(int)
+        array([[0, 1, 1],
+               [0, 1, 1]])
+    """
+    labels = np.asarray(labels)
+    if labels.ndim != 2:
+        raise ValueError(
+            f"label_boundaries(): 'labels' must be 2D (H, W), got {tuple(labels.shape)}"
+        )
+    edges = np.zeros(labels.shape, dtype=bool)
+    for axis in (0, 1):
+        step = np.diff(labels, axis=axis) != 0
+        lead = [slice(None), slice(None)]
+        trail = [slice(None), slice(None)]
+        lead[axis], trail[axis] = slice(None, -1), slice(1, None)
+        edges[tuple(lead)] |= step
+        edges[tuple(trail)] |= step
+    return edges
+
+
+_FIXED_CONTOUR = "yellow"
+_MOVED_CONTOUR = "cyan"
+_BOTH_CONTOUR = "lime"
+
+
+def alignment_figure(
+    path: str | os.PathLike[str],
+    fixed: np.ndarray,
+    moved: np.ndarray,
+    affine: np.ndarray,
+    *,
+    moving: np.ndarray | None = None,
+    moving_title: str = "moving (resampled onto the fixed grid)",
+    fixed_seg: np.ndarray | None = None,
+    moved_seg: np.ndarray | None = None,
+    moving_seg: np.ndarray | None = None,
+    title: str = "",
+) -> Path:
+    """Write a PNG that shows how well ``moved`` lines up with ``fixed`` (the register figure).
+
+    One row per stage, "after" (``moved``) and, when ``moving`` is given, "before" above it.
+    Columns: the image alone; the fixed image's strongest edges (:func:`edge_mask`, red) drawn
+    on it; a checkerboard of it and the fixed image (:func:`checkerboard`); its absolute
+    difference from the fixed image; and, when label maps are given, the label boundaries
+    (:func:`label_boundaries`) of the fixed map (yellow), of this stage's map (cyan) and where
+    both agree (green), on the fixed image. Images are drawn on one grey scale from the fixed
+    image's range, in :data:`DISPLAY_CONVENTION` oriented by ``affine``; every panel title says
+    what it shows, and the figure title gives the view. 3D arrays show their middle slice (see
+    :func:`oriented_slice`). Intensities are shown as given (pass images on one scale, e.g.
+    normalised to [0, 1], for the difference panel to mean something).
+
+    Args:
+        path: Output PNG, written atomically.
+        fixed: Fixed image, ``(I, J)`` or ``(I, J, K)``, on the fixed grid.
+        moved: Moved image, same shape.
+        affine: The fixed grid's ``(4, 4)`` voxel-to-world (RAS mm) matrix.
+        moving: The moving image on the fixed grid before registration (same shape), or None.
+        moving_title: What ``moving`` is, for its panel title: say if it is the
+            affine-resampled image rather than the input as given.
+        fixed_seg: Fixed label map (same shape), or None.
+        moved_seg: Moved label map (same shape), or None; contours need ``fixed_seg`` too.
+        moving_seg: Moving label map on the fixed grid (same shape), or None (before row).
+        title: First part of the figure title (e.g. the file names and λ).
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        ValueError: If the arrays are not all of ``fixed``'s shape, not 2D/3D, or ``affine``
+            is not a finite, non-singular ``(4, 4)`` matrix.
+    """
+    fn = "alignment_figure"
+    fixed = np.asarray(fixed)
+    arrays = {"moved": moved, "moving": moving, "fixed_seg": fixed_seg, "moved_seg": moved_seg}
+    arrays["moving_seg"] = moving_seg
+    for name, array in arrays.items():
+        if array is not None and np.shape(array) != fixed.shape:
+            raise ValueError(
+                f"{fn}(): '{name}' must have the shape of 'fixed' {tuple(fixed.shape)}, got "
+                f"{tuple(np.shape(array))}"
+            )
+    fixed_view = oriented_slice(fixed, affine)
+    view = fixed_view.label + ("" if fixed.ndim == 2 else ", middle slice")
+
+    def flat(array: np.ndarray) -> np.ndarray:
+        return oriented_slice(np.asarray(array), affine).data
+
+    rows: list[tuple[str, str, np.ndarray, np.ndarray | None]] = []
+    if moving is not None:
+        rows.append(
+            ("before", moving_title, flat(moving), None if moving_seg is None else flat(moving_seg))
+        )
+    rows.append(("after", "moved", flat(moved), None if moved_seg is None else flat(moved_seg)))
+    contours = fixed_seg is not None and any(r[3] is not None for r in rows)
+    fixed_boundary = label_boundaries(flat(fixed_seg)) if contours else None  # type: ignore[arg-type]
+    columns = 5 if contours else 4
+    plt = pyplot()
+    fig, axes = plt.subplots(
+        len(rows),
+        columns,
+        figsize=(2.6 * columns, 2.9 * len(rows) + 0.5),
+        squeeze=False,
+        layout="constrained",
+    )
+    low, high = float(fixed_view.data.min()), float(fixed_view.data.max())
+    scale = dict(cmap="gray", vmin=low, vmax=high if high > low else low + 1.0)
+    edges = edge_mask(fixed_view.data)
+    spread = max(high - low, 1e-12)
+    for row, (stage, name, image, seg) in enumerate(rows):
+        show_slice(
+            axes[row, 0],
+            fixed_view._replace(data=image),
+            textwrap.fill(f"{stage}: {name}", 40),
+            letters=row == 0,
+            **scale,
+        )
+        show_slice(
+            axes[row, 1],
+            fixed_view._replace(data=image),
+            f"{stage}: fixed edges (red) on {name.split(' (')[0]}",
+            **scale,
+        )
+        overlay_edges(axes[row, 1], edges)
+        show_slice(
+            axes[row, 2],
+            fixed_view._replace(data=checkerboard(image, fixed_view.data)),
+            f"{stage}: checkerboard {name.split(' (')[0]} / fixed",
+            **scale,
+        )
+        shown = show_slice(
+            axes[row, 3],
+            fixed_view._replace(data=np.abs(image - fixed_view.data)),
+            f"{stage}: |{name.split(' (')[0]} − fixed|",
+            cmap="viridis",
+            vmin=0,
+            vmax=0.5 * spread,
+        )
+        if contours:
+            ax = axes[row, 4]
+            short = name.split(" (")[0]
+            title_text = f"{stage}: label borders, fixed yellow,\n{short} cyan, both green"
+            show_slice(ax, fixed_view, title_text, **scale)
+            assert fixed_boundary is not None  # contours implies fixed_seg
+            other = label_boundaries(seg) if seg is not None else np.zeros_like(fixed_boundary)
+            overlay_edges(ax, fixed_boundary & ~other, color=_FIXED_CONTOUR)
+            overlay_edges(ax, other & ~fixed_boundary, color=_MOVED_CONTOUR)
+            overlay_edges(ax, other & fixed_boundary, color=_BOTH_CONTOUR)
+    fig.colorbar(
+        shown, ax=axes[:, 3].tolist(), fraction=0.04, pad=0.01, label="|difference| (image units)"
+    )
+    fig.suptitle(f"{title + '. ' if title else ''}alignment check; {view}", fontsize=9)
+    return save_figure(fig, path, dpi=100)
+
+
 def plot_lambda_curves(
     ax: Any,
     lams: Sequence[float],
@@ -313,6 +486,9 @@ def plot_lambda_curves(
     folding: Sequence[float],
     *,
     baseline: float | None = None,
+    baseline_label: str | None = None,
+    dice_before: float | None = None,
+    dice_affine: float | None = None,
     star: float | None = None,
     star_label: str | None = None,
     star_range: tuple[float, float] | None = None,
@@ -329,7 +505,15 @@ def plot_lambda_curves(
         lams: λ values (any order; plotted sorted).
         dice: Mean Dice per λ, or None to plot folding only.
         folding: Percent of voxels with J ≤ 0 per λ.
-        baseline: Mean Dice without registration (dashed grey line), or None.
+        baseline: A mean Dice to compare with (dashed grey line), or None. Kept for callers
+            that pass one number: its legend is ``baseline_label``, by default "Dice before the
+            deformable stage (after the affine, if any)", true both for the affine-alone Dice
+            and, without an affine stage, for the unregistered one. Prefer the two below.
+        baseline_label: Legend text for ``baseline``.
+        dice_before: Mean Dice of the inputs as given, resampled onto the fixed grid, no
+            registration (dashed grey line "no registration"), or None.
+        dice_affine: Mean Dice after the affine stage alone (dash-dotted purple line
+            "affine alone"), or None.
         star: λ* to mark (dotted green line), or None.
         star_label: Legend text for λ*; default ``"λ* = <star:.3g>"``.
         star_range: ``(lo, hi)`` λ range within noise of the best Dice (shaded green), or None.
@@ -342,8 +526,13 @@ def plot_lambda_curves(
         ax.axvspan(*star_range, color="tab:green", alpha=0.15, lw=0, label=star_range_label)
     if dice is not None:
         ax.plot(lam_sorted, np.asarray(dice)[order], "o-", ms=3, label="mean Dice")
+        if dice_before is not None:
+            ax.axhline(dice_before, color="gray", ls="--", label="no registration")
+        if dice_affine is not None:
+            ax.axhline(dice_affine, color="tab:purple", ls="-.", label="affine alone")
         if baseline is not None:
-            ax.axhline(baseline, color="gray", ls="--", label="no registration")
+            text = baseline_label or "Dice before the deformable stage (after the affine, if any)"
+            ax.axhline(baseline, color="dimgray", ls=":", label=text)
         ax.set_ylabel("mean Dice")
     if star is not None:
         label = star_label if star_label is not None else f"λ* = {star:.3g}"

@@ -11,7 +11,6 @@ helpers). Must not import train or cli.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,23 +29,17 @@ from hyperreg.apps.plotting import (
     save_figure,
     show_slice,
 )
+from hyperreg.geometry.affine import AffineTransform
 from hyperreg.geometry.fields import save_displacement
-from hyperreg.geometry.io import load_volume, save_volume
-from hyperreg.method.metrics import mean_dice
+from hyperreg.geometry.io import save_volume
 from hyperreg.method.model import HyperMorph
-from hyperreg.registration.chain import composed_displacement, finish_chain, is_identity
-from hyperreg.registration.lambdas import labels_scored, sweep_lambdas
-from hyperreg.registration.pairs import (
-    PathLike,
-    RegistrationResult,
-    check_outputs,
-    prepare_pair,
-)
-from hyperreg.registration.refine import Refinement, check_refinement, refine_pair
+from hyperreg.registration.lambdas import sweep_lambdas
+from hyperreg.registration.pairs import PathLike, check_outputs
+from hyperreg.registration.pipeline import DEFAULT_INIT, PairResult, PreparedPair, load_pair
+from hyperreg.registration.refine import Refinement, check_refinement
 
 __all__ = [
     "SweepReport",
-    "parse_lambdas",
     "sweep_files",
     "sweep_lambdas",
     "write_sweep_csv",
@@ -57,53 +50,12 @@ logger = logging.getLogger(__name__)
 _MONTAGE_MAX = 12  # at most this many λ columns in the montage (evenly chosen)
 
 
-def parse_lambdas(text: str) -> list[float]:
-    """Parse a λ list: ``"start:stop:count"`` (inclusive, evenly spaced) or ``"0.1,0.3,0.5"``.
-
-    Args:
-        text: ``"0:1:11"`` gives 0, 0.1, ..., 1; a comma list gives its values in order; a single
-            number gives one value.
-
-    Returns:
-        The values, each in [0, 1], rounded to 10 decimals (``0.30000000000000004`` -> ``0.3``).
-
-    Raises:
-        ValueError: If the text is malformed, ``count`` is not a positive integer, ``start >
-            stop``, a value lies outside [0, 1] (NaN included), or the list is empty.
-    """
-    fn = "parse_lambdas"
-    usage = "'start:stop:count' (inclusive, e.g. 0:1:11) or a comma list such as 0.1,0.3,0.5"
-    text = str(text).strip()
-    try:
-        if ":" in text:
-            parts = text.split(":")
-            if len(parts) != 3:
-                raise ValueError
-            start, stop = float(parts[0]), float(parts[1])
-            count = int(parts[2])
-            if count < 1:
-                raise ValueError(f"{fn}(): 'count' must be a positive integer, got {parts[2]!r}")
-            if start > stop:
-                raise ValueError(f"{fn}(): 'start' must be <= 'stop', got {text!r}")
-            values = np.linspace(start, stop, count).tolist() if count > 1 else [start]
-        else:
-            values = [float(item) for item in text.split(",")]
-    except ValueError as err:
-        if str(err).startswith(fn):
-            raise
-        raise ValueError(f"{fn}(): λ list must be {usage}, got {text!r}") from None
-    bad = [v for v in values if math.isnan(v) or not 0.0 <= v <= 1.0]
-    if bad:
-        raise ValueError(f"{fn}(): every λ must lie in [0, 1], got {bad[:4]} in {text!r}")
-    return [round(v, 10) for v in values]
-
-
 # --------------------------------------------------------------------------------------------
 # files, CSV, figures
 # --------------------------------------------------------------------------------------------
 
 
-def _sweep_rows(results: Sequence[RegistrationResult]) -> list[dict[str, Any]]:
+def _sweep_rows(results: Sequence[PairResult]) -> list[dict[str, Any]]:
     labels = sorted({label for r in results for label in (r.dice or {})})
     rows = []
     for r in results:
@@ -115,12 +67,12 @@ def _sweep_rows(results: Sequence[RegistrationResult]) -> list[dict[str, Any]]:
             row[f"dice_{label}"] = (r.dice or {}).get(label, "")
         row["folding_percent"] = 100.0 * r.folding_fraction
         row["log_jacobian_std"] = r.log_jacobian_std
-        row["ncc"] = r.extra.get("ncc", "")
+        row["ncc"] = "" if r.ncc is None else r.ncc
         rows.append(row)
     return rows
 
 
-def write_sweep_csv(path: PathLike, results: Sequence[RegistrationResult]) -> Path:
+def write_sweep_csv(path: PathLike, results: Sequence[PairResult]) -> Path:
     """Write one row per λ: lambda, mean_dice, dice_<label>..., folding_percent,
     log_jacobian_std, ncc (Dice columns empty without label maps). Atomic."""
     rows = _sweep_rows(results)
@@ -131,7 +83,7 @@ def _sweep_figures(
     out: Path,
     moving: np.ndarray,
     fixed: np.ndarray,
-    results: Sequence[RegistrationResult],
+    results: Sequence[PairResult],
     baseline: float | None,
     affine: np.ndarray,
     moved_units: tuple[float, float] = (0.0, 1.0),
@@ -194,7 +146,7 @@ def _sweep_figures(
     return [curves, montage, _qc_figure(out, moving, fixed, results, affine, moved_units)]
 
 
-def _qc_pick(results: Sequence[RegistrationResult]) -> RegistrationResult:
+def _qc_pick(results: Sequence[PairResult]) -> PairResult:
     """λ with the best mean Dice (ties: larger λ), or the middle λ without label maps."""
     ordered = sorted(results, key=lambda r: r.lam)
     if ordered[0].dice is None:
@@ -206,7 +158,7 @@ def _qc_figure(
     out: Path,
     moving: np.ndarray,
     fixed: np.ndarray,
-    results: Sequence[RegistrationResult],
+    results: Sequence[PairResult],
     affine: np.ndarray,
     moved_units: tuple[float, float],
 ) -> Path:
@@ -272,12 +224,12 @@ class SweepReport:
     """Output of :func:`sweep_files`.
 
     Attributes:
-        results: One :class:`~hyperreg.registration.pairs.RegistrationResult` per λ.
+        results: One :class:`~hyperreg.registration.pipeline.PairResult` per λ.
         baseline_dice: Mean Dice before registration (same labels), or None without label maps.
         files: Every file written (CSV, figures, optional NIfTI outputs).
     """
 
-    results: list[RegistrationResult]
+    results: list[PairResult]
     baseline_dice: float | None
     files: list[Path] = field(default_factory=list)
 
@@ -297,7 +249,8 @@ def sweep_files(
     normalization: str = "minmax",
     resample: bool = True,
     refine: Refinement | None = None,
-    init: str = "none",
+    init: str = DEFAULT_INIT,
+    initial_affine: AffineTransform | None = None,
 ) -> SweepReport:
     """Load a pair, sweep λ (:func:`sweep_lambdas`) and write the report to ``out``.
 
@@ -320,7 +273,7 @@ def sweep_files(
         model: A trained :class:`~hyperreg.method.model.HyperMorph`.
         moving: Moving image file.
         fixed: Fixed image file; every output is on its grid.
-        lambdas: λ values (see :func:`parse_lambdas`).
+        lambdas: λ values (see :func:`hyperreg.apps.inputs.parse_lambdas`).
         out: Output folder (created).
         moving_seg: Moving label map file, or None.
         fixed_seg: Fixed label map file, or None; Dice needs both.
@@ -333,9 +286,10 @@ def sweep_files(
         refine: Test-time refinement of each λ's field
             (:func:`hyperreg.registration.refine.refine_pair`, one optimisation per λ, after
             the batched pass); None or 0 steps: the network's fields.
-        init: ``"none"`` (default), ``"rigid"`` or ``"affine"``: an affine stage computed once
-            (:func:`hyperreg.apps.native.align_pair`); every λ then registers the aligned pair,
-            and Dice "before" is that of the aligned pair.
+        init: ``"affine"`` (default), ``"rigid"`` or ``"none"``: the affine stage, computed
+            once for the pair (:func:`hyperreg.registration.pipeline.load_pair`); every λ then
+            registers the aligned pair. Dice "before" is that with no registration.
+        initial_affine: A transform to use instead of the affine stage (``init="none"``).
 
     Returns:
         A :class:`SweepReport`.
@@ -346,96 +300,58 @@ def sweep_files(
     """
     from hyperreg.geometry.intensity import normalize_intensity
 
+    fn = "sweep_files"
     repeated = sorted({float(v) for v in lambdas if list(lambdas).count(v) > 1})
     if save_fields and repeated:
         raise ValueError(
-            f"sweep_files(): 'lambdas' repeats {repeated}; with save_fields each λ needs its own "
+            f"{fn}(): 'lambdas' repeats {repeated}; with save_fields each λ needs its own "
             "file names"
         )
     if refine is not None:
-        check_refinement("sweep_files", refine)
-    moving_v = load_volume(moving)
-    fixed_v = load_volume(fixed)
-    moving_seg_v = load_volume(moving_seg, label=True) if moving_seg is not None else None
-    fixed_seg_v = load_volume(fixed_seg, label=True) if fixed_seg is not None else None
-    chain = None  # (transform, original moving, original moving_seg) when the affine is chained
-    if init != "none":  # once per pair; the λ work then runs on the aligned pair
-        from hyperreg.apps.native import align_pair
-
-        original = (moving_v, moving_seg_v)
-        moving_v, moving_seg_v, transform = align_pair(moving_v, fixed_v, moving_seg_v, init)
-        if not is_identity(transform, original[0], fixed_v):
-            chain = (transform, *original)
-    moving_on, moving_seg_on, fixed_seg_on, notes = prepare_pair(
-        "sweep_files", model, moving_v, fixed_v, moving_seg_v, fixed_seg_v, resample=resample
-    )
-    results = sweep_lambdas(
-        model,
-        moving_on,
-        fixed_v,
-        lambdas,
-        moving_seg=moving_seg_on,
-        fixed_seg=fixed_seg_on,
-        chunk=chunk,
-        amp=amp,
+        check_refinement(fn, refine)
+    pair = load_pair(
+        moving,
+        fixed,
+        model=model,
+        moving_seg=moving_seg,
+        fixed_seg=fixed_seg,
+        init=init,
+        initial_affine=initial_affine,
         normalization=normalization,
-        ncc=True,
+        resample=resample,
     )
-    if refine is not None and refine.steps > 0:
-        labels = labels_scored(moving_seg_on, fixed_seg_on)
-        results = [
-            refine_pair(
-                model,
-                moving_on,
-                fixed_v,
-                r.lam,
-                refine,
-                moving_seg=moving_seg_on,
-                fixed_seg=fixed_seg_on,
-                normalization=normalization,
-                labels=labels,
-            )
-            for r in results
-        ]
-    for result in results:
-        result.resampled = list(notes)
-    if chain is not None:  # outputs and Dice as register writes a chain: one interpolation
-        transform, original, original_seg = chain
-        labels = labels_scored(moving_seg_on, fixed_seg_on)
-        for r in results:
-            finish_chain(r, original, fixed_v, transform, moving_seg=original_seg,
-                         fixed_seg=fixed_seg_on, labels=labels, baselines=False)
-    baseline = None
-    if moving_seg_on is not None and fixed_seg_on is not None:
-        baseline = mean_dice(
-            moving_seg_on.data, fixed_seg_on.data, labels_scored(moving_seg_on, fixed_seg_on)
-        )
+    results = pair.register(model, lambdas, refine, chunk=chunk, amp=amp, ncc=True)
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = [write_sweep_csv(out_dir / "sweep.csv", results)]
-    raw = moving_on.data
+    raw = pair.aligned.data
     units = (float(raw.min()), float(raw.max())) if normalization == "minmax" else (0.0, 1.0)
     files += _sweep_figures(
         out_dir,
         normalize_intensity(raw, normalization),
-        normalize_intensity(fixed_v.data, normalization),
+        normalize_intensity(pair.fixed.data, normalization),
         results,
-        baseline,
-        fixed_v.affine,
+        pair.dice_before,
+        pair.fixed.affine,
         units,
     )
     if save_fields:
-        for r, lam in zip(results, lambdas):
-            tag = f"lam{float(lam):.10g}"  # the λ as given (r.lam went through float32)
-            paths = {
-                "moved": out_dir / f"moved_{tag}.nii.gz",
-                "warp": out_dir / f"warp_{tag}.nii.gz",
-            }
-            check_outputs("sweep_files", **paths)
-            disp = r.disp if chain is None else composed_displacement(chain[0], r.disp, fixed_v)
-            files.append(save_volume(paths["moved"], r.moved, fixed_v))
-            files.append(save_displacement(paths["warp"], disp, fixed_v))
-            if r.moved_seg is not None:
-                seg_path = out_dir / f"moved_seg_{tag}.nii.gz"
-                files.append(save_volume(seg_path, r.moved_seg, fixed_v, label=True))
-    return SweepReport(results=results, baseline_dice=baseline, files=files)
+        files += _save_fields(out_dir, pair, results, lambdas)
+    return SweepReport(results=results, baseline_dice=pair.dice_before, files=files)
+
+
+def _save_fields(
+    out_dir: Path, pair: PreparedPair, results: Sequence[PairResult], lambdas: Sequence[float]
+) -> list[Path]:
+    """Per λ: moved_lam<λ>, warp_lam<λ> (the whole transform) and moved_seg_lam<λ>."""
+    files = []
+    for r, lam in zip(results, lambdas):
+        tag = f"lam{float(lam):.10g}"  # the λ as given (r.lam went through float32)
+        paths = {"moved": out_dir / f"moved_{tag}.nii.gz", "warp": out_dir / f"warp_{tag}.nii.gz"}
+        check_outputs("sweep_files", **paths)
+        files.append(save_volume(paths["moved"], r.moved, pair.fixed))
+        files.append(save_displacement(paths["warp"], r.warp, pair.fixed))
+        if r.moved_seg is not None:
+            seg_path = out_dir / f"moved_seg_{tag}.nii.gz"
+            files.append(save_volume(seg_path, r.moved_seg, pair.fixed, label=True))
+    return files

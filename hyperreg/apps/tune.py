@@ -1,9 +1,9 @@
 """λ* tuning: the λ that maximises mean validation Dice, optionally under a folding limit.
 
 :func:`tune_lambda` evaluates a coarse λ grid on every validation pair with one sweep per pair
-(:func:`hyperreg.apps.sweep.sweep_lambdas`), then refines inside the bracket around the best
-value, and reports the best λ per label too. :func:`write_tune_report` writes ``tune.json`` and
-``tune.png``. Must not import train or cli.
+(:meth:`~hyperreg.registration.pipeline.PreparedPair.register`), then refines inside the
+bracket around the best value, and reports the best λ per label too.
+:func:`write_tune_report` writes ``tune.json`` and ``tune.png``. Must not import train or cli.
 """
 
 from __future__ import annotations
@@ -20,13 +20,12 @@ import numpy as np
 import torch
 
 from hyperreg._files import write_json
-from hyperreg.apps.batch import PairSpec
+from hyperreg.apps.inputs import PairSpec, parse_lambdas
 from hyperreg.apps.plotting import plot_lambda_curves, pyplot, save_figure
-from hyperreg.apps.sweep import parse_lambdas, sweep_lambdas
-from hyperreg.geometry.io import load_volume
+from hyperreg.geometry.affine import AffineTransform
 from hyperreg.method.model import HyperMorph
-from hyperreg.registration.chain import finish_chain, is_identity
-from hyperreg.registration.pairs import PathLike, RegistrationResult
+from hyperreg.registration.pairs import PathLike
+from hyperreg.registration.pipeline import DEFAULT_INIT, PairResult, load_pair
 
 __all__ = [
     "DICE_NOISE_FLOOR",
@@ -201,52 +200,36 @@ def _evaluate(
     amp: bool,
     normalization: str,
     resample: bool,
-    init: str = "none",
-    aligned: dict[int, tuple[Any, ...]] | None = None,
+    init: str = DEFAULT_INIT,
+    transforms: dict[int, AffineTransform | None] | None = None,
 ) -> tuple[list[dict[str, Any]], list[float]]:
     """Mean-over-pairs Dice/folding per λ (one batched sweep per pair), and the mean Dice
-    without (deformable) registration of each pair. With ``init``, each pair's affine stage
-    runs once and is kept in ``aligned`` (position -> (moving, moving_seg, transform, original
-    moving_seg)) for later rounds; Dice then scores the original label map sampled once through
-    the affine and the field, as ``register`` writes it."""
-    per_lam: list[list[RegistrationResult]] = [[] for _ in lambdas]
+    without registration of each pair. Each pair's affine stage runs once: its transform is
+    kept in ``transforms`` (position -> transform, None without a stage) for later rounds,
+    which reload the pair with it (memory stays that of one pair). Dice scores the original
+    label map sampled once through the affine and the field, as ``register`` writes it."""
+    per_lam: list[list[PairResult]] = [[] for _ in lambdas]
     before: list[float] = []
-    aligned = {} if aligned is None else aligned
-    for position, pair in enumerate(pairs):
-        moving, moving_seg, transform, original_seg = aligned.get(position, (None,) * 4)
-        fixed = load_volume(pair.fixed)
-        if moving is None:
-            moving = load_volume(pair.moving)
-            moving_seg = load_volume(pair.moving_seg, label=True)  # type: ignore[arg-type]
-            if init != "none":  # once per pair, kept for the later rounds
-                from hyperreg.apps.native import align_pair
-
-                original = moving
-                original_seg = moving_seg
-                moving, moving_seg, transform = align_pair(moving, fixed, moving_seg, init)
-                if is_identity(transform, original, fixed):
-                    transform = None
-                aligned[position] = (moving, moving_seg, transform, original_seg)
-        fixed_seg = load_volume(pair.fixed_seg, label=True)  # type: ignore[arg-type]
-        results = sweep_lambdas(
-            model,
-            moving,
-            fixed,
-            list(lambdas),
-            moving_seg=moving_seg,
-            fixed_seg=fixed_seg,
-            chunk=chunk,
-            amp=amp,
+    transforms = {} if transforms is None else transforms
+    for position, spec in enumerate(pairs):
+        known = position in transforms
+        pair = load_pair(
+            spec.moving,
+            spec.fixed,
+            model=model,
+            moving_seg=spec.moving_seg,
+            fixed_seg=spec.fixed_seg,
+            init="none" if known else init,
+            initial_affine=transforms.get(position),
             normalization=normalization,
             resample=resample,
         )
-        if transform is not None:  # one interpolation through the chain, as register writes
-            for r in results:
-                finish_chain(r, None, fixed, transform, moving_seg=original_seg,
-                             fixed_seg=fixed_seg, labels=sorted(r.dice or {}), baselines=False)
+        if not known:
+            transforms[position] = pair.transform if init != "none" else None
+        results = pair.register(model, list(lambdas), chunk=chunk, amp=amp)
         for slot, result in zip(per_lam, results):
             slot.append(result)
-        before.append(results[0].extra["dice_before"])
+        before.append(float(pair.dice_before))  # type: ignore[arg-type]
     rows = []
     for lam, results in zip(lambdas, per_lam):
         row: dict[str, Any] = {
@@ -278,62 +261,15 @@ def _best(rows: Sequence[dict[str, Any]], key: str = "mean_dice") -> dict[str, A
     return min(rows, key=lambda r: (r["folding_percent"], -r["lambda"]))
 
 
-@torch.no_grad()
-def tune_lambda(
-    model: HyperMorph,
+def _check_tune(
+    fn: str,
     pairs: Sequence[PairSpec],
-    *,
-    lambdas: Sequence[float] | None = None,
-    max_folding: float | None = None,
-    refine_rounds: int = 2,
-    refine_points: int = 8,
-    chunk: int | None = None,
-    amp: bool = False,
-    normalization: str = "minmax",
-    resample: bool = True,
-    init: str = "none",
-) -> TuneResult:
-    """Find λ* maximising mean validation Dice, optionally under a folding limit.
-
-    1. Coarse grid: every pair is swept over ``lambdas`` in one batched call (default 11 values
-       0, 0.1, ..., 1). A λ is *feasible* when the mean folding over pairs is at most
-       ``max_folding`` percent.
-    2. ``refine_rounds`` times: take the bracket between the evaluated neighbours of the best
-       feasible λ so far and evaluate ``refine_points`` evenly spaced values strictly inside it
-       (again one batched call per pair). With the defaults λ* is resolved to about 0.002.
-
-    Per-label λ* is the best feasible value for each label over all evaluated λ, so it has the
-    coarse grid's resolution away from the global λ* (the refinement brackets that one only).
-    Each pair is reloaded per round, so memory stays that of one pair (with ``init``, the
-    affinely aligned moving image and label map of every pair are kept instead: the affine stage
-    runs once per pair).
-
-    Args:
-        model: A trained :class:`~hyperreg.method.model.HyperMorph`.
-        pairs: Validation pairs; each needs ``moving_seg`` and ``fixed_seg``.
-        lambdas: Coarse grid (values in [0, 1], at least 2); default ``0:1:11``.
-        max_folding: Largest mean folding, in percent of voxels with J <= 0, or None.
-        refine_rounds: Refinement rounds (0 = coarse grid only).
-        refine_points: New values per refinement round.
-        chunk: See :func:`sweep_lambdas`.
-        amp: See :func:`sweep_lambdas`.
-        normalization: Intensity normalisation.
-        resample: Resample inputs on other grids onto the fixed grid (default True).
-        init: ``"none"`` (default), ``"rigid"`` or ``"affine"``: an affine stage per pair
-            (:func:`hyperreg.apps.native.align_pair`) before the λ work; Dice "before" is then
-            that of the aligned pair.
-
-    Returns:
-        A :class:`TuneResult`. If no evaluated λ meets ``max_folding``, λ* is the value with the
-        least folding, ``constraint_met`` is False and a warning is issued.
-
-    Raises:
-        FileNotFoundError: If a file is missing.
-        ValueError: If ``pairs`` is empty, a pair lacks a label map, the grid has fewer than 2
-            distinct values or values outside [0, 1], ``max_folding`` is negative or NaN, or
-            ``refine_rounds`` / ``refine_points`` is negative / below 1.
-    """
-    fn = "tune_lambda"
+    lambdas: Sequence[float] | None,
+    max_folding: float | None,
+    refine_rounds: int,
+    refine_points: int,
+) -> list[float]:
+    """The arguments of :func:`tune_lambda` checked before any work; the coarse grid, sorted."""
     if not pairs:
         raise ValueError(f"{fn}(): 'pairs' must hold at least one pair, got none")
     for pair in pairs:
@@ -355,13 +291,82 @@ def tune_lambda(
             f"{fn}(): 'refine_rounds' must be >= 0 and 'refine_points' >= 1, got "
             f"{refine_rounds} and {refine_points}"
         )
+    return grid
+
+
+def _per_label(rows: Sequence[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Best feasible λ (and its Dice) per label over every evaluated row."""
+    keys = sorted({k for r in rows for k in r if k.startswith("dice_")}, key=lambda k: int(k[5:]))
+    per_label = {}
+    for key in keys:
+        label_best = _best(rows, key)
+        per_label[int(key[5:])] = {"lambda": label_best["lambda"], "dice": label_best.get(key)}
+    return per_label
+
+
+@torch.no_grad()
+def tune_lambda(
+    model: HyperMorph,
+    pairs: Sequence[PairSpec],
+    *,
+    lambdas: Sequence[float] | None = None,
+    max_folding: float | None = None,
+    refine_rounds: int = 2,
+    refine_points: int = 8,
+    chunk: int | None = None,
+    amp: bool = False,
+    normalization: str = "minmax",
+    resample: bool = True,
+    init: str = DEFAULT_INIT,
+) -> TuneResult:
+    """Find λ* maximising mean validation Dice, optionally under a folding limit.
+
+    1. Coarse grid: every pair is swept over ``lambdas`` in one batched call (default 11 values
+       0, 0.1, ..., 1). A λ is *feasible* when the mean folding over pairs is at most
+       ``max_folding`` percent.
+    2. ``refine_rounds`` times: take the bracket between the evaluated neighbours of the best
+       feasible λ so far and evaluate ``refine_points`` evenly spaced values strictly inside it
+       (again one batched call per pair). With the defaults λ* is resolved to about 0.002.
+
+    Per-label λ* is the best feasible value for each label over all evaluated λ, so it has the
+    coarse grid's resolution away from the global λ* (the refinement brackets that one only).
+    Each pair is reloaded per round, so memory stays that of one pair; its affine stage runs
+    once (the transform is kept for later rounds).
+
+    Args:
+        model: A trained :class:`~hyperreg.method.model.HyperMorph`.
+        pairs: Validation pairs; each needs ``moving_seg`` and ``fixed_seg``.
+        lambdas: Coarse grid (values in [0, 1], at least 2); default ``0:1:11``.
+        max_folding: Largest mean folding, in percent of voxels with J <= 0, or None.
+        refine_rounds: Refinement rounds (0 = coarse grid only).
+        refine_points: New values per refinement round.
+        chunk: See :func:`sweep_lambdas`.
+        amp: See :func:`sweep_lambdas`.
+        normalization: Intensity normalisation.
+        resample: Resample inputs on other grids onto the fixed grid (default True).
+        init: ``"affine"`` (default), ``"rigid"`` or ``"none"``: the affine stage, once per
+            pair (:func:`hyperreg.registration.pipeline.load_pair`) before the λ work; Dice
+            "before" is that with no registration.
+
+    Returns:
+        A :class:`TuneResult`. If no evaluated λ meets ``max_folding``, λ* is the value with the
+        least folding, ``constraint_met`` is False and a warning is issued.
+
+    Raises:
+        FileNotFoundError: If a file is missing.
+        ValueError: If ``pairs`` is empty, a pair lacks a label map, the grid has fewer than 2
+            distinct values or values outside [0, 1], ``max_folding`` is negative or NaN, or
+            ``refine_rounds`` / ``refine_points`` is negative / below 1.
+    """
+    fn = "tune_lambda"
+    grid = _check_tune(fn, pairs, lambdas, max_folding, refine_rounds, refine_points)
     options = dict(
         chunk=chunk,
         amp=amp,
         normalization=normalization,
         resample=resample,
         init=init,
-        aligned={},
+        transforms={},
     )
 
     def feasible(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -396,13 +401,7 @@ def tune_lambda(
             f"{best['lambda']:.4g} has the least ({best['folding_percent']:.3f} %)",
             stacklevel=2,
         )
-    label_keys = sorted(
-        {k for r in rows for k in r if k.startswith("dice_")}, key=lambda k: int(k[5:])
-    )
-    per_label = {}
-    for key in label_keys:
-        label_best = _best(rows, key)
-        per_label[int(key[5:])] = {"lambda": label_best["lambda"], "dice": label_best.get(key)}
+    per_label = _per_label(rows)
     span = lambda_star_range(rows, best["lambda"])
     return TuneResult(
         lambda_star=best["lambda"],

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import Any
 
 __all__ = [
     "DEVICE_HELP",
@@ -32,12 +33,14 @@ __all__ = [
     "add_refine_arguments",
     "add_resample_argument",
     "add_warp_format_argument",
+    "fraction",
     "lambda_list",
     "lambda_value",
     "non_negative_int",
     "percent",
     "positive_int",
     "refine_steps",
+    "refinement_from",
     "subparser",
 ]
 
@@ -104,12 +107,23 @@ def add_common(parser: argparse.ArgumentParser, *, device: bool = True, seed: bo
 
 def lambda_list(text: str) -> list[float]:
     """A λ grid: ``0:1:11`` (start:stop:count) or ``0.1,0.3,0.5``."""
-    from hyperreg.apps.sweep import parse_lambdas
+    from hyperreg.apps.inputs import parse_lambdas
 
     try:
         return parse_lambdas(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err).replace("parse_lambdas(): ", "")) from None
+
+
+def fraction(text: str) -> float:
+    """A number in [0, 1] (``--synth``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must lie in [0, 1], got {text}")
+    return value
 
 
 def percent(text: str) -> float:
@@ -127,12 +141,12 @@ def percent(text: str) -> float:
 
 
 def add_model_argument(parser: argparse.ArgumentParser) -> None:
-    """``--model``: a checkpoint or the run folder holding model.pt; default a bundled model."""
+    """``--model``: a checkpoint, a run folder or a bundled name; default a bundled model."""
     parser.add_argument(
         "--model",
-        help="checkpoint (.pt) written by 'hyperreg train', or its output folder (model.pt in "
-        "it); default: the bundled pretrained model for the images' dimensionality "
-        "('hyperreg models' lists them)",
+        help="checkpoint (.pt) written by 'hyperreg train', its output folder (model.pt in it), "
+        "or a bundled model's name (hypermorph-2d, hypermorph-3d; 'hyperreg models' lists "
+        "them); default: the bundled model for the images' dimensionality",
     )
 
 
@@ -320,3 +334,21 @@ def add_affine_out_argument(parser: argparse.ArgumentParser) -> None:
         "plane slices is written as AffineTransform_double_2_2 (what ANTs applies to 2D "
         "images), any other 2D one as its 3D equivalent",
     )
+
+
+def refinement_from(args: Any) -> Any:
+    """The :class:`~hyperreg.registration.refine.Refinement` of ``args``, or None for 0 steps.
+
+    Raises:
+        ValueError: If ``--refine-lr`` is not in (0, 100).
+    """
+    if not getattr(args, "refine", 0):
+        return None
+    from hyperreg.registration.refine import Refinement, check_refinement
+
+    refinement = Refinement(steps=args.refine, sim=args.refine_sim, lr=args.refine_lr)
+    try:
+        check_refinement("refine", refinement)
+    except ValueError as err:
+        raise ValueError(f"argument --refine-lr: {str(err).split(': ', 1)[1]}") from None
+    return refinement

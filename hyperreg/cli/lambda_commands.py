@@ -1,6 +1,6 @@
-"""Command line for choosing λ and registering many pairs: ``hyperreg {sweep, tune, batch}``.
+"""Command line for choosing λ: ``hyperreg {sweep, tune}``.
 
-:func:`add_parsers` adds the three subcommands to ``hyperreg``'s parser (:mod:`hyperreg.cli.run`);
+:func:`add_parsers` adds the two subcommands to ``hyperreg``'s parser (:mod:`hyperreg.cli.run`);
 :data:`COMMANDS` maps them to their functions. As in ``cli``, torch and the library are imported
 inside the command functions, and library errors become one line on stderr with exit code 2.
 """
@@ -8,28 +8,23 @@ inside the command functions, and library errors become one line on stderr with 
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from hyperreg.cli import args as opts
 from hyperreg.cli.inputs import (
-    bundled_model_for,
     check_out_folder,
-    load_model,
     model_for,
     pair_options,
-    preprocessing_options,
 )
-from hyperreg.cli.messages import folding_text
+from hyperreg.cli.messages import affine_text, folding_text, refine_text
 
 __all__ = ["COMMANDS", "add_parsers"]
 
 
 def add_parsers(sub: Any) -> None:
-    """Add the ``sweep``, ``tune`` and ``batch`` subparsers to ``sub`` (from ``add_subparsers``)."""
+    """Add the ``sweep`` and ``tune`` subparsers to ``sub`` (from ``add_subparsers``)."""
     _add_sweep(sub)
     _add_tune(sub)
-    _add_batch(sub)
 
 
 def _add_sweep(sub: Any) -> None:
@@ -87,36 +82,8 @@ def _add_tune(sub: Any) -> None:
     opts.add_common(tune)
 
 
-def _add_batch(sub: Any) -> None:
-    batch = sub.add_parser(
-        "batch", help="register many pairs from a CSV: resumable, failures recorded, shardable"
-    )
-    opts.add_model_argument(batch)
-    opts.add_pairs_csv_argument(batch, "moving, fixed, optional moving_seg, fixed_seg, lambda")
-    opts.add_out_argument(
-        batch,
-        "pairs/pairNNNNN/{moved,warp,moved_seg}.nii.gz (and affine.mat with --init affine or "
-        "rigid; warp.nii.gz is then the composed transform), summary.csv, "
-        "failures.csv. A rerun skips finished pairs. Under torchrun each process takes rows "
-        "RANK::WORLD_SIZE",
-    )
-    batch.add_argument(
-        "--lambda",
-        dest="lam",
-        type=opts.lambda_value,
-        help="λ in [0, 1] for rows without a 'lambda' value",
-    )
-    opts.add_warp_format_argument(batch, "warp.nii.gz")
-    opts.add_refine_arguments(batch)
-    opts.add_init_argument(batch)
-    opts.add_preprocessing_arguments(batch, then="then a failed pair")
-    batch.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm bar")
-    opts.add_common(batch)
-
-
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from hyperreg.apps.sweep import sweep_files
-    from hyperreg.cli.refining import refine_text, refinement_from
 
     if bool(args.moving_seg) != bool(args.fixed_seg):
         raise ValueError("--moving-seg and --fixed-seg go together (Dice needs both)")
@@ -130,7 +97,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         save_fields=args.save_fields,
         chunk=args.chunk,
         amp=args.amp,
-        refine=refinement_from(args),
+        refine=opts.refinement_from(args),
         init=args.init,
         **pair_options(args),
     )
@@ -141,20 +108,23 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         dice = f"{r.mean_dice:7.4f}" if r.dice is not None else f"{'-':>7}"
         print(
             f"{r.lam:8.4g} {dice} {100 * r.folding_fraction:8.3f} {r.log_jacobian_std:7.4f} "
-            f"{r.extra['ncc']:6.3f}"
+            f"{r.ncc if r.ncc is not None else float('nan'):6.3f}"
         )
-        if refine_text(r.extra):
-            print(f"{'':8} {refine_text(r.extra)}")
+        if refine_text(r.refinement):
+            print(f"{'':8} {refine_text(r.refinement)}")
+    first = report.results[0]
+    if first.affine is not None:
+        print(affine_text(args.init, first.affine))
     if report.baseline_dice is not None:
-        stage = "no registration" if args.init == "none" else f"{args.init} alone"
-        print(f"{stage}: mean Dice {report.baseline_dice:.4f}")
+        alone = "" if first.dice_affine is None else f", {args.init} alone {first.dice_affine:.4f}"
+        print(f"no registration: mean Dice {report.baseline_dice:.4f}{alone}")
     print(f"wrote {len(report.files)} files to {args.out}")
     return 0
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from hyperreg.apps.batch import read_pairs
-    from hyperreg.apps.inference import check_label_map
+    from hyperreg.apps.inputs import read_pairs
+    from hyperreg.apps.inputs import check_label_map
     from hyperreg.apps.tune import tune_lambda, write_tune_report
 
     check_out_folder(args.out)
@@ -189,42 +159,4 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_batch(args: argparse.Namespace) -> int:
-    from hyperreg.apps.batch import run_batch
-    from hyperreg.cli.refining import refinement_from
-
-    check_out_folder(args.out)
-    if args.model is None:
-        args.model = str(bundled_model_for(args).path)
-    run = run_batch(
-        args.model,
-        args.pairs,
-        args.out,
-        lam=args.lam,
-        device=args.device,
-        warp_format=args.warp_format,
-        progress=args.progress,
-        load_model=load_model,
-        refine=refinement_from(args),
-        init=args.init,
-        **preprocessing_options(args),
-    )
-    report = run.report
-    who = f"rank {run.rank}/{run.world_size}: " if run.world_size > 1 else ""
-    print(
-        f"{who}{report.done} registered, {report.skipped} already done, {report.failed} failed "
-        f"({report.seconds:.1f} s)"
-    )
-    if run.merged is not None:
-        summary, failures, rows, failed = run.merged
-        print(f"{summary}: {rows} of {run.total} pairs done; {failures}: {failed} failure(s)")
-    if report.failed:
-        print(
-            f"{opts.PROG} batch: error: {report.failed} pair(s) failed, see failures.csv",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
-
-
-COMMANDS = {"sweep": _cmd_sweep, "tune": _cmd_tune, "batch": _cmd_batch}
+COMMANDS = {"sweep": _cmd_sweep, "tune": _cmd_tune}

@@ -12,18 +12,15 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from hyperreg.cli import commands, evaluate_command, lambda_commands, native_commands
+from hyperreg.cli import batch_commands, lambda_commands, register_commands, train_commands
 from hyperreg.cli.args import PROG, Parser
 from hyperreg.cli.messages import LogFormatter, UserWords
 
 __all__ = ["build_parser", "main"]
 
-COMMANDS = {
-    **commands.COMMANDS,
-    **lambda_commands.COMMANDS,
-    **native_commands.COMMANDS,
-    **evaluate_command.COMMANDS,
-}
+# grouped by the user's task: one pair; choosing λ; many pairs; training and models
+GROUPS = (register_commands, lambda_commands, batch_commands, train_commands)
+COMMANDS = {name: command for group in GROUPS for name, command in group.COMMANDS.items()}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,10 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
-    commands.add_parsers(sub)  # train, register, warp, jacobian, demo
-    lambda_commands.add_parsers(sub)  # sweep, tune, batch
-    native_commands.add_parsers(sub)  # affine
-    evaluate_command.add_parsers(sub)  # evaluate
+    for group in GROUPS:  # register, affine, warp, jacobian; sweep, tune; batch, evaluate;
+        group.add_parsers(sub)  # train, models, demo
     return parser
 
 
@@ -83,13 +78,25 @@ def _run(args: argparse.Namespace, prog: str, words: UserWords) -> int:
     except (ValueError, TypeError, FileNotFoundError) as err:
         if args.debug:
             raise
-        print(f"{prog}: error: {words(str(err))}", file=sys.stderr)
+        print(f"{prog}: error: {_message(err, words)}", file=sys.stderr)
         return 2
     except (RuntimeError, OSError) as err:
         if args.debug:
             raise
-        print(f"{prog}: error: {words(str(err))}", file=sys.stderr)
+        print(f"{prog}: error: {_message(err, words)}", file=sys.stderr)
         return 1
+
+
+def _message(err: BaseException, words: UserWords) -> str:
+    """The one-line message of a library error; one that names its argument as data
+    (:class:`hyperreg.registration.pipeline.InputError`) is prefixed with the option whose
+    ``dest`` fed that argument."""
+    text = str(err)
+    argument = getattr(err, "argument", None)
+    option = words.option_of(argument) if isinstance(argument, str) else None
+    if option is not None and not text.startswith(f"argument {option}"):
+        text = f"argument {option}: {text}"
+    return words(text)
 
 
 if __name__ == "__main__":

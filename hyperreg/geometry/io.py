@@ -30,11 +30,13 @@ from nibabel.spatialimages import HeaderDataError
 from hyperreg._files import atomic_write
 
 __all__ = [
+    "HEADERLESS_SUFFIXES",
     "SAVE_SUFFIXES",
     "Volume",
     "check_finite",
     "check_same_grid",
     "format_of",
+    "has_header",
     "load_volume",
     "read_raw",
     "same_grid",
@@ -71,7 +73,7 @@ _READ_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 _INT32 = np.iinfo(np.int32)
-_LABEL_NONINTEGER_TOL = 1e-2  # |x - rint(x)| above this in a label map is suspicious
+_LABEL_NONINTEGER_TOL = 1e-2  # |x - rint(x)| above this in a label map is an error
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -89,7 +91,8 @@ class Volume:
         path: File the volume was read from, or None for an in-memory volume.
         codes: ``(sform_code, qform_code)`` of the NIfTI header it was read from (e.g. ``(2, 0)``
             for an aligned-space sform and no qform); ``(1, 1)`` (scanner) for MGH/MGZ, npz and
-            in-memory volumes. Writers give outputs on this grid the same codes.
+            in-memory volumes. Writers give outputs on this grid the same codes (except a qform
+            code 0 for an affine with shears, which a qform cannot hold; see :func:`to_nifti`).
 
     Raises:
         ValueError: If ``data`` is not 2D or 3D, ``affine`` is not ``(4, 4)`` and finite,
@@ -171,6 +174,33 @@ def format_of(path: Path, suffixes: tuple[str, ...], fn: str) -> str:
     )
 
 
+_FORM_ATOL = 1e-3  # mm (translation) and mm per voxel (matrix): float32 storage is far below
+
+
+def _warn_if_forms_disagree(path: Path, header: nib.Nifti1Header, codes: tuple[int, int]) -> None:
+    """Warn when a NIfTI header's sform and qform both have a code > 0 but different matrices.
+
+    The rule never changes (sform when its code > 0, as nibabel does); the warning says which
+    was used, because other tools (ITK, ANTs, some viewers) may prefer the qform.
+    """
+    sform_code, qform_code = codes
+    if sform_code <= 0 or qform_code <= 0:
+        return
+    sform = np.asarray(header.get_sform(), dtype=np.float64)
+    qform = np.asarray(header.get_qform(), dtype=np.float64)
+    difference = float(np.max(np.abs(sform - qform)))
+    if difference <= _FORM_ATOL:
+        return
+    shift = float(np.linalg.norm(sform[:3, 3] - qform[:3, 3]))
+    warnings.warn(
+        f"load_volume(): '{path}' has an sform (code {sform_code}) and a qform (code "
+        f"{qform_code}) that disagree (largest entry difference {difference:.4g}, origins "
+        f"{shift:.4g} mm apart); using the sform, as nibabel does (other tools may use the "
+        "qform): make them agree (e.g. fslorient -copysform2qform) if the sform is not right",
+        stacklevel=4,
+    )
+
+
 def read_raw(path: Path, suffix: str) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
     """Read the full data array, the affine and ``(sform_code, qform_code)`` (``(1, 1)`` for
     MGH and npz); wrap every read failure in one ValueError."""
@@ -196,6 +226,7 @@ def read_raw(path: Path, suffix: str) -> tuple[np.ndarray, np.ndarray, tuple[int
             affine = np.array(img.affine, dtype=np.float64)
             if isinstance(img, nib.Nifti1Image):  # also NIfTI-2, a subclass
                 codes = (int(img.header["sform_code"]), int(img.header["qform_code"]))
+                _warn_if_forms_disagree(path, img.header, codes)
     except PermissionError:
         raise
     except _READ_ERRORS as err:
@@ -248,13 +279,15 @@ def _to_labels(path: Path, raw: np.ndarray) -> np.ndarray:
             raise ValueError(_nonfinite_message(path, count, label=True))
         values = np.rint(raw)
         if raw.size:
-            deviation = float(np.max(np.abs(raw - values)))
-            if deviation > _LABEL_NONINTEGER_TOL:
-                warnings.warn(
-                    f"load_volume(): '{path}' was read as a label map but its values are not "
-                    f"close to integers (largest distance {deviation:.3g}); is it an intensity "
-                    "image?",
-                    stacklevel=3,
+            distance = np.abs(raw - values)
+            worst = int(np.argmax(distance))
+            if float(distance.flat[worst]) > _LABEL_NONINTEGER_TOL:
+                count = int(np.count_nonzero(distance > _LABEL_NONINTEGER_TOL))
+                raise ValueError(
+                    f"load_volume(): '{path}' must hold integer label ids to be read as a label "
+                    f"map, got {count} voxels with non-integer values (e.g. "
+                    f"{float(raw.flat[worst]):.6g}); rounding would merge labels silently: fix "
+                    "the label map, or pass it as an intensity image if that is what it is"
                 )
     if values.size and (values.min() < _INT32.min or values.max() > _INT32.max):
         raise ValueError(
@@ -264,8 +297,23 @@ def _to_labels(path: Path, raw: np.ndarray) -> np.ndarray:
     return values.astype(np.int32)
 
 
+HEADERLESS_SUFFIXES: tuple[str, ...] = (".npz",)
+"""Suffixes of files that carry no geometry (voxel size, orientation, position)."""
+
+
+def has_header(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path``'s format carries a voxel-to-world affine (NIfTI, MGH/MGZ: True; npz:
+    False). Decided from the suffix alone (case-insensitive); the file is not opened."""
+    return not Path(path).name.lower().endswith(HEADERLESS_SUFFIXES)
+
+
 def load_volume(
-    path: str | os.PathLike[str], *, label: bool = False, allow_nonfinite: bool = False
+    path: str | os.PathLike[str],
+    *,
+    label: bool = False,
+    allow_nonfinite: bool = False,
+    geometry_from: Volume | None = None,
+    assume_identity: bool = False,
 ) -> Volume:
     """Read a 2D or 3D image or label map with its voxel-to-world affine.
 
@@ -276,7 +324,12 @@ def load_volume(
     Affine rule: the affine is ``img.affine`` as nibabel reports it, as ``(4, 4)`` float64. For
     NIfTI that is the sform when ``sform_code > 0``, else the qform (else nibabel's fall-back
     from the pixel sizes); for MGH/MGZ it is the header's vox2ras. An ``.npz`` file has no
-    header, so its affine is ``np.eye(4)``: 1 mm isotropic voxels, world = voxel index.
+    header, so its geometry is never assumed silently: the caller says which to use, either
+    ``geometry_from=`` another volume (usually the fixed image: its affine and codes, after
+    checking that the spatial shapes agree) or ``assume_identity=True`` (``np.eye(4)``: 1 mm
+    isotropic voxels, world = voxel index, codes ``(1, 1)``); without either it is an error.
+    Both options are ignored for files with a header (:func:`has_header`), so a caller may pass
+    them for every input.
 
     Shape rule: trailing axes of size 1 beyond the second are dropped, so ``(I, J, 1)`` and
     ``(I, J, 1, 1)`` load as 2D ``(I, J)`` and ``(I, J, K, 1)`` as 3D ``(I, J, K)``. No other axis
@@ -284,13 +337,20 @@ def load_volume(
 
     Values: images are returned as float32 with nibabel's ``scl_slope``/``scl_inter`` applied and
     no other rescaling. Label maps (``label=True``) are rounded to the nearest integer with
-    ``np.rint`` (a stored 2.9999 becomes 3) and returned as int32; negative labels are kept.
+    ``np.rint`` (a stored 2.9999 becomes 3, rounding noise of a scale factor) and returned as
+    int32; negative labels are kept. A label value farther than 0.01 from an integer (2.5, or an
+    intensity image) is an error, never rounded to a neighbouring label.
 
     Args:
         path: File to read (str or path-like).
         label: Read as a label map (int32) instead of an image (float32).
         allow_nonfinite: For images only: replace NaN/inf voxels by 0 (with a logged warning)
             instead of raising. Ignored for label maps, which must always be finite.
+        geometry_from: For a header-less file (npz): take the affine and codes of this volume
+            (e.g. the fixed image), whose spatial shape must equal the file's. Ignored for files
+            with a header.
+        assume_identity: For a header-less file (npz): use the 1 mm identity affine. Ignored
+            for files with a header.
 
     Returns:
         The :class:`Volume`, with ``data`` of shape ``(I, J)`` or ``(I, J, K)``.
@@ -300,13 +360,14 @@ def load_volume(
         ValueError: If the suffix is not one of the supported ones; if the file is truncated,
             corrupt or not of its suffix's format; if it holds a 4D series (more than one volume)
             or fewer than 2 spatial dimensions; if its dtype is not numeric; if an ``.npz`` file
-            has several arrays and none named ``vol``/``vol_data``; if it has non-finite voxels
+            has several arrays and none named ``vol``/``vol_data``; if an ``.npz`` file gets
+            neither ``geometry_from`` nor ``assume_identity`` (or both), or ``geometry_from``
+            has another spatial shape; if it has non-finite voxels
             (images without ``allow_nonfinite``, and label maps always); or if label values do not
-            fit in int32.
+            fit in int32; or if a label map has values farther than 0.01 from an integer.
 
     Warns:
-        UserWarning: If an image is constant (all voxels equal), or if a label map's values are
-            not close to integers.
+        UserWarning: If an image is constant (all voxels equal).
 
     References:
         ``.npz`` layout as in VoxelMorph's ``py/utils.py:load_volfile``
@@ -316,6 +377,7 @@ def load_volume(
     suffix = format_of(path, tuple(_LOAD_SUFFIXES), "load_volume")
     if not path.is_file():
         raise FileNotFoundError(f"load_volume(): no such file: '{path}'")
+    headerless = not has_header(path)
 
     raw, affine, codes = read_raw(path, suffix)
     if raw.dtype.kind not in "biuf":
@@ -348,10 +410,48 @@ def load_volume(
                 "is meaningless",
                 stacklevel=2,
             )
-    if suffix == ".npz":
-        logger.info("load_volume(): '%s' has no header; using the 1 mm identity affine", path)
+    if headerless:
+        _check_geometry_choice(path, geometry_from, assume_identity)
+    if headerless and geometry_from is not None:
+        if geometry_from.spatial_shape != spatial_shape:
+            raise ValueError(
+                f"load_volume(): '{path}' has no header and spatial shape {spatial_shape}, so it "
+                f"cannot take the geometry of '{_name(geometry_from)}' with shape "
+                f"{geometry_from.spatial_shape}; give it a header on that grid, or use "
+                "assume_identity=True"
+            )
+        affine, codes = geometry_from.affine, geometry_from.codes
+        logger.debug("load_volume(): '%s' takes the geometry of '%s'", path, _name(geometry_from))
+    elif headerless:
+        affine, codes = np.eye(4), (1, 1)
+        logger.debug("load_volume(): '%s' has no header; 1 mm identity affine as asked", path)
     logger.debug("load_volume(): read '%s' shape %s dtype %s", path, spatial_shape, data.dtype)
     return Volume(data=data, affine=affine, disk_shape=disk_shape, path=path, codes=codes)
+
+
+def _name(volume: Volume) -> str:
+    return str(volume.path) if volume.path is not None else "<in-memory volume>"
+
+
+def _check_geometry_choice(path: Path, geometry_from: Volume | None, assume_identity: bool) -> None:
+    """Raise unless exactly one geometry was chosen for the header-less file ``path``."""
+    if geometry_from is not None and not isinstance(geometry_from, Volume):
+        raise TypeError(
+            f"load_volume(): 'geometry_from' must be a Volume or None, got "
+            f"{type(geometry_from).__name__}"
+        )
+    if geometry_from is not None and assume_identity:
+        raise ValueError(
+            f"load_volume(): '{path}' has no header: pass one of 'geometry_from' and "
+            "'assume_identity', not both"
+        )
+    if geometry_from is None and not assume_identity:
+        raise ValueError(
+            f"load_volume(): '{path}' has no header (npz: no voxel size, orientation or "
+            "position), so its geometry must be chosen: the fixed image's "
+            "(geometry_from=<fixed Volume>) or 1 mm voxels with world = voxel index "
+            "(assume_identity=True)"
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -363,13 +463,27 @@ def to_nifti(arr: np.ndarray, like: Volume) -> nib.Nifti1Image:
     """Build a NIfTI image with ``like.affine`` as both sform and qform, no scaling.
 
     The codes are ``like.codes`` (the fixed file's own, e.g. sform 2 / qform 0), so a reader
-    picks the same matrix from the output as from the fixed image.
+    picks the same matrix from the output as from the fixed image. The pair is always
+    consistent: an affine a qform cannot represent (shear, or non-orthogonal axes) is written as
+    the sform only, with qform code 0 (logged), never as an orthogonalised qform that disagrees
+    with it. (With sform code 0 as well, such an affine could not have been read from a file;
+    the sform then gets code 2, aligned, so that the matrix is kept.)
     """
     img = nib.Nifti1Image(arr, like.affine)
     img.header.set_data_dtype(arr.dtype)
     sform_code, qform_code = like.codes
+    try:
+        img.set_qform(like.affine, code=qform_code, strip_shears=False)
+    except HeaderDataError:  # shears: a qform would only hold an orthogonalised approximation
+        img.set_qform(None)
+        if qform_code > 0 or sform_code == 0:
+            logger.info(
+                "to_nifti(): the affine of '%s' has shears a qform cannot hold; writing it as "
+                "the sform only (qform code 0)",
+                like.path if like.path is not None else "<in-memory volume>",
+            )
+        sform_code = sform_code or 2
     img.set_sform(like.affine, code=sform_code)
-    img.set_qform(like.affine, code=qform_code)
     img.header.set_slope_inter(1.0, 0.0)
     img.header.set_xyzt_units("mm")
     return img
@@ -401,7 +515,8 @@ def save_volume(
 
     The array is reshaped to ``like.disk_shape`` (a 2D slice read from ``(I, J, 1)`` goes back
     out as ``(I, J, 1)``) and written with ``like.affine`` as both sform and qform, with the codes
-    of ``like`` (``Volume.codes``: those of the fixed file, 1 = scanner for MGH/npz), units mm.
+    of ``like`` (``Volume.codes``: those of the fixed file, 1 = scanner for MGH/npz), units mm;
+    an affine with shears is written as the sform only (qform code 0), see :func:`to_nifti`.
     NIfTI stores the sform as float32, so an affine read from a NIfTI file round-trips exactly.
     The file is first written to a hidden temporary file in the same folder and then renamed
     over ``path``; on failure nothing is left behind. Parent folders are created.

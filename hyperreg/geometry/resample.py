@@ -25,6 +25,7 @@ from hyperreg.geometry.io import Volume
 
 __all__ = [
     "affine_3d",
+    "conformed_grid",
     "describe_grid",
     "grid_geometry",
     "isotropic_grid",
@@ -113,6 +114,70 @@ def isotropic_grid(volume: Volume, spacing: float) -> Volume | None:
     for axis, size in enumerate(current):
         affine[:3, axis] *= spacing / size
     return Volume(np.zeros(shape, np.float32), affine, shape)
+
+
+def conformed_grid(volume: Volume, spacing: float, orientation: str = "RAS") -> Volume | None:
+    """The grid a model trained in a fixed storage orientation sees ``volume`` on.
+
+    The array axes of ``volume`` are permuted and flipped to the closest match of
+    ``orientation`` (nibabel's ``io_orientation``: an oblique scan keeps its obliquity), then
+    given isotropic ``spacing`` mm voxels (``spacing`` 0: the smallest voxel size of the
+    volume); the grid covers the same field of view up to one voxel. The same anatomy stored
+    LIA or RAS therefore lands on the same grid, so the network sees every pair in the
+    orientation it was trained in (voxelmorph and SynthMorph users meet the opposite: storage
+    order changes the result).
+
+    Args:
+        volume: A 3D volume (only its shape and affine are used).
+        spacing: Voxel size in mm, >= 0.
+        orientation: Three axis codes, e.g. ``"RAS"`` or ``"LIA"``.
+
+    Returns:
+        A :class:`~hyperreg.geometry.io.Volume` of zeros (float32) on the new grid, or None
+        when ``volume`` already is on such a grid (same axes, voxels within
+        :data:`SPACING_TOL`).
+
+    Raises:
+        ValueError: If ``volume`` is not 3D, ``spacing`` is negative or ``orientation`` is not
+            three distinct axis codes.
+
+    References:
+        nibabel.orientations (``io_orientation``, ``ornt_transform``, ``inv_ornt_aff``).
+    """
+    from nibabel.orientations import axcodes2ornt, inv_ornt_aff, io_orientation, ornt_transform
+
+    if volume.ndim != 3:
+        raise ValueError(f"conformed_grid(): needs a 3D volume, got shape {volume.spatial_shape}")
+    if not spacing >= 0:
+        raise ValueError(f"conformed_grid(): 'spacing' must be >= 0 mm, got {spacing}")
+    codes = tuple(orientation.upper())
+    try:
+        target = axcodes2ornt(codes)
+    except Exception as err:  # nibabel raises ValueError or KeyError on bad codes
+        raise ValueError(
+            f"conformed_grid(): 'orientation' must be three axis codes such as 'RAS', got "
+            f"{orientation!r}"
+        ) from err
+    if len(codes) != 3 or np.isnan(target).any():
+        raise ValueError(
+            f"conformed_grid(): 'orientation' must be three axis codes such as 'RAS', got "
+            f"{orientation!r}"
+        )
+    shape = np.asarray(volume.spatial_shape)
+    transform = ornt_transform(io_orientation(volume.affine), target)
+    affine = volume.affine @ inv_ornt_aff(transform, shape)
+    order = transform[:, 0].astype(int)
+    new_shape = np.empty(3, int)
+    new_shape[order] = shape
+    current = np.sqrt((affine[:3, :3] ** 2).sum(0))
+    size = float(spacing) if spacing > 0 else float(current.min())
+    permuted = not np.array_equal(order, np.arange(3)) or bool((transform[:, 1] < 0).any())
+    if not permuted and np.all(np.abs(current - size) <= SPACING_TOL):
+        return None
+    voxels = tuple(max(1, round(n * s / size)) for n, s in zip(new_shape, current))
+    for axis in range(3):
+        affine[:3, axis] *= size / current[axis]
+    return Volume(np.zeros(voxels, np.float32), affine, voxels)
 
 
 def to_sitk(volume: Volume) -> sitk.Image:

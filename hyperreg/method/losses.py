@@ -37,6 +37,12 @@ def _box_mean(x: Tensor, window: int) -> Tensor:
     return x
 
 
+def _unit_scale(image: Tensor) -> Tensor:
+    """Divide each sample whose largest absolute value exceeds 1 by that value (detached)."""
+    scale = image.detach().abs().flatten(1).amax(1).clamp_min(1.0)
+    return image / scale.view(-1, *([1] * (image.ndim - 1)))
+
+
 def ncc_loss(moved: Tensor, fixed: Tensor, window: int = 9, reduction: str = "mean") -> Tensor:
     """Negative local (windowed) normalised cross-correlation.
 
@@ -46,6 +52,14 @@ def ncc_loss(moved: Tensor, fixed: Tensor, window: int = 9, reduction: str = "me
     constant image still correlate). ``ε = 1e-5 / window**(2N)`` makes it equal to VoxelMorph's
     sum-based form. Computed in at least float32 (float16/bfloat16 inputs are promoted, float64
     kept), so it stays finite under mixed precision and on constant images, never NaN.
+
+    Scale: a sample whose largest absolute value ``m = max |x|`` (over channels and voxels)
+    exceeds 1 is first divided by ``m``, so for images above [0, 1] ``ε`` is relative to their
+    scale: raw scanner units (e.g. 0–4095) give what the same images min–max scaled to [0, 1]
+    give, and flat windows (whose variance is float32 rounding noise at large scales) stay
+    uncorrelated instead of counting as matches. Samples within [−1, 1] are used as they are, so
+    [0, 1] inputs give exactly VoxelMorph's values (including its ``ε`` on dim, low-contrast
+    images). An intensity offset is not removed (zero padding makes border windows depend on it).
 
     Args:
         moved: Warped moving image, shape ``(B, C, *S)``.
@@ -71,8 +85,8 @@ def ncc_loss(moved: Tensor, fixed: Tensor, window: int = 9, reduction: str = "me
     if window < 1 or window % 2 == 0:
         raise ValueError(f"ncc_loss(): 'window' must be a positive odd integer, got {window}")
     work = torch.promote_types(torch.promote_types(moved.dtype, fixed.dtype), torch.float32)
-    moved = moved.to(work)
-    fixed = fixed.to(work)
+    moved = _unit_scale(moved.to(work))
+    fixed = _unit_scale(fixed.to(work))
     eps = 1e-5 / window ** (2 * (moved.ndim - 2))
     stats = _box_mean(
         torch.cat([moved, fixed, moved * moved, fixed * fixed, moved * fixed], dim=1), window

@@ -23,9 +23,12 @@ __all__ = [
     "field_summary",
     "folding_fraction",
     "hd95_per_label",
+    "input_labels",
     "labels_in_both",
     "log_jacobian_std",
     "mean_dice",
+    "mean_registration_dice",
+    "registration_dice",
 ]
 
 
@@ -107,6 +110,76 @@ def mean_dice(moved_seg: object, fixed_seg: object, labels: Sequence[int] | None
     """Mean of :func:`dice_per_label` over the scored labels (NaN entries ignored)."""
     values = [v for v in dice_per_label(moved_seg, fixed_seg, labels).values() if not math.isnan(v)]
     return float(np.mean(values)) if values else float("nan")
+
+
+def input_labels(moving_seg: object, fixed_seg: object) -> list[int]:
+    """The label ids a registration is scored on: non-zero ids of **either** input label map.
+
+    Args:
+        moving_seg: The moving label map **before** warping (numpy array or tensor).
+        fixed_seg: The fixed label map.
+
+    Returns:
+        Sorted ids of the union; 0 (background) is never included.
+
+    Raises:
+        TypeError: If a label map is not an integer array.
+    """
+    a = _as_numpy_labels("input_labels", "moving_seg", moving_seg)
+    b = _as_numpy_labels("input_labels", "fixed_seg", fixed_seg)
+    return sorted((set(np.unique(a).tolist()) | set(np.unique(b).tolist())) - {0})
+
+
+def registration_dice(
+    moved_seg: object,
+    fixed_seg: object,
+    moving_seg: object | None = None,
+    labels: Sequence[int] | None = None,
+) -> dict[int, float]:
+    """Dice per label with hyperreg's one convention, used by every command and benchmark.
+
+    The labels are those of the **inputs** (:func:`input_labels` of ``moving_seg`` and
+    ``fixed_seg``; without ``moving_seg``, of ``moved_seg`` and ``fixed_seg``), background 0
+    excluded, and a label that the warp erased (absent from both ``moved_seg`` and
+    ``fixed_seg``) scores 0, not NaN: a structure lost by the registration lowers the mean
+    instead of leaving it. A label present in only one input scores 0 too. This is the
+    Learn2Reg convention (Hering et al., IEEE TMI 2022), so mean Dice is over the same label set
+    for every λ, every command and every baseline (no registration, affine alone).
+
+    Args:
+        moved_seg: Moved label map (integer ids), on the fixed grid.
+        fixed_seg: Fixed label map, same shape.
+        moving_seg: The moving label map before warping (any shape), or None.
+        labels: Label ids to score instead of the inputs' union.
+
+    Returns:
+        ``{label: dice}`` in ascending label order, every value in [0, 1].
+
+    Raises:
+        TypeError: If a map is not integer-valued.
+        ValueError: If ``moved_seg`` and ``fixed_seg`` differ in shape.
+    """
+    fn = "registration_dice"
+    a, b, _ = _label_pair(fn, moved_seg, fixed_seg, ())
+    if labels is None:
+        labels = input_labels(a if moving_seg is None else moving_seg, b)
+    scores: dict[int, float] = {}
+    for label in labels:
+        in_a, in_b = a == label, b == label
+        total = int(in_a.sum()) + int(in_b.sum())
+        scores[int(label)] = 0.0 if total == 0 else 2.0 * int((in_a & in_b).sum()) / total
+    return scores
+
+
+def mean_registration_dice(
+    moved_seg: object,
+    fixed_seg: object,
+    moving_seg: object | None = None,
+    labels: Sequence[int] | None = None,
+) -> float:
+    """Mean of :func:`registration_dice` (the one convention; NaN when no label is scored)."""
+    scores = registration_dice(moved_seg, fixed_seg, moving_seg, labels)
+    return float(np.mean(list(scores.values()))) if scores else float("nan")
 
 
 def hd95_per_label(

@@ -18,6 +18,7 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -33,6 +34,7 @@ from hyperreg._checks import as_lambda_tensor, check_image, check_same_shape
 from hyperreg._files import atomic_write
 from hyperreg.config import ModelConfig, from_dict, to_dict
 from hyperreg.method.hypernet import HyperNetwork
+from hyperreg.method.objective import Objective
 from hyperreg.method.spatial import integrate_velocity, resize_field, warp
 from hyperreg.method.unet import UNet
 
@@ -41,6 +43,7 @@ __all__ = [
     "HyperMorph",
     "RegistrationOutput",
     "checkpoint_config",
+    "checkpoint_objective",
     "load_checkpoint",
     "save_checkpoint",
 ]
@@ -97,6 +100,8 @@ class HyperMorph(nn.Module):
             zero_delta=self.unet.near_zero(),
         )
         self._weight_cache: tuple[tuple, dict[str, Tensor]] | None = None
+        # what the model was trained on (stored in checkpoints; refinement optimises the same)
+        self.objective = Objective(int_downsize=cfg.int_downsize if cfg.int_steps > 0 else 1)
 
     def generate_weights(self, lam: Tensor) -> dict[str, Tensor]:
         """U-Net weights for each row of ``lam`` (``(L, 1)``): ``{name: (L, *shape)}``."""
@@ -290,6 +295,7 @@ def save_checkpoint(
         "hyperreg_version": __version__,
         "model_config": to_dict(model.config),
         "state_dict": state,
+        "objective": model.objective.to_dict(),
         **extra,
     }
     atomic_write(path, lambda tmp: torch.save(payload, tmp))
@@ -310,6 +316,29 @@ def checkpoint_config(payload: dict[str, Any]) -> ModelConfig:
     if "spacing" not in values:
         values["spacing"] = float(payload.get("train_config", {}).get("spacing", 0.0) or 0.0)
     return from_dict(ModelConfig, values)
+
+
+def checkpoint_objective(payload: dict[str, Any], default: Objective) -> Objective:
+    """The :class:`~hyperreg.method.objective.Objective` a checkpoint payload was trained on.
+
+    Files written before the objective was stored give it from their training config
+    (``sim``, ``ncc_window``, ``mse_sigma``: a model trained with MSE is refined with MSE), else
+    ``default``.
+
+    Raises:
+        ValueError: If the stored objective has unknown keys or invalid values.
+    """
+    if "objective" in payload:
+        return Objective.from_dict(payload["objective"])
+    train = payload.get("train_config") or {}
+    if not train:
+        return default
+    return dataclasses.replace(
+        default,
+        similarity=train.get("sim", default.similarity),
+        ncc_window=int(train.get("ncc_window", default.ncc_window)),
+        mse_sigma=float(train.get("mse_sigma", default.mse_sigma)),
+    )
 
 
 def load_checkpoint(
@@ -350,6 +379,7 @@ def load_checkpoint(
         )
     model = HyperMorph(checkpoint_config(payload))
     model.load_state_dict(payload["state_dict"], strict=True)
+    model.objective = checkpoint_objective(payload, model.objective)
     model.to(map_location)
     model.eval()
     return model, payload

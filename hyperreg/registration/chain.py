@@ -11,35 +11,23 @@ and every output (moved image, moved label map, the composed field written by ``
 samples the **original** moving file on its own grid at ``q``, so there is one interpolation,
 not one per stage. The composed field in hyperreg's voxel format is
 ``w(x) = A_f^-1 q(x) - x`` (fixed voxels; with the identity affine ``w = u``); in ITK format it
-is ``q - A_f x`` in LPS mm. :func:`register_chain` runs the model on the aligned pair and
-returns the result of the whole chain. Must not import training, apps or cli.
+is ``q - A_f x`` in LPS mm. :mod:`hyperreg.registration.pipeline` runs the model on the aligned
+pair and samples its outputs through the chain. Must not import training, apps or cli.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 
 import numpy as np
 import torch
 
-from hyperreg.geometry.affine import AffineTransform, resample_affine
-from hyperreg.geometry.io import Volume, same_grid
-from hyperreg.geometry.resample import affine_3d, resample_to
-from hyperreg.method.metrics import dice_per_label, mean_dice
-from hyperreg.method.model import HyperMorph
+from hyperreg.geometry.affine import AffineTransform
+from hyperreg.geometry.io import Volume
+from hyperreg.geometry.resample import affine_3d
 from hyperreg.method.spatial import sample_at
-from hyperreg.registration.pairs import RegistrationResult, register_pair
 
-__all__ = [
-    "align",
-    "composed_displacement",
-    "finish_chain",
-    "is_identity",
-    "moving_points",
-    "register_chain",
-    "sample_volume",
-]
+__all__ = ["composed_displacement", "moving_points", "sample_volume"]
 
 logger = logging.getLogger(__name__)
 
@@ -162,110 +150,4 @@ def sample_volume(
         disk_shape=fixed.disk_shape,
         path=volume.path,
         codes=fixed.codes,
-    )
-
-
-def is_identity(transform: AffineTransform, moving: Volume, fixed: Volume) -> bool:
-    """Whether the chain's affine is the identity and ``moving`` already lies on the fixed grid
-    (then nothing needs composing: the plain field is the whole transform)."""
-    return bool(np.allclose(transform.matrix, np.eye(4), atol=1e-9)) and same_grid(moving, fixed)
-
-
-def align(
-    moving: Volume, fixed: Volume, transform: AffineTransform, *, label: bool = False
-) -> Volume:
-    """``moving`` on the fixed grid through ``transform`` (the model's input; one interpolation).
-
-    Returns ``moving`` itself when :func:`is_identity`.
-    """
-    if is_identity(transform, moving, fixed):
-        return moving
-    return resample_affine(moving, fixed, transform, label=label)
-
-
-def finish_chain(
-    result: RegistrationResult,
-    moving: Volume | None,
-    fixed: Volume,
-    transform: AffineTransform,
-    *,
-    moving_seg: Volume | None = None,
-    fixed_seg: Volume | None = None,
-    labels: Sequence[int] | None = None,
-    baselines: bool = True,
-) -> RegistrationResult:
-    """Replace the outputs of a registration of the aligned pair by those of the whole chain.
-
-    ``result.moved`` and ``result.moved_seg`` are sampled again from the **original** ``moving``
-    (None: ``result.moved`` is left as it is, for callers that score label maps only) and
-    ``moving_seg`` through ``transform`` and ``result.disp`` (:func:`sample_volume`); Dice
-    (over ``labels``, default those in both maps) and, with ``baselines``,
-    ``extra["dice_before"]`` (no registration) and ``extra["dice_affine"]`` (the affine alone)
-    are computed against ``fixed_seg`` (moved onto the fixed grid if needed). ``result.disp``
-    stays the deformable field alone. Modifies and returns ``result``.
-    """
-    if moving is not None:
-        result.moved = sample_volume(moving, transform, result.disp, fixed).data
-    if moving_seg is not None:
-        moved_seg = sample_volume(moving_seg, transform, result.disp, fixed, label=True)
-        result.moved_seg = moved_seg.data
-        if fixed_seg is not None:
-            if not same_grid(fixed_seg, fixed):
-                fixed_seg = resample_to(fixed_seg, fixed, label=True)
-            result.dice = dice_per_label(moved_seg.data, fixed_seg.data, labels)
-        if fixed_seg is not None and baselines:
-            labels = list(result.dice or {})
-            before = resample_to(moving_seg, fixed, label=True).data
-            affine_only = sample_volume(moving_seg, transform, None, fixed, label=True).data
-            result.extra["dice_before"] = mean_dice(before, fixed_seg.data, labels)
-            result.extra["dice_affine"] = mean_dice(affine_only, fixed_seg.data, labels)
-    if moving is not None:
-        result.resampled.append(
-            f"moving '{moving.path}' sampled once through the {transform.kind} stage and the "
-            "field onto the fixed grid"
-        )
-    return result
-
-
-def register_chain(
-    model: HyperMorph,
-    moving: Volume,
-    fixed: Volume,
-    lam: float,
-    transform: AffineTransform,
-    *,
-    moving_seg: Volume | None = None,
-    fixed_seg: Volume | None = None,
-    normalization: str = "minmax",
-) -> RegistrationResult:
-    """Deformable registration at λ of the affinely aligned pair, outputs through the chain.
-
-    The moving image is resampled once through ``transform`` onto the fixed grid for the model
-    only (:func:`align`); the moved image and the moved label map are then sampled from the
-    **original** ``moving`` and ``moving_seg`` at the chain's points (:func:`finish_chain`), one
-    interpolation each.
-
-    Args:
-        model: A trained :class:`~hyperreg.method.model.HyperMorph` of the pair's dimensionality.
-        moving: Moving image ``(I, J[, K])``, any grid in world space.
-        fixed: Fixed image.
-        lam: λ in [0, 1].
-        transform: The affine stage's result (fixed RAS -> moving RAS, mm).
-        moving_seg: Optional moving label map (int32), on any grid in the moving world space.
-        fixed_seg: Optional fixed label map (moved onto the fixed grid if needed).
-        normalization: Intensity normalisation of the model inputs.
-
-    Returns:
-        A :class:`RegistrationResult` whose ``disp`` is the **deformable** field alone (on the
-        fixed grid, relative to the aligned image; :func:`composed_displacement` of it and
-        ``transform`` is the whole chain); ``extra`` holds ``"dice_before"`` (no registration)
-        and ``"dice_affine"`` (the affine alone) when both label maps are given.
-
-    Raises:
-        ValueError: As :func:`~hyperreg.registration.pairs.register_pair`.
-    """
-    aligned = align(moving, fixed, transform)
-    result = register_pair(model, aligned, fixed, lam, normalization=normalization)
-    return finish_chain(
-        result, moving, fixed, transform, moving_seg=moving_seg, fixed_seg=fixed_seg
     )

@@ -22,7 +22,7 @@ import torch
 from hyperreg._checks import as_lambda_tensor
 from hyperreg.geometry.io import Volume
 from hyperreg.method.losses import gradient_loss, ncc_loss
-from hyperreg.method.metrics import labels_in_both, mean_dice
+from hyperreg.method.metrics import input_labels, registration_dice
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.pairs import (
     RegistrationResult,
@@ -37,10 +37,11 @@ logger = logging.getLogger(__name__)
 
 
 def labels_scored(moving_seg: Volume | None, fixed_seg: Volume | None) -> list[int] | None:
-    """Label ids scored in a sweep: non-zero ids present in both input label maps."""
+    """Label ids scored in a sweep: non-zero ids of either input label map (the one convention,
+    :func:`hyperreg.method.metrics.registration_dice`)."""
     if moving_seg is None or fixed_seg is None:
         return None
-    return labels_in_both(moving_seg.data, fixed_seg.data)
+    return input_labels(moving_seg.data, fixed_seg.data)
 
 
 @torch.no_grad()
@@ -63,9 +64,10 @@ def sweep_lambdas(
     The pair is repeated K times and run with a λ tensor of shape ``(K,)`` (per-sample generated
     weights, grouped convolutions), in passes of at most ``chunk`` values. Each result equals
     :func:`hyperreg.registration.pairs.register_pair` at that λ up to float rounding (grouped and
-    plain convolutions sum in a different order). Dice is scored on the non-zero labels present in
-    **both input** label maps, the same set for every λ (a label that vanishes scores 0 instead
-    of dropping out of the mean). With ``ncc``, ``extra["ncc"]`` holds the local NCC similarity
+    plain convolutions sum in a different order). Dice is scored on the non-zero labels of the
+    **input** label maps (:func:`~hyperreg.method.metrics.registration_dice`), the same set for
+    every λ (a label that vanishes scores 0 instead of dropping out of the mean). With ``ncc``,
+    ``extra["ncc"]`` holds the local NCC similarity
     (window 9, in [0, 1], float32) between the moved and the fixed image; ``extra["smoothness"]``
     holds the training's smoothness term of the field; with label maps,
     ``extra["dice_before"]`` holds the mean Dice without registration (same labels), as
@@ -126,7 +128,8 @@ def sweep_lambdas(
     labels = labels_scored(moving_seg, fixed_seg)
     before = None
     if labels is not None and moving_seg is not None and fixed_seg is not None:
-        before = mean_dice(moving_seg.data, fixed_seg.data, labels)
+        scores = registration_dice(moving_seg.data, fixed_seg.data, labels=labels)
+        before = sum(scores.values()) / len(scores) if scores else float("nan")
     moving_t, fixed_t, grid = network_inputs(model, moving, fixed, normalization, device, notes)
     step = chunk or (1 if device.type == "cpu" else count)
     results: list[RegistrationResult] = []

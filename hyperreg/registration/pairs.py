@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,14 +24,15 @@ import torch
 from hyperreg._checks import as_lambda_tensor
 from hyperreg.geometry.intensity import normalize_intensity
 from hyperreg.geometry.io import SAVE_SUFFIXES, Volume, check_same_grid, same_grid
-from hyperreg.geometry.resample import describe_grid, isotropic_grid, resample_to
+from hyperreg.geometry.resample import conformed_grid, describe_grid, isotropic_grid, resample_to
 from hyperreg.method.losses import gradient_loss
-from hyperreg.method.metrics import dice_per_label, field_summary, mean_dice
+from hyperreg.method.metrics import field_summary, registration_dice
 from hyperreg.method.model import HyperMorph, RegistrationOutput
 from hyperreg.method.spatial import identity_grid, sample_at, warp
 
 __all__ = [
     "OUTPUT_SUFFIXES",
+    "InputError",
     "NetworkGrid",
     "PathLike",
     "RegistrationResult",
@@ -38,6 +40,7 @@ __all__ = [
     "model_input",
     "network_grid",
     "network_inputs",
+    "onto_fixed_grid",
     "onto_grid",
     "prepare_pair",
     "register_pair",
@@ -48,6 +51,15 @@ logger = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike[str]
 OUTPUT_SUFFIXES = SAVE_SUFFIXES  # what io.save_volume and fields.save_displacement write
+
+
+class InputError(ValueError):
+    """A ValueError about one argument, named in :attr:`argument` (the caller's parameter name),
+    so a front end can say which of its own options fed it without parsing the message."""
+
+    def __init__(self, message: str, argument: str) -> None:
+        super().__init__(message)
+        self.argument = argument
 
 
 @dataclass
@@ -126,7 +138,7 @@ def model_input(volume: Volume, normalization: str, device: torch.device) -> tor
             f"'{volume.path}' has intensities in [{data.min():g}, {data.max():g}], outside the "
             "[0, 1] the model expects; use the default min-max normalisation instead of 'none'"
         )
-    return torch.from_numpy(data)[None, None].to(device)
+    return torch.from_numpy(np.ascontiguousarray(data))[None, None].to(device)
 
 
 @dataclass(frozen=True)
@@ -165,10 +177,12 @@ class NetworkGrid:
     def to_fixed(self, field: torch.Tensor) -> torch.Tensor:
         """A field on the network grid as a field on the fixed grid.
 
-        Both grids share the world position of voxel 0 and the axis directions, so fixed voxel
-        ``p`` lies at network voxel ``p / ratio``; the field is interpolated there (linear,
-        edge values beyond the last network voxel) and its vectors multiplied by ``ratio``
-        (a displacement of 1 network voxel is ``ratio`` fixed voxels).
+        Fixed voxel ``p`` lies at network voxel ``q = M p + t`` (``M``, ``t`` from
+        ``inv(grid.affine) @ fixed.affine``: a scaling when the grids share axes, a permutation
+        and flips as well for a model that works in its own storage orientation); the field
+        is interpolated there (linear, edge values beyond the last network voxel) and its
+        vectors mapped to fixed voxels by ``inv(M)`` (a displacement of 1 network voxel along
+        a network axis is that axis' step in fixed voxels).
 
         Args:
             field: ``(B, N, *S_net)`` displacement in network voxels, i/j/k order.
@@ -176,20 +190,34 @@ class NetworkGrid:
         Returns:
             ``(B, N, *S_fixed)`` displacement in fixed voxels, same dtype and device.
         """
-        ratio = torch.as_tensor(self.ratio, dtype=torch.float64, device=field.device)
-        view = (1, -1) + (1,) * len(self.fixed.spatial_shape)
+        ndim = len(self.fixed.spatial_shape)
+        voxel_map = np.linalg.inv(self.grid.affine) @ self.fixed.affine
+        linear = torch.as_tensor(voxel_map[:ndim, :ndim], dtype=torch.float64, device=field.device)
+        offset = torch.as_tensor(voxel_map[:ndim, 3], dtype=torch.float64, device=field.device)
+        view = (1, -1) + (1,) * ndim
         points = identity_grid(self.fixed.spatial_shape, device=field.device, dtype=torch.float64)
-        points = points / ratio.view(view)
+        points = torch.einsum("ij,bj...->bi...", linear, points) + offset.view(view)
         fine = sample_at(field.to(torch.float64), points, padding="border")
-        return (fine * ratio.view(view)).to(field.dtype)
+        fine = torch.einsum("ij,bj...->bi...", torch.linalg.inv(linear), fine)
+        return fine.to(field.dtype)
 
 
 def network_grid(model: HyperMorph, fixed: Volume) -> NetworkGrid | None:
-    """Where ``model`` registers a pair on ``fixed``'s grid: None for the fixed grid itself
-    (a model without a voxel size, or voxels already of that size), else a
-    :class:`NetworkGrid`."""
+    """Where ``model`` registers a pair on ``fixed``'s grid: None for the fixed grid itself,
+    else a :class:`NetworkGrid`.
+
+    A model with a storage orientation (:attr:`~hyperreg.config.ModelConfig.orientation`, 3D)
+    sees the pair on :func:`~hyperreg.geometry.resample.conformed_grid` of the fixed image (its
+    axes permuted and flipped to that orientation, voxels of the model's size), so the same
+    anatomy stored LIA or RAS is registered alike; otherwise a model with a voxel size sees
+    isotropic voxels of that size on the fixed image's axes
+    (:func:`~hyperreg.geometry.resample.isotropic_grid`)."""
     spacing = float(model.config.spacing)
-    grid = isotropic_grid(fixed, spacing) if spacing > 0 else None
+    orientation = model.config.orientation
+    if orientation and len(fixed.spatial_shape) == 3:
+        grid = conformed_grid(fixed, spacing, orientation)
+    else:
+        grid = isotropic_grid(fixed, spacing) if spacing > 0 else None
     return None if grid is None else NetworkGrid(fixed, grid)
 
 
@@ -252,20 +280,33 @@ def prepare_pair(
                     f"'{image.path}', got {describe_grid(seg)} vs {describe_grid(image)}; "
                     "resample it first (resample=True)"
                 )
-    notes: list[str] = []
-    moving, note = onto_grid(fn, moving, fixed, "moving", label=False, resample=resample)
-    notes += [note] if note else []
-    if moving_seg is not None:
-        moving_seg, note = onto_grid(
-            fn, moving_seg, fixed, "moving label map", label=True, resample=resample
-        )
-        notes += [note] if note else []
-    if fixed_seg is not None:
-        fixed_seg, note = onto_grid(
-            fn, fixed_seg, fixed, "fixed label map", label=True, resample=resample
-        )
-        notes += [note] if note else []
+    (moving, moving_seg, fixed_seg), notes = onto_fixed_grid(
+        fn, fixed, moving, moving_seg, fixed_seg, resample=resample
+    )
+    assert moving is not None  # given, so returned
     return moving, moving_seg, fixed_seg, notes
+
+
+def onto_fixed_grid(
+    fn: str,
+    fixed: Volume,
+    moving: Volume | None,
+    moving_seg: Volume | None,
+    fixed_seg: Volume | None,
+    *,
+    resample: bool,
+) -> tuple[tuple[Volume | None, Volume | None, Volume | None], list[str]]:
+    """The moving image, moving label map and fixed label map (each None or a Volume) on
+    ``fixed``'s grid (:func:`onto_grid`), and one note per volume that was resampled."""
+    roles = (("moving", False), ("moving label map", True), ("fixed label map", True))
+    out: list[Volume | None] = []
+    notes: list[str] = []
+    for volume, (role, label) in zip((moving, moving_seg, fixed_seg), roles):
+        if volume is not None:
+            volume, note = onto_grid(fn, volume, fixed, role, label=label, resample=resample)
+            notes += [note] if note else []
+        out.append(volume)
+    return (out[0], out[1], out[2]), notes
 
 
 def result_from_output(
@@ -306,7 +347,7 @@ def result_from_output(
     summary = field_summary(disp)
     dice = None
     if moved_seg is not None and fixed_seg is not None:
-        dice = dice_per_label(moved_seg, fixed_seg.data, labels)
+        dice = registration_dice(moved_seg, fixed_seg.data, moving_seg.data, labels)
     return RegistrationResult(
         moved=moved,
         disp=disp[0].cpu().numpy(),
@@ -376,7 +417,8 @@ def register_pair(
     scale = model.config.int_downsize if regularised.shape[2] < out.disp.shape[2] else 1
     result.extra["smoothness"] = scale * float(gradient_loss(regularised.float()))
     if result.dice is not None and moving_seg is not None and fixed_seg is not None:
-        result.extra["dice_before"] = mean_dice(moving_seg.data, fixed_seg.data, list(result.dice))
+        before = registration_dice(moving_seg.data, fixed_seg.data, labels=list(result.dice))
+        result.extra["dice_before"] = float(np.mean(list(before.values()))) if before else math.nan
     return result
 
 
@@ -385,31 +427,55 @@ def register_pair(
 def check_outputs(
     fn: str, inputs: Sequence[PathLike | None] = (), **outputs: PathLike | None
 ) -> None:
-    """Check output paths before any work: suffix, distinct, not an input, folder creatable."""
+    """Check output paths before any work: suffix, distinct, not an input, folder writable.
+
+    The nearest existing folder of each output is probed by creating (and removing) a temporary
+    file in it, so a folder that reports itself writable but is not (``/proc``, a read-only
+    mount) fails here, naming the argument, not after the registration. A folder that does not
+    exist yet is created when the output is written (the command line says so).
+
+    Raises:
+        InputError (a ValueError): naming the output argument in ``argument``.
+    """
     sources = {Path(p).resolve() for p in inputs if p is not None}
     seen: dict[Path, str] = {}
     for name, out in outputs.items():
         if out is None:
             continue
         if not str(out).endswith(OUTPUT_SUFFIXES):
-            raise ValueError(f"{fn}(): '{name}' must end in {OUTPUT_SUFFIXES}, got '{out}'")
+            raise InputError(f"{fn}(): '{name}' must end in {OUTPUT_SUFFIXES}, got '{out}'", name)
         path = Path(out).resolve()
         if path in seen:
-            raise ValueError(
+            raise InputError(
                 f"{fn}(): '{name}' and '{seen[path]}' are the same file '{out}'; give each "
-                "output its own path"
+                "output its own path",
+                name,
             )
         if path in sources:
-            raise ValueError(
-                f"{fn}(): '{name}' would overwrite the input '{out}'; choose another path"
+            raise InputError(
+                f"{fn}(): '{name}' would overwrite the input '{out}'; choose another path", name
             )
         if path.is_dir():
-            raise ValueError(f"{fn}(): '{name}' is a folder, not a file: '{out}'")
-        folder = path.parent
-        while not folder.exists():
-            folder = folder.parent
-        if not folder.is_dir():
-            raise ValueError(f"{fn}(): cannot write '{out}': '{folder}' is a file, not a folder")
-        if not os.access(folder, os.W_OK):
-            raise ValueError(f"{fn}(): cannot write '{out}': folder '{folder}' is not writable")
+            raise InputError(f"{fn}(): '{name}' is a folder, not a file: '{out}'", name)
+        _check_folder(fn, name, out, path.parent)
         seen[path] = name
+
+
+def _check_folder(fn: str, name: str, out: PathLike, parent: Path) -> None:
+    """The nearest existing folder of ``parent`` takes a new file (probed), else InputError."""
+    folder = parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        raise InputError(
+            f"{fn}(): cannot write '{out}': '{folder}' is a file, not a folder", name
+        )
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".hyperreg-probe-"):
+            pass
+    except OSError as err:
+        raise InputError(
+            f"{fn}(): cannot write '{out}': folder '{folder}' does not take new files "
+            f"({err.strerror or err})",
+            name,
+        ) from err

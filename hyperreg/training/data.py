@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -27,8 +28,12 @@ __all__ = [
     "MixtureSampler",
     "PairSampler",
     "Scan",
+    "TrainBatch",
     "ValidationPair",
+    "batch_of",
     "find_scans",
+    "foreground_centre",
+    "label_indices",
     "random_window",
     "split_people",
     "split_subjects",
@@ -77,6 +82,14 @@ class PairSampler:
             central crop, no interpolation). ``()``: scans must share one shape.
         spacing: Resample every scan to isotropic ``spacing`` mm voxels first (see
             :func:`~hyperreg.training.sources.load_scan`); 0 keeps their voxels.
+        labels: Load the scans' label maps too (:meth:`sample_batch` returns them as index
+            maps for the anatomy-aware label term).
+        orientation: Resample every 3D scan to this storage orientation (e.g. ``"RAS"``) first,
+            so people stored LIA, PSR or RAS reach the network alike; ``""`` keeps their axes.
+        centre: With ``shape``, centre each scan's foreground (:func:`foreground_centre`)
+            rather than its array in the training grid: for sources whose people each lie in
+            their own position (IXI, FreeSurfer native space).
+        max_labels: Most labels per pair in :meth:`sample_batch` (see :func:`label_indices`).
 
     Raises:
         ValueError: If scans differ in shape (without ``shape``), a 2D model is asked for 3D
@@ -96,15 +109,23 @@ class PairSampler:
         *,
         shape: tuple[int, ...] = (),
         spacing: float = 0.0,
+        labels: bool = False,
+        orientation: str = "",
+        centre: bool = False,
+        max_labels: int = 24,
     ) -> None:
         self.ndim = ndim
+        self.max_labels = max_labels
         self.slice_axis = slice_axis
         self.heldout_slices: np.ndarray | None = None
         self.slices: np.ndarray | None = None
-        options = {"normalization": normalization, "spacing": spacing, "with_seg": False}
+        options = {"normalization": normalization, "spacing": spacing, "with_seg": labels,
+                   "orientation": orientation}
         # C order at load: scans come in NIfTI's Fortran order, and batching such a volume cost
         # a transposing copy per image in every step (30 ms at 160 × 192 × 224; now 7 ms)
-        volumes = [np.ascontiguousarray(load_scan(scan, **options)[0]) for scan in scans]
+        loaded = [load_scan(scan, **options) for scan in scans]
+        volumes = [np.ascontiguousarray(image) for image, _ in loaded]
+        segs = [None if seg is None else np.ascontiguousarray(seg) for _, seg in loaded]
         self.atlas = (
             np.ascontiguousarray(load_scan(Scan(Path(atlas)), **options)[0]) if atlas else None
         )
@@ -145,12 +166,21 @@ class PairSampler:
                 held = self.slices[holdout_every // 2 :: holdout_every]
                 self.heldout_slices = held
                 self.slices = np.setdiff1d(self.slices, held)
+        if data_ndim > ndim:
+            segs = [None if g is None else np.ascontiguousarray(np.moveaxis(g, slice_axis, 0))
+                    for g in segs]
         if shape:
             first = 0 if self.slices is None else 1
-            volumes = [fit_to_shape(v, shape, first) for v in volumes]
+            centres = [foreground_centre(v, g, first, shape) if centre else None
+                       for v, g in zip(volumes, segs)]
+            volumes = [fit_to_shape(v, shape, first, c) for v, c in zip(volumes, centres)]
+            segs = [None if g is None else fit_to_shape(g, shape, first, c)
+                    for g, c in zip(segs, centres)]
             if self.atlas is not None:
                 self.atlas = fit_to_shape(self.atlas, shape, first)
         self.volumes = volumes
+        self.segs = segs
+        self.label_ids = [None if g is None else np.unique(g[g > 0]) for g in segs]
         if self.atlas is None and len(volumes) < 2 and self.slices is None:
             raise ValueError("PairSampler(): need at least two scans (or an atlas) to make pairs")
         self.crop = tuple(int(c) for c in crop)
@@ -188,30 +218,58 @@ class PairSampler:
         Returns:
             ``(moving, fixed)``, each ``(B, 1, *S)`` float32 on the CPU, intensities in [0, 1].
         """
-        moving, fixed = [], []
+        batch = self.sample_batch(batch_size, generator)
+        return batch.moving, batch.fixed
+
+    def _pick(self, generator: torch.Generator) -> tuple[int | None, int, int, int]:
+        """``(moving scan or None for the atlas side, fixed scan, moving slice, fixed slice)``;
+        the moving side is always a scan, ``fixed`` is -1 for the atlas."""
         count = len(self.volumes)
+        index = 0
+        if self.slices is not None:
+            index = int(self.slices[torch.randint(len(self.slices), (1,), generator=generator)])
+        a = int(torch.randint(count, (1,), generator=generator))
+        if self.atlas is not None:
+            return a, -1, index, index
+        if count >= 2:
+            b = int(torch.randint(count - 1, (1,), generator=generator))
+            return a, (b + 1 if b >= a else b), index, index
+        other = int(self.slices[torch.randint(len(self.slices), (1,), generator=generator)])
+        return 0, 0, other, index
+
+    def sample_batch(self, batch_size: int, generator: torch.Generator) -> TrainBatch:
+        """Draw ``batch_size`` pairs with their label maps (see :class:`TrainBatch`).
+
+        A pair whose two scans both have label maps gets index maps over the labels of the two
+        (at most ``max_labels``, drawn at random when there are more); otherwise its index maps
+        are 0 (no label term). The image term applies to every real pair.
+        """
+        moving, fixed, moving_seg, fixed_seg = [], [], [], []
         for _ in range(batch_size):
-            index = 0
-            if self.slices is not None:
-                index = int(self.slices[torch.randint(len(self.slices), (1,), generator=generator)])
-            a = int(torch.randint(count, (1,), generator=generator))
-            if self.atlas is not None:
-                moving.append(self._cut(self.volumes[a], index))
-                fixed.append(self._cut(self.atlas, index))
-            elif count >= 2:
-                b = int(torch.randint(count - 1, (1,), generator=generator))
-                b = b + 1 if b >= a else b
-                moving.append(self._cut(self.volumes[a], index))
-                fixed.append(self._cut(self.volumes[b], index))
+            a, b, index_a, index_b = self._pick(generator)
+            moving.append(self._cut(self.volumes[a], index_a))
+            fixed.append(self._cut(self.atlas if b < 0 else self.volumes[b], index_b))
+            seg_a = self.segs[a] if self.segs else None
+            seg_b = None if b < 0 or not self.segs else self.segs[b]
+            if seg_a is not None and seg_b is not None:
+                ids = np.union1d(self.label_ids[a], self.label_ids[b])
+                pair = label_indices(
+                    [self._cut(seg_a, index_a), self._cut(seg_b, index_b)], ids,
+                    self.max_labels, generator,
+                )
             else:
-                other = int(self.slices[torch.randint(len(self.slices), (1,), generator=generator)])
-                moving.append(self._cut(self.volumes[0], other))
-                fixed.append(self._cut(self.volumes[0], index))
+                pair = [np.zeros(moving[-1].shape, np.int16)] * 2
+            moving_seg.append(pair[0])
+            fixed_seg.append(pair[1])
             if self.crop:
                 # one random window per pair, the same for moving and fixed
                 window = random_window(self.spatial_shape, self.crop, generator)
-                moving[-1], fixed[-1] = moving[-1][window], fixed[-1][window]
-        return _batch(moving), _batch(fixed)
+                for items in (moving, fixed, moving_seg, fixed_seg):
+                    items[-1] = items[-1][window]
+        image_pairs = torch.ones(batch_size, dtype=torch.bool)
+        return TrainBatch(
+            _batch(moving), _batch(fixed), _labels(moving_seg), _labels(fixed_seg), image_pairs
+        )
 
 
 def random_window(
@@ -229,6 +287,87 @@ def random_window(
 def _batch(arrays: list[np.ndarray]) -> Tensor:
     """Stack 2D/3D arrays into a ``(B, 1, *S)`` float tensor."""
     return torch.from_numpy(np.ascontiguousarray(np.stack(arrays)[:, None]))
+
+
+def _labels(arrays: list[np.ndarray]) -> Tensor:
+    """Stack index maps into a ``(B, 1, *S)`` int16 tensor."""
+    return torch.from_numpy(np.ascontiguousarray(np.stack(arrays)[:, None].astype(np.int16)))
+
+
+class TrainBatch(NamedTuple):
+    """One training batch.
+
+    Attributes:
+        moving: ``(B, 1, *S)`` float32 images in [0, 1].
+        fixed: ``(B, 1, *S)`` float32 images in [0, 1].
+        moving_labels: ``(B, 1, *S)`` int16 index maps: 0 background (or a label left out),
+            ``1..K`` the labels chosen for the pair, the same ids on both sides; all 0 for a
+            pair without label maps. Only maps of one pair (one label convention) share an
+            index meaning.
+        fixed_labels: Same for the fixed side.
+        image_pairs: ``(B,)`` bool: whether the image similarity term applies (False for a
+            synthetic pair whose two images have independent random contrasts).
+    """
+
+    moving: Tensor
+    fixed: Tensor
+    moving_labels: Tensor
+    fixed_labels: Tensor
+    image_pairs: Tensor
+
+
+def label_indices(
+    maps: list[np.ndarray], ids: np.ndarray, max_labels: int, generator: torch.Generator
+) -> list[np.ndarray]:
+    """Label maps of one pair as index maps over (at most ``max_labels`` of) ``ids``.
+
+    Args:
+        maps: Integer label maps of one label convention (the two sides of a pair).
+        ids: The foreground label ids to consider (sorted, > 0).
+        max_labels: Most labels kept; with more ids, a random subset (from ``generator``) is
+            kept, so every label is trained on over many steps at a bounded cost per step.
+        generator: Random source.
+
+    Returns:
+        One int16 array per map: ``k`` where the map holds the ``k``-th kept id, else 0.
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    if ids.size > max_labels:
+        keep = torch.randperm(ids.size, generator=generator)[:max_labels].numpy()
+        ids = np.sort(ids[keep])
+    top = int(max(int(m.max()) for m in maps)) if maps else 0
+    table = np.zeros(max(top, int(ids.max()) if ids.size else 0) + 1, np.int16)
+    table[ids] = np.arange(1, ids.size + 1, dtype=np.int16)
+    return [table[np.clip(m, 0, None)] for m in maps]
+
+
+def foreground_centre(
+    image: np.ndarray,
+    seg: np.ndarray | None,
+    first_axis: int = 0,
+    shape: tuple[int, ...] | None = None,
+    margin: int = 8,
+) -> tuple[float, ...]:
+    """Where to centre a scan in the training grid (voxel coordinates, axes ``first_axis`` on).
+
+    The centre of mass of the foreground: the label map's non-zero voxels when there is one,
+    else the image above 10 % of its maximum (a crude affine start; ANTs starts from the centres
+    of mass too), used to put each person, scanned in their own position, in the middle of the
+    training grid. With ``shape`` (a 3D grid in RAS order, so the last axis is superior), the
+    last axis is instead placed so the top of the foreground lies ``margin`` voxels below the
+    top of the grid: heads with and without a neck, brains and label maps of the whole head
+    then all keep the top of the brain and lose the neck, not the vertex.
+    """
+    mask = seg > 0 if seg is not None else image > 0.1 * float(image.max())
+    if first_axis:
+        mask = mask.any(axis=tuple(range(first_axis)))
+    if not mask.any():
+        return tuple((n - 1) / 2 for n in mask.shape)
+    centre = [float(np.mean(axis)) for axis in np.nonzero(mask)]
+    if shape is not None:
+        top = int(np.flatnonzero(mask.any(axis=tuple(range(mask.ndim - 1))))[-1])
+        centre[-1] = top + margin - (shape[-1] - 1) / 2
+    return tuple(centre)
 
 
 class MixtureSampler:
@@ -265,17 +404,35 @@ class MixtureSampler:
 
     def sample(self, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         """Draw ``batch_size`` pairs; see :meth:`PairSampler.sample` for the layout."""
+        batch = self.sample_batch(batch_size, generator)
+        return batch.moving, batch.fixed
+
+    def sample_batch(self, batch_size: int, generator: torch.Generator) -> TrainBatch:
+        """Draw ``batch_size`` pairs with labels (:class:`TrainBatch`); a sampler without
+        ``sample_batch`` gives pairs without label maps on which the image term applies."""
         choice = torch.multinomial(self.weights, batch_size, replacement=True, generator=generator)
-        moving: list[Tensor | None] = [None] * batch_size
-        fixed: list[Tensor | None] = [None] * batch_size
+        rows_out: list[list[Tensor | None]] = [[None] * batch_size for _ in range(5)]
         for index, sampler in enumerate(self.samplers):
             rows = torch.nonzero(choice == index).flatten().tolist()
             if not rows:
                 continue
-            part_moving, part_fixed = sampler.sample(len(rows), generator)
+            part = batch_of(sampler, len(rows), generator)
             for offset, row in enumerate(rows):
-                moving[row], fixed[row] = part_moving[offset], part_fixed[offset]
-        return torch.stack(moving), torch.stack(fixed)  # type: ignore[arg-type]
+                for field, values in zip(part, rows_out):
+                    values[row] = field[offset]
+        return TrainBatch(*(torch.stack(values) for values in rows_out))  # type: ignore[arg-type]
+
+
+def batch_of(source: object, batch_size: int, generator: torch.Generator) -> TrainBatch:
+    """A :class:`TrainBatch` from any pair source: its ``sample_batch`` when it has one, else
+    its ``sample`` (images only: index maps 0, image term on)."""
+    sample_batch = getattr(source, "sample_batch", None)
+    if callable(sample_batch):
+        return sample_batch(batch_size, generator)
+    moving, fixed = source.sample(batch_size, generator)  # type: ignore[attr-defined]
+    empty = torch.zeros(moving.shape, dtype=torch.int16)
+    image_pairs = torch.ones(len(moving), dtype=torch.bool)
+    return TrainBatch(moving, fixed, empty, empty.clone(), image_pairs)
 
 
 class LambdaSampler:
@@ -423,6 +580,8 @@ def validation_pairs(
     max_pairs: int = 16,
     normalization: str = "minmax",
     spacing: float = 0.0,
+    orientation: str = "",
+    shape: tuple[int, ...] = (),
 ) -> list[ValidationPair]:
     """Load held-out ``(moving, fixed)`` scan pairs for validation during training.
 
@@ -444,6 +603,10 @@ def validation_pairs(
         max_pairs: Most pairs returned (>= 1).
         normalization: See :func:`normalize_intensity`.
         spacing: Voxel size in mm to resample to; 0 keeps the scans' voxels.
+        orientation: Storage orientation to resample 3D scans to, as in :class:`PairSampler`
+            (``""`` keeps their axes).
+        shape: With ``orientation``: every scan's foreground is centred in a grid of this
+            shape (:func:`foreground_centre`), as :class:`PairSampler` does with ``centre``.
 
     Returns:
         The pairs, named ``"<moving>-><fixed>"`` (plus ``"@<slice>"`` in 2D from 3D).
@@ -457,7 +620,14 @@ def validation_pairs(
 
     def load(scan: Scan) -> tuple[np.ndarray, np.ndarray | None]:
         if scan not in cache:
-            cache[scan] = load_scan(scan, normalization=normalization, spacing=spacing)
+            image, seg = load_scan(
+                scan, normalization=normalization, spacing=spacing, orientation=orientation
+            )
+            if orientation and shape and image.ndim == len(shape):
+                centre = foreground_centre(image, seg, 0, shape)
+                image = fit_to_shape(image, shape, 0, centre)
+                seg = None if seg is None else fit_to_shape(seg, shape, 0, centre)
+            cache[scan] = image, seg
         return cache[scan]
 
     pairs = [pairs[i] for i in _even(len(pairs), max_pairs)]

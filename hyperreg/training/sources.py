@@ -29,8 +29,13 @@ import nibabel as nib
 import numpy as np
 
 from hyperreg.geometry.intensity import normalize_intensity
-from hyperreg.geometry.io import Volume, load_volume, same_grid, spatial_shape_of
-from hyperreg.geometry.resample import describe_grid, isotropic_grid, resample_to
+from hyperreg.geometry.io import Volume, has_header, load_volume, same_grid, spatial_shape_of
+from hyperreg.geometry.resample import (
+    conformed_grid,
+    describe_grid,
+    isotropic_grid,
+    resample_to,
+)
 
 __all__ = [
     "LABEL_WORDS",
@@ -228,6 +233,7 @@ def load_scan(
     normalization: str = "minmax",
     spacing: float = 0.0,
     with_seg: bool = True,
+    orientation: str = "",
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Read one scan for training or validation.
 
@@ -240,13 +246,17 @@ def load_scan(
     onto the image grid through both affines with nearest neighbour, as ANTs and
     ``hyperreg register`` do, with a warning: the header is taken at its word. With
     ``spacing > 0`` both are then resampled to isotropic ``spacing`` mm voxels (linear / nearest
-    neighbour) on the same origin and axes; array axis order and orientation are kept.
+    neighbour) on the same origin and axes; array axis order and orientation are kept. With
+    ``orientation`` (3D only, e.g. ``"RAS"``) the axes are instead permuted and flipped to that
+    orientation (:func:`~hyperreg.geometry.resample.conformed_grid`), so scans stored LIA, PSR
+    or RAS all reach the network in one orientation.
 
     Args:
         scan: The scan.
         normalization: See :func:`~hyperreg.geometry.intensity.normalize_intensity`.
         spacing: Target voxel size in mm; 0 keeps the scan's own voxels.
         with_seg: Read the label map (when the scan has one).
+        orientation: Axis codes of the training grid (3D), or ``""`` to keep the scan's axes.
 
     Returns:
         ``(image, seg)``: float32 ``(I, J[, K])`` in [0, 1] with ``"minmax"``, and int32 of the
@@ -260,8 +270,13 @@ def load_scan(
     Warns:
         UserWarning: If the label map was resampled onto its image's grid.
     """
-    image = load_volume(scan.image)
-    seg = load_volume(scan.seg, label=True) if with_seg and scan.seg is not None else None
+    # a headerless .npz training scan (voxelmorph's format) is taken at 1 mm, identity axes;
+    # its label map shares its grid
+    image = load_volume(scan.image, assume_identity=True)
+    seg = None
+    if with_seg and scan.seg is not None:
+        geometry = None if has_header(scan.seg) else image
+        seg = load_volume(scan.seg, label=True, geometry_from=geometry)
     if seg is not None and not same_grid(seg, image):
         if seg.ndim != image.ndim:
             raise ValueError(
@@ -275,14 +290,17 @@ def load_scan(
             stacklevel=2,
         )
         seg = resample_to(seg, image, label=True)
-    if spacing > 0:
+    grid = None
+    if orientation and image.ndim == 3:
+        grid = conformed_grid(image, spacing, orientation)
+    elif spacing > 0:
         grid = isotropic_grid(image, spacing)
-        if grid is not None:
-            logger.info(
-                "resampling '%s' to %g mm voxels, shape %s", scan.image, spacing, grid.spatial_shape
-            )
-            image = resample_to(image, grid)
-            seg = resample_to(seg, grid, label=True) if seg is not None else None
+    if grid is not None:
+        logger.info(
+            "resampling '%s' to %g mm voxels, shape %s", scan.image, spacing, grid.spatial_shape
+        )
+        image = resample_to(image, grid)
+        seg = resample_to(seg, grid, label=True) if seg is not None else None
     data = normalize_intensity(image.data, normalization)
     return data, None if seg is None else seg.data
 
@@ -305,7 +323,7 @@ def scan_shape(scan: Scan, spacing: float = 0.0) -> tuple[int, ...]:
     if not path.is_file():
         raise FileNotFoundError(f"scan_shape(): no such file: '{path}'")
     if path.name.lower().endswith(".npz"):
-        return load_volume(path).spatial_shape
+        return load_volume(path, assume_identity=True).spatial_shape
     try:
         header = nib.load(path)
         disk = tuple(int(n) for n in header.shape)
@@ -359,8 +377,10 @@ def training_shape(
 
 
 def label_map_scans(source: str | Path, ndim: int) -> list[Scan]:
-    """Scans whose label maps feed synthesis: a label-map file itself (its own image), or the
-    scans of a source (:func:`find_scans`) that have a label map.
+    """Scans whose label maps feed synthesis: a label-map file itself (its own image), every
+    file of a folder holding only label maps (names with one of :data:`LABEL_WORDS`, as
+    SynthSeg's ``training_seg_01.nii.gz``), or the scans of a source (:func:`find_scans`) that
+    have a label map.
 
     Raises:
         FileNotFoundError: If ``source`` does not exist.
@@ -369,12 +389,23 @@ def label_map_scans(source: str | Path, ndim: int) -> list[Scan]:
     path = Path(source)
     if path.is_file() and path.name.lower().endswith(SCAN_SUFFIXES):
         return [Scan(path, path)]
+    if path.is_dir():
+        files = _scan_files(path)
+        if files and all(_is_label(f) for f in files):  # a folder of label maps only
+            return [Scan(f, f) for f in files]
     return [scan for scan in find_scans(path, ndim) if scan.seg is not None]
 
 
-def fit_to_shape(array: np.ndarray, shape: tuple[int, ...], first_axis: int = 0) -> np.ndarray:
+def fit_to_shape(
+    array: np.ndarray,
+    shape: tuple[int, ...],
+    first_axis: int = 0,
+    centre: tuple[float, ...] | None = None,
+) -> np.ndarray:
     """Centre ``array`` in a grid of ``shape``: zero padding where it is smaller, central crop
-    where it is larger, along axes ``first_axis`` onward (earlier axes are left alone).
+    where it is larger, along axes ``first_axis`` onward (earlier axes are left alone). With
+    ``centre`` (voxel coordinates along those axes), that point lands in the middle of the grid
+    instead (zero padding wherever the window leaves the array).
 
     Padding and cropping are split evenly, the odd voxel going after the array. Values are
     never interpolated, so label ids and intensities stay exact.
@@ -396,6 +427,14 @@ def fit_to_shape(array: np.ndarray, shape: tuple[int, ...], first_axis: int = 0)
         )
     out = np.zeros(array.shape[:first_axis] + tuple(shape), dtype=array.dtype)
     source, target = [slice(None)] * first_axis, [slice(None)] * first_axis
+    if centre is not None:
+        for size, want, middle in zip(array.shape[first_axis:], shape, centre):
+            start = round(middle - (want - 1) / 2)  # array index of the grid's voxel 0
+            low, high = max(start, 0), min(start + want, size)
+            source.append(slice(low, max(low, high)))
+            target.append(slice(low - start, low - start + max(0, high - low)))
+        out[tuple(target)] = array[tuple(source)]
+        return out
     for size, want in zip(array.shape[first_axis:], shape):
         if size >= want:
             start = (size - want) // 2

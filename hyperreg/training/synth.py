@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from hyperreg.method.spatial import identity_grid, integrate_velocity, warp
-from hyperreg.training.data import random_window
+from hyperreg.training.data import TrainBatch, foreground_centre, label_indices, random_window
 from hyperreg.training.sources import Scan, fit_to_shape, load_scan
 
 __all__ = ["SynthPair", "SynthPairSampler", "label_maps_from_scans"]
@@ -73,6 +73,8 @@ def label_maps_from_scans(
     slice_axis: int = 2,
     slice_step: int = 4,
     spacing: float = 0.0,
+    orientation: str = "",
+    centre: bool = False,
 ) -> list[np.ndarray]:
     """Label maps of ``scans`` for :class:`SynthPairSampler`, centred in the training grid.
 
@@ -89,6 +91,10 @@ def label_maps_from_scans(
         slice_step: Keep every ``slice_step``-th labelled slice (>= 1).
         spacing: Voxel size to resample to, as in
             :func:`~hyperreg.training.sources.load_scan`; 0 keeps the voxels.
+        orientation: Storage orientation to resample 3D maps to, as in
+            :func:`~hyperreg.training.sources.load_scan`.
+        centre: Centre each map's labelled voxels in the grid (see
+            :func:`~hyperreg.training.data.foreground_centre`).
 
     Returns:
         int32 label maps, each of shape ``shape`` (or its own shape).
@@ -100,7 +106,7 @@ def label_maps_from_scans(
     for scan in scans:
         if scan.seg is None:
             continue
-        seg = load_scan(scan, spacing=spacing)[1]
+        seg = load_scan(scan, spacing=spacing, orientation=orientation)[1]
         assert seg is not None  # scan.seg is set
         if seg.ndim < ndim:
             raise ValueError(
@@ -114,7 +120,11 @@ def label_maps_from_scans(
             slices = [stack[index] for index in keep]
         else:
             slices = [seg]
-        maps += [fit_to_shape(s, shape) if shape else np.ascontiguousarray(s) for s in slices]
+        maps += [
+            fit_to_shape(s, shape, 0, foreground_centre(s, s, 0, shape) if centre else None)
+            if shape else np.ascontiguousarray(s)
+            for s in slices
+        ]
     return maps
 
 
@@ -143,6 +153,7 @@ class SynthPairSampler:
         bias: Largest bias-field coefficient (MONAI ``RandBiasField``, degree 3).
         gamma: Range of the gamma exponent.
         noise: Largest noise standard deviation (intensities in [0, 1]).
+        max_labels: Most labels per pair in :meth:`sample_batch`.
 
     Raises:
         ValueError: If ``label_maps`` is empty, of mixed shapes, not ``ndim``-D, not integer,
@@ -171,7 +182,9 @@ class SynthPairSampler:
         bias: float = 0.3,
         gamma: tuple[float, float] = (0.5, 2.0),
         noise: float = 0.05,
+        max_labels: int = 24,
     ) -> None:
+        self.max_labels = max_labels
         if not label_maps:
             raise ValueError("SynthPairSampler(): 'label_maps' must not be empty")
         shapes = {m.shape for m in label_maps}
@@ -303,3 +316,27 @@ class SynthPairSampler:
         """
         pairs = [self.pair(generator) for _ in range(batch_size)]
         return torch.stack([p.moving for p in pairs]), torch.stack([p.fixed for p in pairs])
+
+    def sample_batch(self, batch_size: int, generator: torch.Generator) -> TrainBatch:
+        """Draw ``batch_size`` synthetic pairs with their label maps as index maps (at most
+        ``max_labels`` labels per pair, :func:`~hyperreg.training.data.label_indices`). The
+        image term is off for every pair (``image_pairs`` False): its two images have
+        independent random contrasts, so only the labels say what corresponds, as in
+        SynthMorph."""
+        moving, fixed, moving_seg, fixed_seg = [], [], [], []
+        for _ in range(batch_size):
+            pair = self.pair(generator)
+            maps = [pair.moving_seg[0].numpy(), pair.fixed_seg[0].numpy()]
+            ids = np.union1d(np.unique(maps[0]), np.unique(maps[1]))
+            indexed = label_indices(maps, ids[ids > 0], self.max_labels, generator)
+            moving.append(pair.moving)
+            fixed.append(pair.fixed)
+            moving_seg.append(torch.from_numpy(indexed[0])[None])
+            fixed_seg.append(torch.from_numpy(indexed[1])[None])
+        return TrainBatch(
+            torch.stack(moving),
+            torch.stack(fixed),
+            torch.stack(moving_seg),
+            torch.stack(fixed_seg),
+            torch.zeros(batch_size, dtype=torch.bool),
+        )

@@ -25,6 +25,7 @@ References:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -55,6 +56,7 @@ from hyperreg.training.data import (
     MixtureSampler,
     PairSampler,
     ValidationPair,
+    batch_of,
     split_people,
     validation_pairs,
 )
@@ -66,8 +68,8 @@ from hyperreg.training.sources import (
     training_shape,
 )
 from hyperreg.training.synth import SynthPairSampler, label_maps_from_scans
-from hyperreg.method.losses import gradient_loss, mse_loss, ncc_loss
-from hyperreg.method.model import HyperMorph, RegistrationOutput, save_checkpoint
+from hyperreg.method.objective import LABEL_LOSSES, Objective
+from hyperreg.method.model import HyperMorph, RegistrationOutput, load_checkpoint, save_checkpoint
 from hyperreg.training.steplog import (
     LOG_COLUMNS,
     StepStats,
@@ -77,7 +79,14 @@ from hyperreg.training.steplog import (
 )
 from hyperreg.training.validation import evaluate, validation_columns
 
-__all__ = ["SIMILARITIES", "PairSource", "hypermorph_loss", "prepare_data", "train"]
+__all__ = [
+    "SIMILARITIES",
+    "PairSource",
+    "hypermorph_loss",
+    "prepare_data",
+    "train",
+    "training_objective",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -90,46 +99,57 @@ class PairSource(Protocol):
     def sample(self, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]: ...
 
 
+def training_objective(config: TrainConfig) -> Objective:
+    """The :class:`~hyperreg.method.objective.Objective` a run trains on: its similarity
+    (``sim``, ``ncc_window``, ``mse_sigma``), label term (``label_loss``, ``label_weight``) and
+    the regulariser scale of its model (``int_downsize`` for a half-resolution velocity). The
+    trained model carries it (``model.objective``) into its checkpoint."""
+    model = config.model
+    return Objective(
+        similarity=config.sim,
+        ncc_window=config.ncc_window,
+        mse_sigma=config.mse_sigma,
+        label_loss=config.label_loss,
+        label_weight=config.label_weight,
+        int_downsize=model.int_downsize if model.int_steps > 0 else 1,
+        label_downsize=config.label_downsize,
+    )
+
+
 def hypermorph_loss(
     out: RegistrationOutput, fixed: Tensor, lam: Tensor, config: TrainConfig
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Batch loss with each sample weighted by its own λ.
+    """Batch loss of image pairs with each sample weighted by its own λ.
+
+    A shorthand for :func:`training_objective` on pairs without label maps (the objective
+    itself is in :mod:`hyperreg.method.objective`, written once).
 
     Args:
         out: Model output for the batch.
         fixed: ``(B, C, *S)`` fixed images.
         lam: ``(B,)`` λ per sample.
-        config: Supplies ``sim``, ``ncc_window`` and ``mse_sigma``.
+        config: Supplies the objective's settings.
 
     Returns:
         ``(loss, similarity, smoothness)``: the scalar to minimise, ``mean_i((1 − λ_i)·sim_i +
-        λ_i·smooth_i)``, and the two per-sample terms ``(B,)`` for logging.
-
-    Regulariser scale (so λ is comparable with published HyperMorph λ): ``smooth`` is
-    :func:`~hyperreg.method.losses.gradient_loss` of the velocity (of the displacement without
-    integration), multiplied by ``int_downsize`` when the velocity lives at ``1/int_downsize``
-    resolution, as VoxelMorph's ``Grad('l2', loss_mult=int_downsize)`` does.
-
-    References:
-        Balakrishnan et al. VoxelMorph. IEEE TMI 2019 (``scripts/torch/train.py``: the
-        ``loss_mult=args.int_downsize`` of the gradient loss). Hoopes et al. HyperMorph. MELBA 2022.
+        λ_i·k·smooth_i)``, and the two per-sample terms ``(B,)`` for logging.
     """
-    if config.sim == "ncc":
-        sim = ncc_loss(out.moved, fixed, window=config.ncc_window, reduction="none")
-    else:
-        sim = mse_loss(out.moved, fixed, sigma=config.mse_sigma, reduction="none")
     field = out.velocity if out.velocity is not None else out.disp
-    smooth = gradient_loss(field, reduction="none")
-    downsize = field.shape[2] < fixed.shape[2]  # a velocity at 1/int_downsize resolution
-    if downsize and config.model.int_downsize > 1:
-        smooth = smooth * config.model.int_downsize
-    loss = ((1 - lam) * sim + lam * smooth).mean()
-    return loss, sim, smooth
+    terms = training_objective(config)(out.moved, fixed, field, lam)
+    return terms.loss, terms.similarity, terms.smoothness
 
 
 def _validate(config: TrainConfig) -> None:
     if config.sim not in SIMILARITIES:
         raise ValueError(f"train(): 'sim' must be one of {SIMILARITIES}, got {config.sim!r}")
+    if config.label_loss not in LABEL_LOSSES:
+        raise ValueError(
+            f"train(): 'label_loss' must be one of {LABEL_LOSSES}, got {config.label_loss!r}"
+        )
+    if config.conform and not config.shape:
+        raise ValueError("train(): 'conform' needs a training grid 'shape' (e.g. 96 112 96)")
+    if config.max_labels < 1:
+        raise ValueError(f"train(): 'max_labels' must be >= 1, got {config.max_labels}")
     for name in ("steps", "batch_size", "checkpoint_every", "holdout_every", "val_max_pairs"):
         if getattr(config, name) < 1:
             raise ValueError(f"train(): '{name}' must be >= 1, got {getattr(config, name)}")
@@ -228,8 +248,11 @@ def prepare_data(
         record["shape"] = list(shape)
     has_val = any(val_groups)
     holdout = 0 if has_val or config.val_every == 0 or len(groups) > 1 else config.holdout_every
+    labelled = config.label_loss != "none" and config.label_weight > 0
+    orientation = "RAS" if config.conform and ndim == 3 else ""
     options = {"slice_axis": config.slice_axis, "crop": config.crop, "shape": shape,
-               "spacing": config.spacing}
+               "spacing": config.spacing, "labels": labelled, "orientation": orientation,
+               "centre": bool(orientation), "max_labels": config.max_labels}
     samplers: list[PairSampler] = []
     weights: list[float] = []
     if config.synth < 1:
@@ -253,22 +276,15 @@ def prepare_data(
     if len(samplers) > 1:
         sampler = MixtureSampler(samplers, weights)
     if config.synth > 0:
-        label_scans = [s for train in train_groups for s in train] + extra_labels
-        maps = label_maps_from_scans(
-            label_scans, ndim, shape=shape, slice_axis=config.slice_axis, spacing=config.spacing
-        )
-        if not maps:
-            raise ValueError(
-                "train(): 'synth' needs label maps, but no training scan has one; add label "
-                "maps with 'synth_labels' (--synth-labels)"
-            )
-        synth = SynthPairSampler(maps, ndim, crop=config.crop)
-        record["synth"] = {"fraction": config.synth, "label_maps": len(maps)}
-        sampler = synth if sampler is None else MixtureSampler(
-            [sampler, synth], [1.0 - config.synth, config.synth]
+        synth = _synth_sampler(config, train_groups, shape, orientation)
+        record["synth"] = {"fraction": config.synth, "label_maps": synth[1]}
+        sampler = synth[0] if sampler is None else MixtureSampler(
+            [sampler, synth[0]], [1.0 - config.synth, config.synth]
         )
     val: list[ValidationPair] = []
     common = {"slice_axis": config.slice_axis, "spacing": config.spacing}
+    if orientation:
+        common.update(orientation=orientation, shape=shape)
     if has_val:
         record["mode"] = "subjects"
         record["note"] = f"validation on {len(split['val'])} held-out person(s)"
@@ -311,9 +327,48 @@ def prepare_data(
         record["mode"] = "none"
         record["note"] = "validation off (no held-out people and val_every = 0)"
     record["val_pairs"] = [pair.name for pair in val]
+    unlabelled = [pair.name for pair in val if pair.moving_seg is None or pair.fixed_seg is None]
+    if unlabelled:
+        record["val_unlabelled"] = unlabelled
+        if load_validation:
+            logger.warning(
+                "validation: %d of %d pairs have no label map on one side (%s): their Dice is "
+                "not computed%s", len(unlabelled), len(val), ", ".join(unlabelled[:3]),
+                "; validation scores by similarity" if len(unlabelled) == len(val) else "",
+            )
     if load_validation:
         logger.info("data split: %s", record["note"])
     return sampler, val, record
+
+
+def _synth_sampler(
+    config: TrainConfig, train_groups: list[list[Scan]], shape: tuple[int, ...], orientation: str
+) -> tuple[Any, int]:
+    """Synthetic pairs from the training people's label maps and ``config.synth_labels``:
+    one :class:`SynthPairSampler` per source (a source holds one label convention, and the two
+    maps of a synthetic pair must share one, or the label term compares unlike ids), mixed in
+    proportion to their maps. Returns ``(sampler, number of maps)``."""
+    ndim = config.model.ndim
+    groups = [train for train in train_groups if train]
+    groups += [label_map_scans(source, ndim) for source in config.synth_labels]
+    samplers, weights = [], []
+    for scans in groups:
+        maps = label_maps_from_scans(
+            scans, ndim, shape=shape, slice_axis=config.slice_axis, spacing=config.spacing,
+            orientation=orientation, centre=bool(orientation),
+        )
+        if maps:
+            samplers.append(
+                SynthPairSampler(maps, ndim, crop=config.crop, max_labels=config.max_labels)
+            )
+            weights.append(float(len(maps)))
+    if not samplers:
+        raise ValueError(
+            "train(): 'synth' needs label maps, but no training scan has one; add label "
+            "maps with 'synth_labels' (--synth-labels)"
+        )
+    count = int(sum(weights))
+    return (samplers[0] if len(samplers) == 1 else MixtureSampler(samplers, weights)), count
 
 
 def _pairable(scans: list[Scan], ndim: int, config: TrainConfig, atlas: Scan | None) -> bool:
@@ -354,6 +409,7 @@ def train(
         FileNotFoundError: If ``config.data`` does not exist, or ``resume`` holds no checkpoint.
         RuntimeError: If the loss becomes non-finite.
     """
+    config = _keep_init_settings(config, resume)
     config = config.resolved()  # lr 0 -> DEFAULT_LR[ndim]; model.spacing = spacing
     _validate(config)
     context, device = distributed.setup(config.device)
@@ -365,6 +421,25 @@ def train(
         raise
     distributed.cleanup(context)
     return final
+
+
+def _keep_init_settings(
+    config: TrainConfig, resume: str | os.PathLike[str] | None
+) -> TrainConfig:
+    """A fine-tuning run (``init``) that does not set a voxel size works at its model's: a
+    model trained at 1 mm is fine-tuned at 1 mm, not at the data's own voxels (and its
+    storage orientation is kept with ``conform``)."""
+    if not config.init or resume is not None or config.spacing:
+        return config
+    stored = load_checkpoint(config.init)[0].config
+    changes: dict[str, Any] = {}
+    if stored.spacing:
+        changes["spacing"] = float(stored.spacing)
+    if stored.orientation and config.model.ndim == 3 and not config.conform:
+        changes["conform"] = True
+    if changes:
+        logger.info("fine-tuning '%s' at its own settings %s", config.init, changes)
+    return dataclasses.replace(config, **changes) if changes else config
 
 
 def _train(
@@ -396,6 +471,8 @@ def _train(
     torch.manual_seed(config.seed)
     generator = torch.Generator().manual_seed(config.seed)
     model = HyperMorph(config.model).to(device)
+    objective = model.objective = training_objective(config)
+    labelled = objective.label_loss != "none" and objective.label_weight > 0
     model.train()
     # one fused kernel for every parameter instead of a Python loop of small ops
     fused = device.type in ("cpu", "cuda")
@@ -447,19 +524,31 @@ def _train(
     try:
         signals.install()
         for step in bar:
-            moving, fixed = pairs.sample(global_batch, generator)
+            batch = batch_of(pairs, global_batch, generator)
             lam = lam_sampler.sample(global_batch, generator)
+            tensors = (*batch, lam)
             if context.enabled:
-                moving, fixed, lam = moving[rows], fixed[rows], lam[rows]
+                tensors = tuple(t[rows] for t in tensors)
             if pinned:
-                moving, fixed, lam = (t.pin_memory() for t in (moving, fixed, lam))
-            moving, fixed, lam = (t.to(device, non_blocking=pinned) for t in (moving, fixed, lam))
+                tensors = tuple(t.pin_memory() for t in tensors)
+            tensors = tuple(t.to(device, non_blocking=pinned) for t in tensors)
+            moving, fixed, moving_labels, fixed_labels, image_pairs, lam = tensors
             amp = torch.autocast("cuda", torch.bfloat16) if use_amp else contextlib.nullcontext()
             with amp:
                 out = forward(moving, fixed, lam)
             if use_amp:  # losses in float32
                 out = RegistrationOutput(*(t if t is None else t.float() for t in out))
-            loss, sim, smooth = hypermorph_loss(out, fixed, lam, config)
+            terms = objective(
+                out.moved,
+                fixed,
+                out.velocity if out.velocity is not None else out.disp,
+                lam,
+                disp=out.disp,
+                moving_labels=moving_labels if labelled else None,
+                fixed_labels=fixed_labels if labelled else None,
+                image_pairs=image_pairs,
+            )
+            loss, sim, smooth = terms.loss, terms.similarity, terms.smoothness
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -492,14 +581,7 @@ def _train(
             bar.set_postfix(loss=f"{values[0]:.4f}")
             seconds = time.perf_counter() - start
             if validating:
-                row = evaluate(
-                    model,
-                    val_pairs,
-                    config.val_lambdas,
-                    config.sim,
-                    config.ncc_window,
-                    config.mse_sigma,
-                )
+                row = evaluate(model, val_pairs, config.val_lambdas)
                 columns = validation_columns(config.val_lambdas)
                 val_log[1].writerow([step, *(f"{row[c]:.6g}" for c in columns[1:])])
                 logger.info("step %d: validation mean Dice %.4f", step, row["mean_dice"])

@@ -22,7 +22,6 @@ import torch
 from hyperreg.training.data import ValidationPair
 from hyperreg.registration.lambdas import sweep_lambdas
 from hyperreg.geometry.io import Volume
-from hyperreg.method.losses import mse_loss, ncc_loss
 from hyperreg.method.metrics import mean_dice
 from hyperreg.method.model import HyperMorph
 from hyperreg.method.spatial import warp
@@ -57,9 +56,6 @@ def evaluate(
     model: HyperMorph,
     pairs: Sequence[ValidationPair],
     lambdas: Sequence[float],
-    sim: str = "ncc",
-    ncc_window: int = 9,
-    mse_sigma: float = 0.05,
 ) -> dict[str, Any]:
     """Register every pair at every λ and average the metrics over the pairs.
 
@@ -67,18 +63,16 @@ def evaluate(
         model: The model (any mode; it is put in eval mode and restored).
         pairs: Validation pairs with normalised images.
         lambdas: λ values to evaluate.
-        sim: ``"ncc"`` or ``"mse"``: similarity loss reported per λ.
-        ncc_window: NCC window.
-        mse_sigma: MSE scale.
 
     Returns:
         A dict with the keys of :func:`validation_columns` (except ``step``): Dice is NaN where
         no pair has label maps; ``folding_pct`` is percent of voxels with J ≤ 0;
-        ``similarity_λ`` is the pair mean of the similarity loss of the moved image;
+        ``similarity_λ`` is the pair mean of the image term of the model's objective
+        (``model.objective``, :mod:`hyperreg.method.objective`) for the moved image;
         ``smoothness_λ`` the pair mean of :func:`~hyperreg.method.losses.gradient_loss` of the
         velocity (of the displacement for a model without integration), in voxels²; ``loss_λ`` the
         HyperMorph validation loss ``(1 − λ)·similarity_λ + λ·smoothness_λ`` (the training
-        objective of :func:`hyperreg.training.train.hypermorph_loss`, averaged over pairs);
+        objective on image pairs, averaged over pairs);
         ``val_loss`` the mean of ``loss_λ`` over ``lambdas``.
     """
     was_training = model.training
@@ -115,10 +109,7 @@ def evaluate(
                 disp = torch.from_numpy(result.disp)[None]
                 moved = warp(torch.from_numpy(pair.moving)[None, None], disp, exact=False)
                 fixed = torch.from_numpy(pair.fixed)[None, None]
-                if sim == "ncc":
-                    sims.append(float(ncc_loss(moved, fixed, window=ncc_window)))
-                else:
-                    sims.append(float(mse_loss(moved, fixed, sigma=mse_sigma)))
+                sims.append(float(model.objective.image_term(moved, fixed)[0]))
                 smooths.append(result.extra["smoothness"])
             dice = float(np.nanmean(dices)) if dices else float("nan")
             similarity, smoothness = float(np.mean(sims)), float(np.mean(smooths))

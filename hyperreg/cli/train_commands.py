@@ -1,4 +1,4 @@
-"""Command line for single jobs: ``hyperreg {train, register, warp, jacobian, demo}``.
+"""Command line for training and the models it makes: ``hyperreg {train, models, demo}``.
 
 :func:`add_parsers` adds the subcommands to ``hyperreg``'s parser (:mod:`hyperreg.cli.run`);
 :data:`COMMANDS` maps them to their functions. torch and the library are imported inside the
@@ -11,25 +11,23 @@ import argparse
 from typing import Any
 
 from hyperreg.cli import args as opts
-from hyperreg.cli.inputs import check_out_folder, model_for, model_path, pair_options
-from hyperreg.cli.messages import folding_text, mi_text
+from hyperreg.cli.inputs import check_out_folder
 
 __all__ = ["COMMANDS", "add_parsers"]
 
 
 def add_parsers(sub: Any) -> None:
-    """Add the train, register, warp, jacobian and demo subparsers to ``sub``."""
+    """Add the ``train``, ``models`` and ``demo`` subparsers to ``sub``."""
     train = sub.add_parser("train", help="train a HyperMorph model")
+    _add_train_data(train)
+    _add_train_model(train)
+    _add_train_run(train)
+    _add_models(sub)
+    _add_demo(sub)
 
-    def fraction(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a number in [0, 1], got {text!r}") from None
-        if not 0.0 <= value <= 1.0:
-            raise argparse.ArgumentTypeError(f"must lie in [0, 1], got {text}")
-        return value
 
+def _add_train_data(train: argparse.ArgumentParser) -> None:
+    """Where the scans come from, how they are split and gridded, and synthesis."""
     train.add_argument(
         "--data",
         required=True,
@@ -72,7 +70,7 @@ def add_parsers(sub: Any) -> None:
     )
     train.add_argument(
         "--synth",
-        type=fraction,
+        type=opts.fraction,
         default=0.0,
         metavar="FRACTION",
         help="share of training pairs synthesised from label maps (SynthMorph): 0 = real "
@@ -103,6 +101,10 @@ def add_parsers(sub: Any) -> None:
         help="2: train on slices (coronal slices cut from 3D volumes); 3: volumes (default 2, "
         "or that of --init)",
     )
+
+
+def _add_train_model(train: argparse.ArgumentParser) -> None:
+    """The model (new, fine-tuned or resumed), its loss and the optimiser."""
     train.add_argument(
         "--steps", type=opts.positive_int, default=1500, help="optimiser steps (default 1500)"
     )
@@ -157,6 +159,10 @@ def add_parsers(sub: Any) -> None:
         default=3,
         help="newest checkpoint_*.pt files kept (default 3; 0 keeps all)",
     )
+
+
+def _add_train_run(train: argparse.ArgumentParser) -> None:
+    """Checkpoints, validation, speed options and the common flags."""
     train.add_argument(
         "--val-every",
         type=int,
@@ -200,129 +206,22 @@ def add_parsers(sub: Any) -> None:
         "--int-steps",
         type=int,
         default=None,
-        help="scaling-and-squaring steps; 0 predicts displacements (default 7, or that of "
-        "--init)",
+        help="scaling-and-squaring steps; 0 predicts displacements (default 7, or that of --init)",
+    )
+    train.add_argument(
+        "--no-progress", dest="progress", action="store_false", help="no tqdm progress bar"
     )
     opts.add_common(train, seed=True)
 
-    reg = sub.add_parser("register", help="register a moving image to a fixed image at one λ")
-    opts.add_input_arguments(reg)
-    reg.add_argument(
-        "--lambda",
-        dest="lam",
-        type=opts.lambda_value,
-        required=True,
-        help="regularisation weight λ in [0, 1]: 0 = similarity only (sharpest match, least "
-        "smooth field), 1 = smoothness only (identity)",
-    )
-    reg.add_argument(
-        "--moved",
-        help="moved image, NIfTI, on the fixed grid with the fixed-image affine, in the moving "
-        "image's own intensity units (float32)",
-    )
-    reg.add_argument(
-        "--warp",
-        help="displacement field (voxels) of the whole transform (the --init affine composed "
-        "with the deformable field: one field that 'hyperreg warp', ANTs and SimpleITK apply in "
-        "one step), NIfTI (I,J,K,3) channel last, i/j/k order, fixed-image affine; moved[x] = "
-        "moving(x + u(x)) with the moving image resampled through the headers; see --warp-format",
-    )
-    opts.add_warp_format_argument(reg, "--warp")
-    opts.add_init_argument(reg)
-    opts.add_affine_out_argument(reg)
-    reg.add_argument(
-        "--field-out",
-        metavar="FILE",
-        help="the deformable displacement field alone (voxels, fixed grid, --warp-format), "
-        "defined on the moving image after the affine: 'hyperreg warp --affine A --warp F' "
-        "applies the same transform as --warp",
-    )
-    reg.add_argument(
-        "--moved-seg",
-        help="moved label map (needs --moving-seg), NIfTI, integer type, fixed affine",
-    )
-    reg.add_argument(
-        "--inverse-warp",
-        help="inverse displacement field (voxels, exp(-v) of the model's velocity), same "
-        "format (--warp-format), grid and fixed-image affine as --warp: warping the moved "
-        "image with it gives the moving image back; needs a model with a velocity field",
-    )
-    opts.add_refine_arguments(reg)
-    opts.add_preprocessing_arguments(reg)
-    opts.add_common(reg)
 
-    warp = sub.add_parser(
-        "warp",
-        help="apply a saved transform (affine and/or displacement field) to images and label "
-        "maps, one interpolation each",
-    )
-    warp.add_argument(
-        "--moving",
-        required=True,
-        nargs="+",
-        metavar="FILE",
-        help="images and label maps to warp (NIfTI, MGZ or npz), each sampled once from its "
-        "own grid through the whole transform",
-    )
-    warp.add_argument(
-        "--moved",
-        required=True,
-        nargs="+",
-        metavar="FILE",
-        help="one output per --moving, in order: NIfTI on the field's (or --fixed) grid with its "
-        "affine; float32, or an unscaled integer type for label maps",
-    )
-    warp.add_argument(
-        "--warp",
-        help="displacement field written by 'hyperreg register --warp' (the whole chain) or "
-        "--field-out (with --affine); voxel or itk format, detected from the file",
-    )
-    warp.add_argument(
-        "--affine",
-        metavar="FILE",
-        help="ITK affine transform file (hyperreg --affine-out, ANTs *GenericAffine.mat, "
-        "SimpleITK), fixed point -> moving point; applied before --warp",
-    )
-    warp.add_argument(
-        "--fixed",
-        help="output grid when there is no --warp (required then); with --warp it must be the "
-        "field's grid",
-    )
-    warp.add_argument(
-        "--nearest",
-        action="store_true",
-        help="every --moving is a label map: integer ids, nearest neighbour, integer output",
-    )
-    warp.add_argument(
-        "--labels",
-        nargs="+",
-        default=[],
-        metavar="FILE",
-        help="those of the --moving files that are label maps (nearest neighbour); the others "
-        "are images (linear)",
-    )
-    opts.add_resample_argument(warp)
-    opts.add_common(warp, device=False)
-
-    jac = sub.add_parser(
-        "jacobian", help="Jacobian determinant map and folding of a saved displacement field"
-    )
-    jac.add_argument(
-        "--warp", required=True, help="displacement field (voxel or itk format, detected)"
-    )
-    jac.add_argument(
-        "--out",
-        required=True,
-        help="Jacobian determinant of x + u(x), NIfTI float32, dimensionless, on the field's "
-        "(fixed) grid with its affine",
-    )
-    opts.add_common(jac, device=False)
-
+def _add_models(sub: Any) -> None:
     models = sub.add_parser(
         "models", help="list the bundled pretrained models (used when --model is not given)"
     )
     opts.add_common(models, device=False)
 
+
+def _add_demo(sub: Any) -> None:
     demo = sub.add_parser(
         "demo", help="register built-in pairs with the bundled model (or train first), report"
     )
@@ -344,32 +243,18 @@ def _cmd_train(args: argparse.Namespace) -> int:
     import signal
     import sys
 
-    from hyperreg.config import ModelConfig, TrainConfig
+    from hyperreg.apps.models import model_architecture, model_file
+    from hyperreg.config import TrainConfig
     from hyperreg.training.checkpointing import TrainingInterrupted, latest_checkpoint
     from hyperreg.training.train import train
 
-    flags = {
-        "ndim": args.ndim,
-        "int_steps": args.int_steps,
-        "parametrization": args.parametrization,
-    }
-    given = {key: value for key, value in flags.items() if value is not None}
-    model = ModelConfig(**given)
     # the architecture of a run continued (--resume) or fine-tuned (--init) is the model's own
     if args.init:
-        args.init = str(model_path(args.init, "--init"))  # a file, run folder or bundled name
+        args.init = str(model_file(args.init, "init"))  # a file, run folder or bundled name
     source = latest_checkpoint(args.resume) if args.resume else args.init
-    if source:
-        from hyperreg.method.model import load_checkpoint
-
-        model = load_checkpoint(source)[0].config
-        for key, value in given.items():
-            if getattr(model, key) != value:
-                flag = "--" + key.replace("_", "-")
-                raise ValueError(
-                    f"'{source}' was trained with {key} {getattr(model, key)}, but {flag} "
-                    f"{value} was given; drop {flag} or pass that value"
-                )
+    model = model_architecture(
+        source, ndim=args.ndim, int_steps=args.int_steps, parametrization=args.parametrization
+    )
 
     if not args.out and not args.resume:
         raise ValueError("--out is required (or --resume DIR, which then is the output folder)")
@@ -404,7 +289,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         model=model,
     )
     try:
-        train(config, resume=args.resume)  # its last log line names the model written
+        # its last log line names the model written
+        train(config, resume=args.resume, progress=args.progress)
     except TrainingInterrupted as stop:
         folder = args.out or args.resume
         print(
@@ -413,115 +299,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 128 + int(signal.Signals(stop.signal_number))
-    return 0
-
-
-def _cmd_register(args: argparse.Namespace) -> int:
-    from hyperreg.apps.inference import register_files
-
-    from hyperreg.cli.refining import refine_text, refinement_from
-
-    if not (
-        args.moved
-        or args.warp
-        or args.moved_seg
-        or args.inverse_warp
-        or args.affine_out
-        or args.field_out
-    ):
-        raise ValueError("nothing to write: give --moved, --warp and/or --moved-seg")
-    if args.moved_seg and not args.moving_seg:
-        raise ValueError("--moved-seg needs --moving-seg (the label map to warp)")
-    if args.moving_seg and not (args.moved_seg or args.fixed_seg):
-        raise ValueError("--moving-seg is used only with --moved-seg or --fixed-seg; add one")
-    if args.fixed_seg and not args.moving_seg:
-        raise ValueError("--fixed-seg needs --moving-seg (Dice compares the two label maps)")
-    result = register_files(
-        model_for(args),
-        args.moving,
-        args.fixed,
-        args.lam,
-        moved=args.moved,
-        warp_out=args.warp,
-        moved_seg=args.moved_seg,
-        warp_format=args.warp_format,
-        refine=refinement_from(args),
-        inverse_warp_out=args.inverse_warp,
-        init=args.init,
-        affine_out=args.affine_out,
-        field_out=args.field_out,
-        **pair_options(args),
-    )
-    for message in result.resampled:
-        print(f"{opts.PROG} register: {message}")
-    if "affine_seconds" in result.extra:
-        print(
-            f"{args.init} stage: {result.extra['affine_seconds']:.1f} s, "
-            + mi_text(result.extra["affine_mi_before"], result.extra["affine_mi_after"])
-        )
-    if refine_text(result.extra):
-        print(refine_text(result.extra))
-    written = [
-        p
-        for p in (
-            args.moved,
-            args.warp,
-            args.moved_seg,
-            args.inverse_warp,
-            args.affine_out,
-            args.field_out,
-        )
-        if p
-    ]
-    print(f"λ = {result.lam:g}: wrote {', '.join(written)}")
-    if result.dice is not None:
-        print(
-            f"mean Dice {result.mean_dice:.4f} over {len(result.dice)} labels present in both "
-            f"label maps (before registration: {result.extra['dice_before']:.4f}"
-            + (
-                f", {args.init} alone: {result.extra['dice_affine']:.4f})"
-                if "dice_affine" in result.extra
-                else ")"
-            )
-        )
-    _print_field_summary(result.folding_fraction, result.log_jacobian_std)
-    return 0
-
-
-def _print_field_summary(folding_fraction: float, log_jacobian_std: float) -> None:
-    print(f"{folding_text(100 * folding_fraction)}, std log J {log_jacobian_std:.4f}")
-
-
-def _cmd_warp(args: argparse.Namespace) -> int:
-    from hyperreg.apps.native import warp_files
-
-    if not (args.warp or args.affine):
-        raise ValueError("nothing to apply: give --warp and/or --affine")
-    unknown = [p for p in args.labels if p not in args.moving]
-    if unknown:
-        raise ValueError(f"--labels names files that are not among --moving: {', '.join(unknown)}")
-    labels = [args.nearest or path in args.labels for path in args.moving]
-    written = warp_files(
-        args.moving,
-        args.moved,
-        warp_field=args.warp,
-        affine=args.affine,
-        fixed=args.fixed,
-        nearest=labels,
-        resample=args.resample,
-    )
-    for out in written:
-        kind = "label map (nearest neighbour)" if out.label else "image (linear)"
-        print(f"wrote {out.moved}: {kind}, shape {out.shape}")
-    return 0
-
-
-def _cmd_jacobian(args: argparse.Namespace) -> int:
-    from hyperreg.apps.inference import jacobian_file
-
-    result = jacobian_file(args.warp, args.out)
-    print(f"wrote {args.out}: Jacobian determinant, shape {result.jacobian.shape}")
-    _print_field_summary(result.folding_fraction, result.log_jacobian_std)
     return 0
 
 
@@ -552,11 +329,4 @@ def _cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {
-    "models": _cmd_models,
-    "train": _cmd_train,
-    "register": _cmd_register,
-    "warp": _cmd_warp,
-    "jacobian": _cmd_jacobian,
-    "demo": _cmd_demo,
-}
+COMMANDS = {"train": _cmd_train, "models": _cmd_models, "demo": _cmd_demo}

@@ -1,0 +1,159 @@
+"""Command line for many pairs: ``hyperreg {batch, evaluate}``.
+
+``batch`` registers the pairs of a CSV (resumable, failures recorded, shardable under
+torchrun); ``evaluate`` scores finished registrations (Dice and HD95 per structure, folding,
+NDV). :func:`add_parsers` adds the subcommands; :data:`COMMANDS` maps them to their functions.
+The library is imported inside the functions (``hyperreg --help`` stays fast).
+
+Exit codes: 0 when every pair (row) was done; 1 when at least one failed (its error is in
+``failures.csv`` and on stderr; the others are done and written); 2 for a bad CSV or option
+(nothing written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import Any
+
+from hyperreg.cli import args as opts
+from hyperreg.cli.inputs import check_out_folder, preprocessing_options
+
+__all__ = ["COMMANDS", "add_parsers"]
+
+
+def add_parsers(sub: Any) -> None:
+    """Add the ``batch`` and ``evaluate`` subparsers to ``sub``."""
+    _add_batch(sub)
+    _add_evaluate(sub)
+
+
+def _add_batch(sub: Any) -> None:
+    batch = sub.add_parser(
+        "batch", help="register many pairs from a CSV: resumable, failures recorded, shardable"
+    )
+    opts.add_model_argument(batch)
+    opts.add_pairs_csv_argument(batch, "moving, fixed, optional moving_seg, fixed_seg, lambda")
+    opts.add_out_argument(
+        batch,
+        "pairs/pairNNNNN/{moved,warp,moved_seg}.nii.gz (and affine.mat with --init affine or "
+        "rigid; warp.nii.gz is then the composed transform), summary.csv, "
+        "failures.csv. A rerun skips finished pairs. Under torchrun each process takes rows "
+        "RANK::WORLD_SIZE",
+    )
+    batch.add_argument(
+        "--lambda",
+        dest="lam",
+        type=opts.lambda_value,
+        help="λ in [0, 1] for rows without a 'lambda' value",
+    )
+    opts.add_warp_format_argument(batch, "warp.nii.gz")
+    opts.add_refine_arguments(batch)
+    opts.add_init_argument(batch)
+    opts.add_preprocessing_arguments(batch, then="then a failed pair")
+    batch.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm bar")
+    opts.add_common(batch)
+
+
+def _add_evaluate(sub: Any) -> None:
+    evaluate = sub.add_parser(
+        "evaluate",
+        help="Dice and HD95 per structure, folding, std log J and NDV (Learn2Reg LUMIR) of "
+        "moved label maps and fields listed in a CSV",
+    )
+    opts.add_pairs_csv_argument(
+        evaluate,
+        "moved_seg, fixed_seg, optional warp (displacement field), moving_seg (the label map "
+        "before registration: Dice is over the labels of moving_seg and fixed_seg, a label the "
+        "warp erased scores 0) and name",
+    )
+    opts.add_out_argument(
+        evaluate,
+        "evaluation.csv (per pair), structures.csv (per structure), failures.csv, "
+        "evaluation_boxplot.png (Dice and HD95 per structure)",
+    )
+    evaluate.add_argument(
+        "--label-names",
+        choices=("auto", "freesurfer", "none"),
+        default="auto",
+        help="structure names: auto (FreeSurfer LUT names when every id is a FreeSurfer "
+        "aseg/DKT id, else numbers; default), freesurfer, or none",
+    )
+    opts.add_common(evaluate, device=False)
+
+
+def _cmd_batch(args: argparse.Namespace) -> int:
+    from hyperreg.apps.batch import run_batch
+
+    check_out_folder(args.out)
+    run = run_batch(
+        args.model,
+        args.pairs,
+        args.out,
+        lam=args.lam,
+        device=args.device,
+        warp_format=args.warp_format,
+        progress=args.progress,
+        refine=opts.refinement_from(args),
+        init=args.init,
+        **preprocessing_options(args),
+    )
+    if run.bundled is not None:
+        print(f"{opts.PROG} batch: used the bundled model {run.bundled} ({run.model})")
+    report = run.report
+    who = f"rank {run.rank}/{run.world_size}: " if run.world_size > 1 else ""
+    print(
+        f"{who}{report.done} registered, {report.skipped} already done, {report.failed} failed "
+        f"({report.seconds:.1f} s)"
+    )
+    if run.merged is not None:
+        summary, failures, rows, failed = run.merged
+        print(f"{summary}: {rows} of {run.total} pairs done; {failures}: {failed} failure(s)")
+    if report.failed:
+        print(
+            f"{opts.PROG} batch: error: {report.failed} pair(s) failed, see failures.csv",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from hyperreg.apps.evaluate import evaluate_csv, read_evaluation_csv
+
+    check_out_folder(args.out)
+    read_evaluation_csv(args.pairs)  # a malformed CSV is exit 2 before anything is written
+    report = evaluate_csv(args.pairs, args.out, naming=args.label_names)
+    for index, name, error in report.failures:
+        print(f"{opts.PROG} evaluate: row {index} ({name}) failed: {error}", file=sys.stderr)
+    pairs = report.pairs
+    if pairs:
+
+        def mean(values: list[float | None]) -> float:
+            kept = [v for v in values if v is not None and not math.isnan(v)]
+            return sum(kept) / len(kept) if kept else float("nan")
+
+        text = (
+            f"{len(pairs)} pair(s): mean Dice {mean([p.mean_dice for p in pairs]):.4f}, "
+            f"mean HD95 {mean([p.mean_hd95 for p in pairs]):.3f} mm over "
+            f"{len(report.names)} structures"
+        )
+        if any(p.ndv_percent is not None for p in pairs):
+            text += (
+                f"; folding {mean([p.folding_percent for p in pairs]):.3f} % of voxels "
+                f"(J ≤ 0), std log J {mean([p.log_jacobian_std for p in pairs]):.4f}, "
+                f"NDV {mean([p.ndv_percent for p in pairs]):.4f} %"
+            )
+        print(text)
+    print(f"wrote {', '.join(str(f) for f in report.files)}")
+    if report.failures:
+        print(
+            f"{opts.PROG} evaluate: error: {len(report.failures)} row(s) failed, see failures.csv",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+COMMANDS = {"batch": _cmd_batch, "evaluate": _cmd_evaluate}

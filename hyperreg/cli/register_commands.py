@@ -1,0 +1,332 @@
+"""Command line for one pair: ``hyperreg {register, affine, warp, jacobian}``.
+
+``register`` runs the whole pipeline (affine stage, network, optional refinement) and writes
+the outputs; ``affine`` runs the affine stage alone; ``warp`` applies a saved transform to more
+images; ``jacobian`` inspects a saved field. :func:`add_parsers` adds the subcommands to
+``hyperreg``'s parser (:mod:`hyperreg.cli.run`); :data:`COMMANDS` maps them to their functions.
+The library is imported inside the command functions, so ``hyperreg --help`` is fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from hyperreg.cli import args as opts
+from hyperreg.cli.inputs import created_folders, model_for, new_folders, pair_options
+from hyperreg.cli.messages import affine_text, folding_text, mi_text, refine_text
+
+__all__ = ["COMMANDS", "add_parsers"]
+
+
+def add_parsers(sub: Any) -> None:
+    """Add the ``register``, ``affine``, ``warp`` and ``jacobian`` subparsers to ``sub``."""
+    _add_register(sub)
+    _add_affine(sub)
+    _add_warp(sub)
+    _add_jacobian(sub)
+
+
+def _add_register(sub: Any) -> None:
+    reg = sub.add_parser("register", help="register a moving image to a fixed image at one λ")
+    opts.add_input_arguments(reg)
+    reg.add_argument(
+        "--lambda",
+        dest="lam",
+        type=opts.lambda_value,
+        required=True,
+        help="regularisation weight λ in [0, 1]: 0 = similarity only (sharpest match, least "
+        "smooth field), 1 = smoothness only (identity)",
+    )
+    reg.add_argument(
+        "--moved",
+        help="moved image, NIfTI, on the fixed grid with the fixed-image affine, in the moving "
+        "image's own intensity units (float32)",
+    )
+    reg.add_argument(
+        "--warp",
+        help="displacement field (voxels) of the whole transform (the --init affine composed "
+        "with the deformable field: one field that 'hyperreg warp', ANTs and SimpleITK apply in "
+        "one step), NIfTI (I,J,K,3) channel last, i/j/k order, fixed-image affine; moved[x] = "
+        "moving(x + u(x)) with the moving image resampled through the headers; see --warp-format",
+    )
+    opts.add_warp_format_argument(reg, "--warp")
+    opts.add_init_argument(reg)
+    opts.add_affine_out_argument(reg)
+    reg.add_argument(
+        "--field-out",
+        metavar="FILE",
+        help="the deformable displacement field alone (voxels, fixed grid, --warp-format), "
+        "defined on the moving image after the affine: 'hyperreg warp --affine A --warp F' "
+        "applies the same transform as --warp",
+    )
+    reg.add_argument(
+        "--moved-seg",
+        help="moved label map (needs --moving-seg), NIfTI, integer type, fixed affine",
+    )
+    reg.add_argument(
+        "--inverse-warp",
+        help="inverse displacement field (voxels, exp(-v) of the model's velocity), same "
+        "format (--warp-format), grid and fixed-image affine as --warp: warping the moved "
+        "image with it gives the moving image back; needs a model with a velocity field",
+    )
+    opts.add_refine_arguments(reg)
+    opts.add_preprocessing_arguments(reg)
+    opts.add_common(reg)
+
+
+def _add_affine(sub: Any) -> None:
+    affine = sub.add_parser(
+        "affine",
+        help="affine (or rigid) registration alone, in world space: moved image and ITK "
+        "transform file",
+    )
+    opts.add_pair_arguments(affine, resample_flag=False)
+    opts.add_label_arguments(affine)
+    affine.add_argument(
+        "--init",
+        choices=("affine", "rigid", "none"),
+        default="affine",
+        help="the stage to run: affine (default; rigid first, then 12 degrees of freedom, 6 in "
+        "2D), rigid, or none (resampling through the headers only, e.g. for Dice before)",
+    )
+    affine.add_argument(
+        "--moved",
+        help="moved image, NIfTI, on the fixed grid with the fixed-image affine and header "
+        "codes, in the moving image's own intensity units (float32; 0 outside it)",
+    )
+    opts.add_affine_out_argument(affine)
+    affine.add_argument(
+        "--moved-seg",
+        help="moved label map (needs --moving-seg), nearest neighbour, NIfTI integer type",
+    )
+    opts.add_common(affine, device=False, seed=True)
+
+
+def _add_warp(sub: Any) -> None:
+    warp = sub.add_parser(
+        "warp",
+        help="apply a saved transform (affine and/or displacement field) to images and label "
+        "maps, one interpolation each",
+    )
+    warp.add_argument(
+        "--moving",
+        required=True,
+        nargs="+",
+        metavar="FILE",
+        help="images and label maps to warp (NIfTI, MGZ or npz), each sampled once from its "
+        "own grid through the whole transform",
+    )
+    warp.add_argument(
+        "--moved",
+        required=True,
+        nargs="+",
+        metavar="FILE",
+        help="one output per --moving, in order: NIfTI on the field's (or --fixed) grid with its "
+        "affine; float32, or an unscaled integer type for label maps",
+    )
+    warp.add_argument(
+        "--warp",
+        help="displacement field written by 'hyperreg register --warp' (the whole chain) or "
+        "--field-out (with --affine); voxel or itk format, detected from the file",
+    )
+    warp.add_argument(
+        "--affine",
+        metavar="FILE",
+        help="ITK affine transform file (hyperreg --affine-out, ANTs *GenericAffine.mat, "
+        "SimpleITK), fixed point -> moving point; applied before --warp",
+    )
+    warp.add_argument(
+        "--fixed",
+        help="output grid when there is no --warp (required then); with --warp it must be the "
+        "field's grid",
+    )
+    warp.add_argument(
+        "--nearest",
+        action="store_true",
+        help="every --moving is a label map: integer ids, nearest neighbour, integer output",
+    )
+    warp.add_argument(
+        "--labels",
+        nargs="+",
+        default=[],
+        metavar="FILE",
+        help="those of the --moving files that are label maps (nearest neighbour); the others "
+        "are images (linear)",
+    )
+    opts.add_resample_argument(warp)
+    opts.add_common(warp, device=False)
+
+
+def _add_jacobian(sub: Any) -> None:
+    jac = sub.add_parser(
+        "jacobian", help="Jacobian determinant map and folding of a saved displacement field"
+    )
+    jac.add_argument(
+        "--warp", required=True, help="displacement field (voxel or itk format, detected)"
+    )
+    jac.add_argument(
+        "--out",
+        required=True,
+        help="Jacobian determinant of x + u(x), NIfTI float32, dimensionless, on the field's "
+        "(fixed) grid with its affine",
+    )
+    opts.add_common(jac, device=False)
+
+
+def _cmd_register(args: argparse.Namespace) -> int:
+    outputs = (args.moved, args.warp, args.moved_seg, args.inverse_warp, args.affine_out)
+    folders = new_folders(*outputs, args.field_out)
+    from hyperreg.apps.inference import register_files
+
+    if not (
+        args.moved
+        or args.warp
+        or args.moved_seg
+        or args.inverse_warp
+        or args.affine_out
+        or args.field_out
+    ):
+        raise ValueError("nothing to write: give --moved, --warp and/or --moved-seg")
+    if args.moved_seg and not args.moving_seg:
+        raise ValueError("--moved-seg needs --moving-seg (the label map to warp)")
+    if args.moving_seg and not (args.moved_seg or args.fixed_seg):
+        raise ValueError("--moving-seg is used only with --moved-seg or --fixed-seg; add one")
+    if args.fixed_seg and not args.moving_seg:
+        raise ValueError("--fixed-seg needs --moving-seg (Dice compares the two label maps)")
+    result = register_files(
+        model_for(args),
+        args.moving,
+        args.fixed,
+        args.lam,
+        moved=args.moved,
+        warp_out=args.warp,
+        moved_seg=args.moved_seg,
+        warp_format=args.warp_format,
+        refine=opts.refinement_from(args),
+        inverse_warp_out=args.inverse_warp,
+        init=args.init,
+        affine_out=args.affine_out,
+        field_out=args.field_out,
+        **pair_options(args),
+    )
+    for message in result.resampled:
+        print(f"{opts.PROG} register: {message}")
+    if result.affine is not None:
+        print(affine_text(args.init, result.affine))
+    if refine_text(result.refinement):
+        print(refine_text(result.refinement))
+    written = [
+        p
+        for p in (
+            args.moved,
+            args.warp,
+            args.moved_seg,
+            args.inverse_warp,
+            args.affine_out,
+            args.field_out,
+        )
+        if p
+    ]
+    print(f"λ = {result.lam:g}: wrote {', '.join(written)}")
+    created_folders(folders)
+    if result.dice is not None:
+        alone = result.dice_affine
+        alone = "" if alone is None else f", {args.init} alone: {alone:.4f}"
+        print(
+            f"mean Dice {result.mean_dice:.4f} over {len(result.dice)} labels of the input label "
+            f"maps (before registration: {result.dice_before:.4f}{alone})"
+        )
+    _print_field_summary(result.folding_fraction, result.log_jacobian_std)
+    return 0
+
+
+def _print_field_summary(folding_fraction: float, log_jacobian_std: float) -> None:
+    print(f"{folding_text(100 * folding_fraction)}, std log J {log_jacobian_std:.4f}")
+
+
+def _cmd_warp(args: argparse.Namespace) -> int:
+    folders = new_folders(*args.moved)
+    from hyperreg.apps.native import warp_files
+
+    if not (args.warp or args.affine):
+        raise ValueError("nothing to apply: give --warp and/or --affine")
+    unknown = [p for p in args.labels if p not in args.moving]
+    if unknown:
+        raise ValueError(f"--labels names files that are not among --moving: {', '.join(unknown)}")
+    labels = [args.nearest or path in args.labels for path in args.moving]
+    written = warp_files(
+        args.moving,
+        args.moved,
+        warp_field=args.warp,
+        affine=args.affine,
+        fixed=args.fixed,
+        nearest=labels,
+        resample=args.resample,
+    )
+    for out in written:
+        kind = "label map (nearest neighbour)" if out.label else "image (linear)"
+        print(f"wrote {out.moved}: {kind}, shape {out.shape}")
+    created_folders(folders)
+    return 0
+
+
+def _cmd_jacobian(args: argparse.Namespace) -> int:
+    folders = new_folders(args.out)
+    from hyperreg.apps.inference import jacobian_file
+
+    result = jacobian_file(args.warp, args.out)
+    print(f"wrote {args.out}: Jacobian determinant, shape {result.jacobian.shape}")
+    created_folders(folders)
+    _print_field_summary(result.folding_fraction, result.log_jacobian_std)
+    return 0
+
+
+def _cmd_affine(args: argparse.Namespace) -> int:
+    from hyperreg.apps.native import affine_files
+    from hyperreg.cli.inputs import check_label_maps, created_folders, new_folders
+
+    if not (args.moved or args.affine_out or args.moved_seg or args.fixed_seg):
+        raise ValueError("nothing to write: give --moved, --affine-out and/or --moved-seg")
+    if args.moved_seg and not args.moving_seg:
+        raise ValueError("--moved-seg needs --moving-seg (the label map to warp)")
+    if args.fixed_seg and not args.moving_seg:
+        raise ValueError("--fixed-seg needs --moving-seg (Dice compares the two label maps)")
+    check_label_maps(moving_seg=args.moving_seg, fixed_seg=args.fixed_seg)
+    folders = new_folders(args.moved, args.affine_out, args.moved_seg)
+    result = affine_files(
+        args.moving,
+        args.fixed,
+        init=args.init,
+        moved=args.moved,
+        affine_out=args.affine_out,
+        moving_seg=args.moving_seg,
+        fixed_seg=args.fixed_seg,
+        moved_seg=args.moved_seg,
+        seed=args.seed,
+    )
+    from hyperreg.registration.pipeline import AffineStage
+
+    t = result.transform
+    if t.kind == "none":
+        print(f"{args.init}: {t.seconds:.1f} s, {mi_text(t.metric_before, t.metric_after)}")
+    else:
+        print(affine_text(args.init, AffineStage.of(t)).replace(" stage", "", 1))
+    written = [p for p in (args.moved, args.affine_out, args.moved_seg) if p]
+    if written:
+        print(f"wrote {', '.join(written)}")
+    created_folders(folders)
+    if result.dice is not None:
+        print(
+            f"mean Dice {result.mean_dice:.4f} over {len(result.dice)} labels of the input label "
+            f"maps (before registration: {result.dice_before:.4f})"
+        )
+    return 0
+
+
+COMMANDS = {
+    "register": _cmd_register,
+    "affine": _cmd_affine,
+    "warp": _cmd_warp,
+    "jacobian": _cmd_jacobian,
+}

@@ -1,0 +1,350 @@
+"""Checks of what an input image holds, before any expensive stage: label map or image, with or
+without skull, voxels near the model's size.
+
+Each check is a cheap numpy function of a :class:`~hyperreg.geometry.io.Volume` (or a plain
+array, taken as 1 mm voxels) that returns a value or one-line warnings naming the file and what
+to do; none raises on a valid image and none changes its input. The pipeline decides what to do
+with the warnings (print them; refuse where it must). Heuristics, measured on the shared real
+data (tests/test_inspect.py): FreeSurfer/SAMSEG label maps and MUSE parcellations against T1
+images; skull-stripped neurite-oasis, FreeSurfer ``norm.mgz`` against IXI, OASIS, pycortex and
+studyforrest heads.
+
+Uses numpy (and :mod:`hyperreg.geometry.io` for the Volume type) only; must not import torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from hyperreg.geometry.io import Volume
+
+__all__ = [
+    "SkullEvidence",
+    "check_pair_contents",
+    "looks_like_label_map",
+    "skull_evidence",
+    "skull_stripped",
+    "spacing_warning",
+]
+
+MAX_LABEL_IDS = 2000  # more distinct values than this: an intensity image (as apps.inference)
+_INTEGER_TOL = 1e-3  # |x - rint(x)| at most this everywhere: integer-valued
+_SAME_NEIGHBOUR = 0.5  # label maps measured 0.73-0.85, images 0.06-0.16
+_WORK_MM = 2.0  # resolution of the skull check (mm), by striding
+_FOREGROUND = 0.1  # of the robust intensity range (0 .. 99.5th percentile)
+_CLOSE_MM = 10.0  # closing radius that bridges the dark skull between scalp and brain
+_SHELL_MM = 4.0  # outer shell of the closed foreground
+_BRIGHT_SHELL = 0.085  # stripped brains measured 0.007-0.06, heads 0.11-0.47
+
+
+def _data_and_spacing(volume: Volume | np.ndarray) -> tuple[np.ndarray, tuple[float, ...]]:
+    if isinstance(volume, Volume):
+        return volume.data, volume.spacing
+    data = np.asarray(volume)
+    if data.ndim not in (2, 3):
+        raise ValueError(
+            f"inspect: 'volume' must have shape (I, J) or (I, J, K), got {tuple(data.shape)}"
+        )
+    return data, (1.0,) * data.ndim
+
+
+def _name(volume: Volume | np.ndarray, role: str) -> str:
+    path = volume.path if isinstance(volume, Volume) else None
+    return str(path) if path is not None else f"<in-memory {role}>"
+
+
+def _same_neighbour_share(data: np.ndarray) -> float:
+    """Share of neighbouring voxel pairs (not both 0) that hold the same value, over all axes."""
+    equal = total = 0
+    for axis in range(data.ndim):
+        first = data[tuple(slice(1, None) if a == axis else slice(None) for a in range(data.ndim))]
+        second = data[
+            tuple(slice(None, -1) if a == axis else slice(None) for a in range(data.ndim))
+        ]
+        counted = (first != 0) | (second != 0)
+        equal += int(np.count_nonzero((first == second) & counted))
+        total += int(np.count_nonzero(counted))
+    return equal / total if total else 0.0
+
+
+def looks_like_label_map(volume: Volume | np.ndarray) -> bool:
+    """Whether an array holds a label map rather than an intensity image.
+
+    True when every value is an integer (within 1e-3), there are 2 to 2000 distinct values, and
+    at least half of the neighbouring voxel pairs (along each array axis, pairs not both 0) hold
+    the same value: label maps are piecewise constant (measured 0.73–0.85 on FreeSurfer, SAMSEG
+    and MUSE maps at 1 and 2 mm), images are not (0.06–0.16, also for integer-valued ones such
+    as FreeSurfer's ``norm.mgz`` with its 187 grey values).
+
+    Args:
+        volume: A :class:`~hyperreg.geometry.io.Volume` or an array ``(I, J)`` / ``(I, J, K)``.
+
+    Returns:
+        True for a label map (or a binary mask), False otherwise (also for a constant array).
+
+    Raises:
+        ValueError: If an array is not 2D or 3D.
+    """
+    data, _ = _data_and_spacing(volume)
+    if data.size == 0:
+        return False
+    if data.dtype.kind == "f":
+        if not np.all(np.isfinite(data)) or np.max(np.abs(data - np.rint(data))) > _INTEGER_TOL:
+            return False
+        data = np.rint(data).astype(np.int64)
+    low, high = int(data.min()), int(data.max())
+    if low == high:
+        return False
+    if low >= 0 and high < 2**20:
+        count = int(np.count_nonzero(np.bincount(data.ravel())))
+    else:
+        count = int(np.unique(data).size)
+    if count > MAX_LABEL_IDS:
+        return False
+    return _same_neighbour_share(data) >= _SAME_NEIGHBOUR
+
+
+class SkullEvidence(NamedTuple):
+    """What :func:`skull_evidence` measured.
+
+    Attributes:
+        bright_shell: Share of the foreground voxels in the outer 4 mm of the (closed)
+            foreground that are brighter than the foreground median: scalp fat and skin in a
+            head (0.11–0.47 measured), cortex in a skull-stripped brain (0.007–0.06).
+        foreground: Share of the (strided) grid above 10 % of the robust intensity range.
+    """
+
+    bright_shell: float
+    foreground: float
+
+
+def _shifted_pairs(ndim: int) -> list[tuple[tuple[slice, ...], tuple[slice, ...]]]:
+    pairs = []
+    for axis in range(ndim):
+        for to, source in ((slice(1, None), slice(None, -1)), (slice(None, -1), slice(1, None))):
+            pairs.append(
+                (
+                    tuple(to if a == axis else slice(None) for a in range(ndim)),
+                    tuple(source if a == axis else slice(None) for a in range(ndim)),
+                )
+            )
+    return pairs
+
+
+def _morph(mask: np.ndarray, steps: int, grow: bool) -> np.ndarray:
+    """Dilate (``grow``) or erode ``mask`` by ``steps`` face-neighbour steps; the array border
+    is not a neighbour (a mask touching it is not eroded from outside)."""
+    pairs = _shifted_pairs(mask.ndim)
+    for _ in range(steps):
+        out = mask.copy()
+        for to, source in pairs:
+            if grow:
+                out[to] |= mask[source]
+            else:
+                out[to] &= mask[source]
+        mask = out
+    return mask
+
+
+def skull_evidence(volume: Volume | np.ndarray) -> SkullEvidence | None:
+    """Measure whether an intensity image shows a whole head or a skull-stripped brain.
+
+    On a grid strided to about 2 mm, the foreground (above 10 % of the range from the minimum to
+    the 99.5th percentile) is closed by 10 mm (bridging the dark skull between scalp and brain),
+    and its outer 4 mm shell is compared with the foreground's median intensity. A T1-weighted
+    head has bright scalp fat and skin there; a stripped brain has cortex, darker than its
+    white matter. Heuristic, for T1-weighted images; T2 or CT contrasts were not measured.
+
+    Args:
+        volume: A :class:`~hyperreg.geometry.io.Volume` (its spacing sets the striding) or an
+            array ``(I, J)`` / ``(I, J, K)`` taken as 1 mm voxels.
+
+    Returns:
+        A :class:`SkullEvidence`, or None when it cannot tell (a constant image, no foreground
+        or no shell, e.g. tissue filling the whole grid).
+
+    Raises:
+        ValueError: If an array is not 2D or 3D.
+    """
+    data, spacing = _data_and_spacing(volume)
+    steps = [max(1, round(_WORK_MM / s)) if s > 0 else 1 for s in spacing]
+    work = np.asarray(data[tuple(slice(0, None, s) for s in steps)], dtype=np.float32)
+    if work.size == 0 or not np.all(np.isfinite(work)):
+        return None
+    low, high = float(work.min()), float(np.percentile(work, 99.5))
+    if high <= low:
+        return None
+    scaled = (work - low) / (high - low)
+    foreground = scaled > _FOREGROUND
+    if not foreground.any():
+        return None
+    mm = float(np.mean([s * st for s, st in zip(spacing, steps)]))
+    close = max(1, round(_CLOSE_MM / mm))
+    closed = _morph(_morph(foreground, close, grow=True), close, grow=False)
+    shell = closed & ~_morph(closed, max(1, round(_SHELL_MM / mm)), grow=False) & foreground
+    if not shell.any():
+        return None
+    median = float(np.median(scaled[foreground]))
+    return SkullEvidence(
+        bright_shell=float(np.mean(scaled[shell] > median)),
+        foreground=float(np.mean(foreground)),
+    )
+
+
+def skull_stripped(volume: Volume | np.ndarray) -> bool:
+    """Whether an intensity image looks skull-stripped (brain only) rather than a whole head.
+
+    See :func:`skull_evidence`: stripped when under 8.5 % of the outer foreground shell is
+    brighter than the foreground median. Where that cannot be measured (a constant image, or
+    tissue filling the whole grid) the answer is False ("not shown to be stripped").
+
+    Args:
+        volume: A :class:`~hyperreg.geometry.io.Volume` or an array ``(I, J)`` / ``(I, J, K)``.
+
+    Returns:
+        True for a skull-stripped brain, False for a head with skull or when it cannot tell.
+
+    Raises:
+        ValueError: If an array is not 2D or 3D.
+    """
+    evidence = skull_evidence(volume)
+    return evidence is not None and evidence.bright_shell < _BRIGHT_SHELL
+
+
+def _stripped_or_none(volume: Volume | np.ndarray) -> bool | None:
+    evidence = skull_evidence(volume)
+    return None if evidence is None else evidence.bright_shell < _BRIGHT_SHELL
+
+
+def check_pair_contents(
+    moving: Volume | np.ndarray,
+    fixed: Volume | np.ndarray,
+    *,
+    model_skull_stripped: bool | None = None,
+) -> list[str]:
+    """One-line warnings about what a moving/fixed pair holds, each naming the file and the fix.
+
+    Checks, in this order: a label map given as the moving or fixed image
+    (:func:`looks_like_label_map`); a head with skull against a skull-stripped image
+    (:func:`skull_stripped` of both); and, when ``model_skull_stripped`` is given, an image
+    that differs from what the model was trained on. Images whose skull state cannot be measured
+    get no skull warning. Nothing is raised for a valid pair; the caller prints the warnings.
+
+    Args:
+        moving: The moving image, a :class:`~hyperreg.geometry.io.Volume` (its path is named)
+            or an array.
+        fixed: The fixed image, likewise.
+        model_skull_stripped: True if the model was trained on skull-stripped images, False if
+            on heads, None if unknown (no model check).
+
+    Returns:
+        Warnings, one line each (empty when nothing looks wrong).
+
+    Raises:
+        ValueError: If an array is not 2D or 3D.
+    """
+    warnings: list[str] = []
+    stripped: dict[str, bool | None] = {}
+    for role, volume in (("moving", moving), ("fixed", fixed)):
+        if looks_like_label_map(volume):
+            warnings.append(
+                f"'{_name(volume, role)}' given as the {role} image looks like a label map "
+                "(few integer ids, piecewise constant), not an intensity image: give the "
+                f"{role} scan as the image and this file as the {role} label map "
+                f"(--{role}-seg)"
+            )
+            stripped[role] = None
+        else:
+            stripped[role] = _stripped_or_none(volume)
+    names = {"moving": _name(moving, "moving"), "fixed": _name(fixed, "fixed")}
+    if stripped["moving"] is not None and stripped["fixed"] is not None:
+        if stripped["moving"] != stripped["fixed"]:
+            head = "moving" if not stripped["moving"] else "fixed"
+            brain = "fixed" if head == "moving" else "moving"
+            warnings.append(
+                f"'{names[head]}' ({head}) looks like a head with skull but '{names[brain]}' "
+                f"({brain}) is skull-stripped: the skull and scalp have nothing to match and "
+                f"pull the registration; strip '{names[head]}' first (e.g. mri_synthstrip or "
+                f"FSL bet), or use an unstripped {brain} image"
+            )
+    if model_skull_stripped is not None:
+        for role in ("moving", "fixed"):
+            if stripped[role] is None or stripped[role] == model_skull_stripped:
+                continue
+            if model_skull_stripped:
+                warnings.append(
+                    f"'{names[role]}' ({role}) looks like a head with skull but the model was "
+                    "trained on skull-stripped brains: strip it first (e.g. mri_synthstrip or "
+                    "FSL bet) or use a model trained on heads"
+                )
+            else:
+                warnings.append(
+                    f"'{names[role]}' ({role}) looks skull-stripped but the model was trained "
+                    "on heads with skull: use a model trained on stripped brains, or check "
+                    "the result closely"
+                )
+    return warnings
+
+
+def spacing_warning(
+    volume: Volume,
+    model_spacing: float | Sequence[float] | None,
+    *,
+    factor: float = 1.5,
+    role: str = "input",
+) -> str | None:
+    """A one-line warning when the voxels of ``volume`` are far from the model's voxel size.
+
+    The network's receptive field and its regulariser (squared displacement differences between
+    neighbouring voxels) are in voxels, so a model trained at 1 mm behaves differently on 2 mm
+    or 1 × 3 mm voxels (and resampling a 3 mm axis to 1 mm does not restore its detail). Far
+    means: along some array axis the spacing is more than ``factor``
+    times the model's, or less than ``1 / factor`` of it.
+
+    Args:
+        volume: The image (its ``spacing``, mm per array axis, from the affine).
+        model_spacing: The model's voxel size in mm (``ModelConfig.spacing``), one value for
+            isotropic voxels or one per array axis; None or 0 (unknown, "native") gives no
+            warning.
+        factor: Allowed ratio, > 1 (default 1.5).
+        role: Word used in the message (``"moving"``, ``"fixed"``).
+
+    Returns:
+        The warning, or None when the spacing is close enough (or the model's is unknown).
+
+    Raises:
+        ValueError: If ``factor <= 1``, a model spacing is negative, or the number of model
+            spacings is neither 1 nor ``volume.ndim``.
+    """
+    if not factor > 1:
+        raise ValueError(f"spacing_warning(): 'factor' must be > 1, got {factor}")
+    if model_spacing is None:
+        return None
+    model = np.atleast_1d(np.asarray(model_spacing, dtype=np.float64))
+    if model.size not in (1, volume.ndim) or model.ndim != 1:
+        raise ValueError(
+            f"spacing_warning(): 'model_spacing' must be one value or {volume.ndim}, got "
+            f"{model.tolist()}"
+        )
+    if np.any(model < 0) or not np.all(np.isfinite(model)):
+        raise ValueError(
+            f"spacing_warning(): 'model_spacing' must be >= 0 mm, got {model.tolist()}"
+        )
+    if np.all(model == 0):
+        return None
+    model = np.broadcast_to(model, (volume.ndim,))
+    spacing = np.asarray(volume.spacing)
+    ratio = spacing / np.where(model > 0, model, spacing)
+    if np.all((ratio <= factor) & (ratio >= 1 / factor)):
+        return None
+    shown = " x ".join(f"{s:.3g}" for s in spacing)
+    model_shown = " x ".join(f"{s:.3g}" for s in model)
+    return (
+        f"'{_name(volume, role)}' ({role}) has {shown} mm voxels, far from the {model_shown} mm "
+        "voxels the model was trained on: its field smoothness and reach are set in voxels and "
+        "its accuracy at this voxel size is unmeasured; prefer images resampled near "
+        f"{model_shown} mm or a model trained at this voxel size"
+    )

@@ -1,0 +1,504 @@
+"""One pair from its files to its outputs: the registration pipeline every command runs.
+
+:func:`load_pair` reads a pair once, checks it (dimensions first, before any expensive stage),
+runs the affine stage once (or takes an initial affine), brings the label maps and baselines
+onto the fixed grid and returns a :class:`PreparedPair`. :meth:`PreparedPair.register` then
+registers it at one or many λ (optionally refined for the pair) and returns one typed
+:class:`PairResult` per λ whose outputs already went through the whole chain (affine, then the
+deformable field): the moved image and label map are sampled **once** from the original files
+(:func:`hyperreg.registration.chain.sample_volume`), ``warp`` is the composed field, and Dice
+follows :func:`hyperreg.method.metrics.registration_dice` (labels of the inputs, an erased
+label scores 0). ``register``, ``sweep``, ``tune`` and ``batch`` (:mod:`hyperreg.apps`) are
+shells around these two calls that write files and reports. Must not import training, apps or
+cli.
+
+Where the next features plug in: an initial transform read from a file is ``initial_affine`` of
+:func:`load_pair` (today an ``AffineTransform`` used instead of the stage; once
+``geometry.affine`` offers ``load_initial_affine(path, moving, fixed)`` and
+``register_affine(..., initial=...)``, a path read here and a stage started from it); a default
+λ sits beside :data:`DEFAULT_INIT`; choosing λ per pair (``--lambda auto``) is a function of a
+:class:`PreparedPair` and a model that runs :meth:`PreparedPair.register` on a grid and picks
+one result, before the shells write anything.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hyperreg._checks import check_option
+from hyperreg.geometry.affine import (
+    AFFINE_INITS,
+    AffineTransform,
+    register_affine,
+    resample_affine,
+    world_overlap,
+)
+from hyperreg.geometry.io import Volume, check_same_grid, load_volume, same_grid
+from hyperreg.geometry.resample import resample_to
+from hyperreg.method.metrics import input_labels, registration_dice
+from hyperreg.method.model import HyperMorph
+from hyperreg.registration.chain import composed_displacement, sample_volume
+from hyperreg.registration.lambdas import sweep_lambdas
+from hyperreg.registration.pairs import (
+    InputError,
+    PathLike,
+    RegistrationResult,
+    onto_fixed_grid,
+)
+from hyperreg.registration.refine import REFINE_SIMILARITIES, Refinement, refine_pair
+
+__all__ = [
+    "DEFAULT_INIT",
+    "DEFAULT_NORMALIZATION",
+    "AffineStage",
+    "InputError",
+    "PairResult",
+    "PreparedPair",
+    "RefineStats",
+    "load_pair",
+]
+
+DEFAULT_INIT = "affine"
+"""The affine stage every entry point runs unless told otherwise (Python and CLI alike)."""
+DEFAULT_NORMALIZATION = "minmax"
+
+
+@dataclass(frozen=True)
+class AffineStage:
+    """What the affine stage did for a pair.
+
+    Attributes:
+        kind: ``"affine"``, ``"rigid"`` or ``"initial"`` (a given transform, nothing computed).
+        seconds: Wall time.
+        mi_before: Mattes MI of the pair as it lies (lower is better; NaN if not computed).
+        mi_after: Mattes MI through the transform kept.
+        identity_kept: The stage kept the identity: it found no MI gain, or its result moved
+            the fixed grid's corners by under 3 voxels (an already-aligned pair).
+    """
+
+    kind: str
+    seconds: float
+    mi_before: float
+    mi_after: float
+    identity_kept: bool
+
+    @classmethod
+    def of(cls, transform: AffineTransform, kind: str | None = None) -> AffineStage:
+        """The statistics of ``transform`` (from :func:`register_affine` or given)."""
+        identity = bool(np.allclose(transform.matrix, np.eye(4), atol=1e-9))
+        return cls(
+            kind=kind or transform.kind,
+            seconds=transform.seconds,
+            mi_before=transform.metric_before,
+            mi_after=transform.metric_after,
+            identity_kept=identity and kind is None,
+        )
+
+
+@dataclass(frozen=True)
+class RefineStats:
+    """Test-time refinement of one field (:func:`hyperreg.registration.refine.refine_pair`).
+
+    Attributes:
+        steps: Adam steps taken.
+        similarity: ``"ncc"`` or ``"mi"``.
+        seconds: Optimisation wall time.
+        similarity_before, similarity_after: The similarity (higher is better).
+        loss_before, loss_after: The objective at λ.
+    """
+
+    steps: int
+    similarity: str
+    seconds: float
+    similarity_before: float
+    similarity_after: float
+    loss_before: float
+    loss_after: float
+
+
+@dataclass
+class PairResult:
+    """One pair registered at one λ, every array on the fixed grid.
+
+    Attributes:
+        lam: λ.
+        moved: Moved image, the moving file's own intensities, sampled once through the chain.
+        moved_seg: Moved label map (int32), or None without a moving label map.
+        disp: The deformable displacement alone ``(N, *S)``, fixed voxels, i/j/k order, defined
+            on the moving image after the affine stage.
+        warp: The whole transform (affine then ``disp``) as one field in the same format
+            (:func:`~hyperreg.registration.chain.composed_displacement`); ``disp`` itself when
+            there is no affine to compose.
+        dice: ``{label: Dice}`` (:func:`~hyperreg.method.metrics.registration_dice`), or None.
+        dice_before: Mean Dice with no registration (through the headers), same labels.
+        dice_affine: Mean Dice of the affine stage alone, or None without one.
+        folding_fraction: Share of voxels with ``J <= 0`` of ``disp``.
+        log_jacobian_std: Standard deviation of ``log J`` of ``disp``.
+        smoothness: The training's smoothness term of the field, or None.
+        ncc: Local NCC of the network's moved and fixed images (normalised), or None.
+        affine: The affine stage's statistics, or None when none ran.
+        refinement: The refinement's statistics, or None when not refined.
+        inverse_disp: Inverse of ``disp`` (``exp(-v)``), when asked for, else None.
+        resampled: One note per input brought onto another grid.
+    """
+
+    lam: float
+    moved: np.ndarray
+    moved_seg: np.ndarray | None
+    disp: np.ndarray
+    warp: np.ndarray
+    dice: dict[int, float] | None = None
+    dice_before: float | None = None
+    dice_affine: float | None = None
+    folding_fraction: float = 0.0
+    log_jacobian_std: float = 0.0
+    smoothness: float | None = None
+    ncc: float | None = None
+    affine: AffineStage | None = None
+    refinement: RefineStats | None = None
+    inverse_disp: np.ndarray | None = None
+    resampled: list[str] = field(default_factory=list)
+
+    @property
+    def mean_dice(self) -> float | None:
+        """Mean Dice over the scored labels, or None without label maps."""
+        return None if self.dice is None else _mean(self.dice.values())
+
+
+def _mean(values: object) -> float:
+    kept = [v for v in values if not math.isnan(v)]  # type: ignore[attr-defined]
+    return float(np.mean(kept)) if kept else float("nan")
+
+
+@dataclass
+class PreparedPair:
+    """A pair read once, after the affine stage, ready for :meth:`register` at any λ.
+
+    Attributes:
+        moving: The moving image as read (its own grid).
+        fixed: The fixed image; every output is on its grid.
+        moving_seg: The moving label map as read, or None.
+        fixed_seg: The fixed label map on the fixed grid, or None.
+        transform: Fixed world -> moving world affine (identity without an affine stage).
+        chained: Outputs are sampled through ``transform`` and the field from the originals.
+        aligned: The model's moving image on the fixed grid (through ``transform`` or the
+            headers).
+        aligned_seg: The moving label map on the fixed grid when not ``chained``, else None.
+        labels: Label ids scored (the inputs' union), or None without both label maps.
+        dice_before: Mean Dice with no registration, or None.
+        dice_affine: Mean Dice of the affine alone (``chained`` only), or None.
+        affine: The affine stage's statistics, or None.
+        normalization: Intensity normalisation of the model inputs.
+        notes: What was resampled onto which grid.
+    """
+
+    moving: Volume
+    fixed: Volume
+    moving_seg: Volume | None
+    fixed_seg: Volume | None
+    transform: AffineTransform
+    chained: bool
+    aligned: Volume
+    aligned_seg: Volume | None
+    labels: list[int] | None
+    dice_before: float | None
+    dice_affine: float | None
+    affine: AffineStage | None
+    normalization: str
+    notes: list[str]
+
+    def register(
+        self,
+        model: HyperMorph,
+        lams: Sequence[float],
+        refinement: Refinement | None = None,
+        *,
+        inverse: bool = False,
+        chunk: int | None = None,
+        amp: bool = False,
+        ncc: bool = False,
+    ) -> list[PairResult]:
+        """Register the pair at every λ of ``lams``; outputs through the chain.
+
+        Without refinement (or with 0 steps) and without ``inverse`` every λ runs in batched
+        forward passes (:func:`~hyperreg.registration.lambdas.sweep_lambdas`); otherwise each
+        λ is refined for the pair (:func:`~hyperreg.registration.refine.refine_pair`).
+
+        Args:
+            model: A trained :class:`~hyperreg.method.model.HyperMorph` of the pair's ndim.
+            lams: λ values in [0, 1], in any order.
+            refinement: Test-time refinement of each λ's field, or None.
+            inverse: Also compute each field's inverse (a model with a velocity field, and a
+                pair without an affine to compose).
+            chunk, amp, ncc: See :func:`~hyperreg.registration.lambdas.sweep_lambdas`.
+
+        Returns:
+            One :class:`PairResult` per λ, in the order given.
+
+        Raises:
+            ValueError: As ``sweep_lambdas`` and ``refine_pair`` (λ out of range, a model of
+                another dimensionality, ``inverse`` with an affine or without a velocity).
+        """
+        fn = "PreparedPair.register"
+        if model.config.ndim != self.fixed.ndim:
+            raise _ndim_error(fn, model, self.fixed)
+        if inverse and self.chained:
+            raise InputError(
+                f"{fn}(): 'inverse' inverts only the deformable field; this pair's transform "
+                "also holds an affine: prepare it with init 'none' (for a pair already aligned, "
+                "e.g. by 'hyperreg affine')",
+                "inverse",
+            )
+        segs = dict(moving_seg=self.aligned_seg, fixed_seg=self.fixed_seg)
+        if (refinement is not None and refinement.steps > 0) or inverse:
+            raw = [
+                refine_pair(
+                    model,
+                    self.aligned,
+                    self.fixed,
+                    float(lam),
+                    refinement or Refinement(steps=0),
+                    normalization=self.normalization,
+                    inverse=inverse,
+                    **segs,
+                )
+                for lam in lams
+            ]
+        else:
+            raw = sweep_lambdas(
+                model,
+                self.aligned,
+                self.fixed,
+                list(lams),
+                chunk=chunk,
+                amp=amp,
+                normalization=self.normalization,
+                ncc=ncc,
+                **segs,
+            )
+        return [self._finish(r, refinement) for r in raw]
+
+    def _finish(self, raw: RegistrationResult, refinement: Refinement | None) -> PairResult:
+        """The chain's outputs and the typed statistics of one raw model result."""
+        moved, moved_seg, warp = raw.moved, raw.moved_seg, raw.disp
+        if self.chained:
+            moved = sample_volume(self.moving, self.transform, raw.disp, self.fixed).data
+            if self.moving_seg is not None:
+                moved_seg = sample_volume(
+                    self.moving_seg, self.transform, raw.disp, self.fixed, label=True
+                ).data
+            warp = composed_displacement(self.transform, raw.disp, self.fixed)
+        dice = None
+        if moved_seg is not None and self.fixed_seg is not None:
+            dice = registration_dice(moved_seg, self.fixed_seg.data, labels=self.labels)
+        extra = raw.extra
+        stats = None
+        if extra.get("refine_steps"):
+            stats = RefineStats(
+                steps=int(extra["refine_steps"]),
+                similarity=REFINE_SIMILARITIES[int(extra.get("refine_sim", 0))],
+                seconds=extra["refine_seconds"],
+                similarity_before=extra["similarity_before"],
+                similarity_after=extra["similarity_after"],
+                loss_before=extra["loss_before"],
+                loss_after=extra["loss_after"],
+            )
+        return PairResult(
+            lam=raw.lam,
+            moved=moved,
+            moved_seg=moved_seg,
+            disp=raw.disp,
+            warp=warp,
+            dice=dice,
+            dice_before=self.dice_before if dice is not None else None,
+            dice_affine=self.dice_affine if dice is not None else None,
+            folding_fraction=raw.folding_fraction,
+            log_jacobian_std=raw.log_jacobian_std,
+            smoothness=extra.get("smoothness"),
+            ncc=extra.get("ncc"),
+            affine=self.affine,
+            refinement=stats,
+            inverse_disp=raw.inverse_disp,
+            resampled=[*self.notes, *(n for n in raw.resampled if n not in self.notes)],
+        )
+
+
+def _ndim_error(fn: str, model: HyperMorph, fixed: Volume) -> InputError:
+    return InputError(
+        f"{fn}(): the model is {model.config.ndim}D but '{fixed.path}' is {fixed.ndim}D with "
+        f"shape {fixed.spatial_shape}; use a {fixed.ndim}D model",
+        "model",
+    )
+
+
+def _volume(value: PathLike | Volume | None, label: bool = False) -> Volume | None:
+    if value is None or isinstance(value, Volume):
+        return value
+    return load_volume(value, label=label)
+
+
+def load_pair(
+    moving: PathLike | Volume,
+    fixed: PathLike | Volume,
+    *,
+    model: HyperMorph | None = None,
+    moving_seg: PathLike | Volume | None = None,
+    fixed_seg: PathLike | Volume | None = None,
+    init: str = DEFAULT_INIT,
+    initial_affine: AffineTransform | None = None,
+    normalization: str = DEFAULT_NORMALIZATION,
+    resample: bool = True,
+    seed: int = 0,
+) -> PreparedPair:
+    """Read and check a pair once, run its affine stage once: a :class:`PreparedPair`.
+
+    Checks come before any expensive stage: the dimensionality of both images (and of
+    ``model``, when given) first, then the grids (``resample=False``), then the affine stage.
+
+    Args:
+        moving: Moving image (file or :class:`~hyperreg.geometry.io.Volume`), any grid.
+        fixed: Fixed image; every output is on its grid.
+        model: The model that will register the pair (only its ``ndim`` is checked), or None.
+        moving_seg: Moving label map (integer ids), or None.
+        fixed_seg: Fixed label map, or None; Dice needs both.
+        init: ``"affine"`` (default), ``"rigid"`` or ``"none"``: the affine stage
+            (:func:`hyperreg.geometry.affine.register_affine`).
+        initial_affine: A transform to use instead of computing one (fixed world -> moving
+            world, RAS mm; e.g. from a file read by ``hyperreg.geometry.affine.load_affine``);
+            needs ``init="none"`` until the affine stage can start from it.
+        normalization: Intensity normalisation of the model inputs (``"minmax"`` or
+            ``"none"``).
+        resample: Resample inputs on other grids onto the fixed grid (default True); False
+            makes differing grids an error.
+        seed: Seed of the affine stage's metric sampling.
+
+    Returns:
+        A :class:`PreparedPair`.
+
+    Warns:
+        UserWarning: With ``init="none"`` and images that do not overlap in world space (the
+            moved image would be empty and Dice 0).
+
+    Raises:
+        FileNotFoundError: If an input is missing.
+        InputError: On 2D with 3D, a model of another dimensionality (``argument`` "model"),
+            ``initial_affine`` with an affine stage, or an unknown ``init``.
+        ValueError: On unreadable inputs, differing grids with ``resample=False``, or a failed
+            affine stage.
+    """
+    fn = "load_pair"
+    check_option(fn, "init", init, AFFINE_INITS)
+    if initial_affine is not None and init != "none":
+        raise InputError(
+            f"{fn}(): 'initial_affine' replaces the affine stage; give init 'none' with it "
+            f"(got {init!r})",
+            "initial_affine",
+        )
+    moving_v, fixed_v = _volume(moving), _volume(fixed)
+    assert moving_v is not None and fixed_v is not None
+    if moving_v.ndim != fixed_v.ndim:
+        raise InputError(
+            f"{fn}(): '{moving_v.path}' is {moving_v.ndim}D but '{fixed_v.path}' is "
+            f"{fixed_v.ndim}D; both must be 2D or both 3D",
+            "moving",
+        )
+    if model is not None and model.config.ndim != fixed_v.ndim:
+        raise _ndim_error(fn, model, fixed_v)
+    moving_seg_v, fixed_seg_v = _volume(moving_seg, True), _volume(fixed_seg, True)
+    if not resample:
+        check_same_grid(moving_v, fixed_v)
+    if initial_affine is not None:
+        transform, affine = initial_affine, AffineStage.of(initial_affine, "initial")
+        chained = not _is_identity(transform, moving_v, fixed_v)
+    else:
+        if init == "none" and not world_overlap(moving_v, fixed_v):
+            warnings.warn(
+                f"{fn}(): '{moving_v.path}' and '{fixed_v.path}' do not overlap in world space, "
+                "so with init 'none' the moved image is empty and Dice 0; check the headers or "
+                "use init 'affine'",
+                stacklevel=2,
+            )
+        transform = register_affine(moving_v, fixed_v, init, seed=seed)
+        affine = AffineStage.of(transform) if init != "none" else None
+        chained = init != "none" and not _is_identity(transform, moving_v, fixed_v)
+    return _prepared(
+        moving_v,
+        fixed_v,
+        moving_seg_v,
+        fixed_seg_v,
+        transform,
+        chained,
+        affine,
+        normalization,
+        resample,
+    )
+
+
+def _is_identity(transform: AffineTransform, moving: Volume, fixed: Volume) -> bool:
+    """No affine to compose: the identity, and ``moving`` already on the fixed grid."""
+    return bool(np.allclose(transform.matrix, np.eye(4), atol=1e-9)) and same_grid(moving, fixed)
+
+
+def _prepared(
+    moving: Volume,
+    fixed: Volume,
+    moving_seg: Volume | None,
+    fixed_seg: Volume | None,
+    transform: AffineTransform,
+    chained: bool,
+    affine: AffineStage | None,
+    normalization: str,
+    resample: bool,
+) -> PreparedPair:
+    """The grids, label maps and baselines of a pair whose affine stage is done."""
+    fn = "load_pair"
+    (aligned, aligned_seg, fixed_seg), notes = onto_fixed_grid(
+        fn,
+        fixed,
+        None if chained else moving,
+        None if chained else moving_seg,
+        fixed_seg,
+        resample=resample,
+    )
+    if chained:
+        aligned = resample_affine(moving, fixed, transform)
+        kind = affine.kind if affine else "affine"
+        notes.insert(
+            0,
+            f"moving '{moving.path}' sampled once through the {kind} stage and the field onto "
+            "the fixed grid",
+        )
+    assert aligned is not None
+    labels = dice_before = dice_affine = None
+    if moving_seg is not None and fixed_seg is not None:
+        labels = input_labels(moving_seg.data, fixed_seg.data)
+        before_data = (
+            aligned_seg.data
+            if aligned_seg is not None
+            else resample_to(moving_seg, fixed, label=True).data
+        )
+        dice_before = _mean(registration_dice(before_data, fixed_seg.data, labels=labels).values())
+        if chained:
+            alone = sample_volume(moving_seg, transform, None, fixed, label=True).data
+            dice_affine = _mean(registration_dice(alone, fixed_seg.data, labels=labels).values())
+    return PreparedPair(
+        moving=moving,
+        fixed=fixed,
+        moving_seg=moving_seg,
+        fixed_seg=fixed_seg,
+        transform=transform,
+        chained=chained,
+        aligned=aligned,
+        aligned_seg=aligned_seg,
+        labels=labels,
+        dice_before=dice_before,
+        dice_affine=dice_affine,
+        affine=affine,
+        normalization=normalization,
+        notes=notes,
+    )

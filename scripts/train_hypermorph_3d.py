@@ -1,0 +1,136 @@
+"""Recipe of the bundled 3D model: anatomy-aware HyperMorph on every 3D person in shared/data.
+
+Sources (each person in their own space, storage orientation and voxel size; every scan is
+resampled to 2 mm RAS and its foreground centred in a 96 × 112 × 96 training grid):
+
+- ``ixi``: 30 IXI heads at 2 mm with DLMUSE parcellations (29 labelled), one convention;
+- ``oasis-fs``: OAS1_0001 / OAS1_0002 FreeSurfer native 256³ ``norm`` + ``aseg``;
+- ``lapirn``: LapIRN A / B, skull-stripped, coarse 3-class label maps;
+- ``misc``: three unlabelled single T1 scans (two heads, one FreeSurfer ``brain.mgz``);
+- synthesis (SynthMorph-style, random contrasts and heads) from the training people's label
+  maps and, per convention, SynthSeg 2021 (20, aseg + extra-cerebral), SynthSeg 2020 (20,
+  left/right merged) and the GIF map (1).
+
+Held out for validation (never trained on, in any form): OAS1_0002 and five IXI people.
+The loss is (1 − λ)·[NCC on real pairs + soft Dice on the pair's labels] + λ·2·Grad-l2.
+
+Usage (CPU, one thread, in the background; re-running resumes)::
+
+    OMP_NUM_THREADS=1 python scripts/train_hypermorph_3d.py --out runs/h3d --device cpu
+
+Env: ``HYPERREG_DATA`` the shared data folder (default ``../shared/data``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import logging
+import os
+from pathlib import Path
+
+HOLDOUT = ("OAS1_0002", "IXI012-HH-1211", "IXI239-HH-2296", "IXI338-HH-1971",
+           "IXI452-HH-2213", "IXI603-HH-2701")
+
+
+def write_sources(data: Path, folder: Path) -> list[str]:
+    """The CSV sources of the recipe, written into ``folder``; returns their paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    data = data.resolve()  # CSV paths are read relative to the CSV
+    ixi = data / "ixi-2mm"
+    rows = {"ixi": [], "oasis-fs": [], "lapirn": [], "misc": []}
+    for image in sorted(ixi.glob("*_T1.nii.gz")):
+        person = image.name[: -len("_T1.nii.gz")]
+        seg = ixi / f"{person}_DLMUSE.nii.gz"
+        rows["ixi"].append((image, seg if seg.is_file() else "", person))
+    for person in ("OAS1_0001", "OAS1_0002"):
+        base = data / "oasis1-freesurfer" / f"{person}_MR1"
+        rows["oasis-fs"].append((base / "norm.mgz", base / "aseg.mgz", person))
+    for side in ("A", "B"):
+        base = data / "lapirn-3d" / f"image_{side}_160x192x144"
+        rows["lapirn"].append((f"{base}.nii.gz", f"{base}_seg.nii.gz", f"lapirn_{side}"))
+    misc = data / "misc-3d"
+    for name, person in (("studyforrest_sub02_T1w.nii.gz", "studyforrest_sub02"),
+                         ("pycortex_S1_T1.nii.gz", "pycortex_S1"),
+                         ("freesurferformats_brain.mgz", "freesurferformats")):
+        rows["misc"].append((misc / name, "", person))
+    paths = []
+    for name, items in rows.items():
+        path = folder / f"{name}.csv"
+        with open(path, "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["image", "seg", "subject"])
+            writer.writerows([str(a), str(b), c] for a, b, c in items)
+        paths.append(str(path))
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default="runs/h3d")
+    parser.add_argument("--steps", type=int, default=20000)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--init", default="", help="model to start from (default: bundled 3D)")
+    parser.add_argument("--no-resume", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+
+    from hyperreg.config import ModelConfig, TrainConfig
+    from hyperreg.training.checkpointing import latest_checkpoint
+    from hyperreg.training.train import train
+
+    data = Path(os.environ.get("HYPERREG_DATA", "../shared/data"))
+    out = Path(args.out)
+    sources = write_sources(data, out.parent / f"{out.name}_sources")
+    init = args.init
+    if not init:
+        from importlib.resources import files
+
+        init = str(files("hyperreg") / "pretrained" / "hypermorph-3d.pt")
+    synth_labels = (
+        str(data / "synthseg-labelmaps" / "2021"),
+        str(data / "synthseg-labelmaps" / "2020"),
+        str(data / "misc-3d" / "fernando_gif_labels.nii.gz"),
+    )
+    config = TrainConfig(
+        data=tuple(sources),
+        out=str(out),
+        steps=args.steps,
+        batch_size=1,
+        lr=args.lr,
+        sim="ncc",
+        label_loss="dice",
+        label_weight=1.0,
+        max_labels=24,
+        label_downsize=2,
+        conform=True,
+        spacing=2.0,
+        shape=(96, 112, 96),
+        synth=0.4,
+        synth_labels=synth_labels,
+        holdout=HOLDOUT,
+        test_fraction=0.0,
+        checkpoint_every=250,
+        val_every=1000,
+        val_lambdas=(0.1, 0.3, 0.6),
+        val_max_pairs=6,
+        keep_checkpoints=3,
+        seed=3,
+        device=args.device,
+        init=init,
+        model=ModelConfig(ndim=3),
+    )
+    resume = None
+    if not args.no_resume:
+        try:
+            latest_checkpoint(out)
+            resume = str(out)
+        except FileNotFoundError:
+            resume = None
+    train(config, progress=False, resume=resume)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

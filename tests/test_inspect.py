@@ -1,0 +1,189 @@
+"""Input checks (hyperreg.geometry.inspect): label map or image, skull or not, voxel size."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hyperreg.geometry.inspect import (
+    check_pair_contents,
+    looks_like_label_map,
+    skull_evidence,
+    skull_stripped,
+    spacing_warning,
+)
+from hyperreg.geometry.io import Volume, load_volume
+from shared_paths import DATA, needs_data
+
+OASIS1 = "neurite-oasis/OASIS_OAS1_0001_MR1"
+OASIS2 = "neurite-oasis/OASIS_OAS1_0002_MR1"
+IXI = ("IXI012-HH-1211", "IXI162-HH-1548", "IXI174-HH-1571")
+
+
+def _load(relative: str, **kw: object) -> Volume:
+    return load_volume(DATA / relative, **kw)  # type: ignore[arg-type]
+
+
+def _volume(data: np.ndarray, spacing: tuple[float, ...] = (1.0, 1.0, 1.0), name: str = "x"):
+    affine = np.diag([*spacing, *(1.0,) * (4 - len(spacing))])
+    return Volume(data, affine, data.shape, path=f"/tmp/{name}.nii.gz")  # type: ignore[arg-type]
+
+
+def _phantom(skull: bool, shape: tuple[int, ...] = (64, 72, 60)) -> np.ndarray:
+    """A T1-like phantom: white matter inside grey matter, optionally dark skull and bright
+    scalp around it, on a zero background."""
+    grid = np.stack(np.meshgrid(*[np.linspace(-1, 1, n) for n in shape], indexing="ij"))
+    radius = np.sqrt((grid**2).sum(0))
+    rng = np.random.default_rng(0)
+    image = np.where(radius < 0.5, 0.9, np.where(radius < 0.6, 0.55, 0.0))
+    if skull:
+        image = np.where((radius >= 0.68) & (radius < 0.78), 1.0, image)  # scalp fat
+        image = np.where((radius >= 0.6) & (radius < 0.68), 0.05, image)  # skull
+    return (image + 0.02 * rng.standard_normal(shape) * (image > 0)).astype(np.float32)
+
+
+# --- synthetic --------------------------------------------------------------------------------
+
+
+def test_label_map_versus_image_synthetic() -> None:
+    labels = np.zeros((30, 40, 20), np.int32)
+    labels[5:20, 5:30, 3:15] = 2
+    labels[10:15, 10:20, 5:10] = 41
+    assert looks_like_label_map(labels) and looks_like_label_map(labels.astype(np.float32))
+    assert looks_like_label_map(labels > 0)  # a binary mask is a label map too
+    image = _phantom(skull=False)
+    assert not looks_like_label_map(image)
+    assert not looks_like_label_map(np.rint(image * 255))  # an integer-valued image
+    assert not looks_like_label_map(np.zeros((8, 8)))  # constant
+    noisy = labels + np.float32(0.3)
+    assert not looks_like_label_map(noisy)
+    with pytest.raises(ValueError, match=r"shape \(I, J\) or \(I, J, K\), got \(4,\)"):
+        looks_like_label_map(np.zeros(4))
+
+
+def test_skull_synthetic_phantoms() -> None:
+    assert skull_stripped(_volume(_phantom(skull=False)))
+    assert not skull_stripped(_volume(_phantom(skull=True)))
+    assert skull_evidence(np.zeros((10, 10))) is None  # cannot tell
+    assert not skull_stripped(np.zeros((10, 10)))
+
+
+def test_spacing_warning() -> None:
+    iso = _volume(np.zeros((4, 5, 6), np.float32), (1.0, 1.0, 1.0))
+    assert spacing_warning(iso, 1.0) is None
+    assert spacing_warning(iso, 0.0) is None and spacing_warning(iso, None) is None
+    assert spacing_warning(iso, (1.2, 1.0, 0.8)) is None
+    aniso = _volume(np.zeros((4, 5), np.float32), (1.0, 3.0), name="aniso")
+    message = spacing_warning(aniso, 1.0, role="fixed")
+    assert message is not None and "\n" not in message
+    assert message.startswith("'/tmp/aniso.nii.gz' (fixed) has 1 x 3 mm voxels")
+    assert "1 x 1 mm" in message
+    assert spacing_warning(iso, 2.0) is not None  # 1 mm voxels, a 2 mm model
+    with pytest.raises(ValueError, match="'factor' must be > 1"):
+        spacing_warning(iso, 1.0, factor=1.0)
+    with pytest.raises(ValueError, match="'model_spacing' must be one value or 3"):
+        spacing_warning(iso, (1.0, 1.0))
+    with pytest.raises(ValueError, match="'model_spacing' must be >= 0"):
+        spacing_warning(iso, -1.0)
+
+
+def test_check_pair_contents_synthetic() -> None:
+    stripped = _volume(_phantom(skull=False), name="brain")
+    head = _volume(_phantom(skull=True), name="head")
+    labels = _volume((_phantom(skull=False) > 0.7).astype(np.float32) * 3, name="seg")
+    assert check_pair_contents(stripped, stripped) == []
+    assert check_pair_contents(stripped, stripped, model_skull_stripped=True) == []
+    (mismatch,) = check_pair_contents(head, stripped)
+    assert mismatch.startswith("'/tmp/head.nii.gz' (moving) looks like a head with skull")
+    assert "'/tmp/brain.nii.gz' (fixed) is skull-stripped" in mismatch
+    assert "mri_synthstrip" in mismatch and "\n" not in mismatch
+    both = check_pair_contents(head, head, model_skull_stripped=True)
+    assert len(both) == 2 and all("trained on skull-stripped brains" in w for w in both)
+    (label,) = check_pair_contents(stripped, labels)
+    assert label.startswith("'/tmp/seg.nii.gz' given as the fixed image looks like a label map")
+    assert "--fixed-seg" in label
+
+
+# --- real data ----------------------------------------------------------------------------------
+
+
+@needs_data("neurite-oasis")
+@pytest.mark.parametrize(
+    "relative",
+    [
+        f"{OASIS1}/aligned_seg35.nii.gz",
+        f"{OASIS2}/slice_seg24.nii.gz",
+        f"{OASIS1}/aligned_seg4.nii.gz",
+    ],
+)
+def test_real_label_maps_are_recognised(relative: str) -> None:
+    assert looks_like_label_map(_load(relative))
+    assert looks_like_label_map(_load(relative, label=True))
+
+
+@needs_data("ixi-2mm")
+@pytest.mark.parametrize("person", IXI)
+def test_real_ixi_parcellations_are_label_maps_and_t1_heads_are_not(person: str) -> None:
+    assert looks_like_label_map(_load(f"ixi-2mm/{person}_DLMUSE.nii.gz"))
+    head = _load(f"ixi-2mm/{person}_T1.nii.gz")
+    assert not looks_like_label_map(head)
+    assert not skull_stripped(head)
+
+
+@needs_data("ixi-2mm")
+def test_every_shared_ixi_head_has_a_skull() -> None:
+    heads = sorted((DATA / "ixi-2mm").glob("*_T1.nii.gz"))
+    assert len(heads) == 30
+    stripped = [path.name for path in heads if skull_stripped(load_volume(path))]
+    assert stripped == []
+
+
+@needs_data("lapirn-3d")
+def test_shared_lapirn_brains_are_stripped() -> None:
+    for name in ("image_A_160x192x144", "image_B_160x192x144"):
+        assert skull_stripped(_load(f"lapirn-3d/{name}.nii.gz"))
+        assert looks_like_label_map(_load(f"lapirn-3d/{name}_seg.nii.gz"))
+
+
+@needs_data("neurite-oasis")
+@pytest.mark.parametrize("person", [OASIS1, OASIS2])
+def test_real_oasis_stripped_and_unstripped(person: str) -> None:
+    for name in ("aligned_norm", "slice_norm"):
+        brain = _load(f"{person}/{name}.nii.gz")
+        assert skull_stripped(brain), name
+        assert not looks_like_label_map(brain)
+    head = _load(f"{person}/slice_orig.nii.gz")
+    assert not skull_stripped(head) and not looks_like_label_map(head)
+
+
+@needs_data("oasis1-freesurfer")
+def test_real_freesurfer_norm_is_a_stripped_image_not_a_label_map() -> None:
+    norm = _load("oasis1-freesurfer/OAS1_0001_MR1/norm.mgz")  # integer-valued, 187 grey values
+    assert not looks_like_label_map(norm) and skull_stripped(norm)
+    assert looks_like_label_map(_load("oasis1-freesurfer/OAS1_0001_MR1/aseg.mgz"))
+
+
+@needs_data("neurite-oasis")
+def test_real_pair_warnings() -> None:
+    brain = _load(f"{OASIS1}/slice_norm.nii.gz")
+    other = _load(f"{OASIS2}/slice_norm.nii.gz")
+    head = _load(f"{OASIS2}/slice_orig.nii.gz")
+    seg = _load(f"{OASIS2}/slice_seg24.nii.gz")
+    assert check_pair_contents(other, brain, model_skull_stripped=True) == []
+    (mismatch,) = check_pair_contents(head, brain)
+    assert f"'{head.path}' (moving) looks like a head with skull" in mismatch
+    (as_image,) = check_pair_contents(seg, brain)
+    assert f"'{seg.path}' given as the moving image looks like a label map" in as_image
+    assert spacing_warning(brain, 1.0) is None
+
+
+@needs_data("ixi-2mm")
+def test_real_ixi_head_against_stripped_oasis_and_a_1mm_model() -> None:
+    head = _load(f"ixi-2mm/{IXI[0]}_T1.nii.gz")
+    brain = _load(f"{OASIS1}/aligned_norm.nii.gz")
+    warnings = check_pair_contents(head, brain, model_skull_stripped=True)
+    assert len(warnings) == 2
+    assert "looks like a head with skull but" in warnings[0]
+    assert "trained on skull-stripped brains" in warnings[1]
+    message = spacing_warning(head, 1.0, role="moving")
+    assert message is not None and "2 x 2 x 2 mm voxels" in message
