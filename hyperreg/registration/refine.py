@@ -2,24 +2,31 @@
 
 :func:`refine_flow` starts from the network's prediction for the pair and optimises the raw
 flow itself (the half-resolution velocity of a diffeomorphic model, else the displacement) with
-Adam for a given number of steps, on the model's own training loss at the same λ:
-``(1 − λ)·similarity + λ·smoothness``. The field goes through exactly the model's integration,
-resizing and cropping (:meth:`~hyperreg.method.model.HyperMorph.flow_to_output`), so a refined
-velocity still integrates to a diffeomorphism. :func:`refine_pair` is the
-:func:`~hyperreg.registration.pairs.register_pair` counterpart (volumes in,
-:class:`~hyperreg.registration.pairs.RegistrationResult` out, timings and similarities before and
-after in ``extra``). :func:`inverse_displacement` is the inverse field ``exp(−v)``. Must not
-import training, apps or cli.
+Adam on the model's own objective at the same λ (``model.objective``,
+:class:`~hyperreg.method.objective.Objective`: ``(1 − λ)·similarity + λ·k·smoothness``),
+**coarse to fine**: first on images average-pooled to the velocity's own grid (the 4 mm level
+for the bundled 3D model, whose network works at 2 mm), where a step costs about 1/8 of a fine
+one, then on the network's grid through exactly the model's integration, resizing and cropping
+(:meth:`~hyperreg.method.model.HyperMorph.flow_to_output`), so a refined velocity still
+integrates to a diffeomorphism. Each level stops early when its loss stops improving and keeps
+its best flow; a loss that becomes NaN stops the refinement, logs a warning and returns the
+network's field. :func:`refine_pair` is the :func:`~hyperreg.registration.pairs.register_pair`
+counterpart (volumes in, :class:`~hyperreg.registration.pairs.RegistrationResult` out, timings
+and similarities before and after in ``extra``). :func:`inverse_displacement` is the inverse
+field ``exp(−v)``. Must not import training, apps or cli.
 
 References:
     Tian et al., uniGradICON (MICCAI 2024): ``--io_iterations`` instance optimisation after the
-    network's pass. Balakrishnan et al., VoxelMorph (IEEE TMI 2019) for the loss and its
-    ``loss_mult=int_downsize``.
+    network's pass. Siebert, Hansen, Heinrich, ConvexAdam (MICCAI 2021; IEEE TMI 2024): Adam
+    instance optimisation on a coarse (2 mm) grid after a first estimate. Balakrishnan et al.,
+    VoxelMorph (IEEE TMI 2019) for the loss and its ``loss_mult=int_downsize``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,13 +34,16 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from hyperreg._checks import as_lambda_tensor, check_option
 from hyperreg.geometry.io import Volume
-from hyperreg.method.losses import gradient_loss, mi_loss, ncc_loss
+from hyperreg.method.losses import gradient_loss, ncc_loss
 from hyperreg.method.metrics import mean_dice
 from hyperreg.method.model import HyperMorph, RegistrationOutput
+from hyperreg.method.objective import Objective
+from hyperreg.method.spatial import integrate_velocity, warp
 from hyperreg.registration.pairs import (
     RegistrationResult,
     network_inputs,
@@ -43,12 +53,14 @@ from hyperreg.registration.pairs import (
 
 __all__ = [
     "MAX_REFINE_STEPS",
+    "REFINE_LEVELS",
     "REFINE_SIMILARITIES",
     "RefinedFlow",
     "Refinement",
     "check_refinement",
     "inverse_displacement",
     "refine_flow",
+    "refine_objective",
     "refine_pair",
 ]
 
@@ -58,25 +70,38 @@ REFINE_SIMILARITIES = ("ncc", "mi")
 MAX_REFINE_STEPS = 10000  # more than this is a typo, not a plan (a 2D step takes ~20 ms)
 
 
+REFINE_LEVELS = (1, 2)
+_COARSE_LR = 2.0  # the coarse level's Adam rate, times ``lr`` (its steps are 1/8 the cost in 3D)
+_PATIENCE = 5  # steps without a relative improvement of the best loss above _TOLERANCE: stop
+_TOLERANCE = 2e-4
+
+
 @dataclass(frozen=True)
 class Refinement:
-    """How to refine: Adam ``steps`` on the flow at learning rate ``lr`` with ``sim``.
+    """How to refine: at most ``steps`` Adam steps per level on the flow, with ``sim``.
 
     Attributes:
-        steps: Adam steps, 0 (no refinement) to :data:`MAX_REFINE_STEPS`.
-        sim: ``"ncc"`` (local NCC, window 9, as the model was trained) or ``"mi"`` (global
-            mutual information, :func:`~hyperreg.method.losses.mi_loss`, for pairs of
-            different contrast).
-        lr: Adam learning rate, in voxels of the flow's grid per step (default 0.05).
+        steps: Most Adam steps per level, 0 (no refinement) to :data:`MAX_REFINE_STEPS`. A
+            level stops earlier when its loss has not improved by 0.02 % for 5 steps.
+        sim: ``"ncc"`` (local NCC with the model's window, as the model was trained) or ``"mi"``
+            (global mutual information, :func:`~hyperreg.method.losses.mi_loss`, for pairs of
+            different contrast); every other setting is the model's objective.
+        lr: Adam learning rate at the fine level, in voxels of the flow's grid per step
+            (default 0.05); the coarse level uses twice this.
+        levels: ``2`` (default): a coarse level (images average-pooled to the velocity's grid)
+            then the fine level (the network's grid); ``1``: the fine level only (hyperreg
+            0.1's refinement, plus the early stop). Models without a half-resolution velocity
+            always refine at the fine level only.
     """
 
     steps: int = 50
     sim: str = "ncc"
     lr: float = 0.05
+    levels: int = 2
 
 
 def check_refinement(fn: str, refinement: Refinement) -> None:
-    """Raise ValueError unless ``refinement`` has a valid step count, similarity and lr."""
+    """Raise ValueError unless ``refinement`` has a valid step count, similarity, lr, levels."""
     steps = refinement.steps
     if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= MAX_REFINE_STEPS:
         raise ValueError(
@@ -85,19 +110,24 @@ def check_refinement(fn: str, refinement: Refinement) -> None:
     check_option(fn, "sim", refinement.sim, REFINE_SIMILARITIES)
     if not (isinstance(refinement.lr, (int, float)) and 0 < refinement.lr < 100):
         raise ValueError(f"{fn}(): 'lr' must lie in (0, 100) voxels per step, got {refinement.lr}")
+    check_option(fn, "levels", refinement.levels, REFINE_LEVELS)
 
 
 class RefinedFlow(NamedTuple):
     """Output of :func:`refine_flow`.
 
     Attributes:
-        flow: The refined raw flow (as :meth:`HyperMorph.predict_flow` returns it), detached.
+        flow: The refined raw flow (as :meth:`HyperMorph.predict_flow` returns it), detached;
+            the network's when the refinement fell back.
         output: ``model.flow_to_output(flow, moving)`` for the refined flow.
-        loss_before: Objective of the network's prediction.
-        loss_after: Objective after refinement.
+        loss_before: Objective of the network's prediction (fine level).
+        loss_after: Objective after refinement (fine level).
         similarity_before: Similarity (NCC in [0, 1] or MI in nats; higher is better) before.
         similarity_after: The same after refinement.
         seconds: Wall time of the optimisation (CUDA synchronised).
+        steps: Adam steps taken per level, coarse first (``(0, n)`` without a coarse level).
+        fell_back: True when the loss became NaN (or did not fall below the network's) and
+            the network's field was returned.
     """
 
     flow: Tensor
@@ -107,26 +137,104 @@ class RefinedFlow(NamedTuple):
     similarity_before: float
     similarity_after: float
     seconds: float
+    steps: tuple[int, int] = (0, 0)
+    fell_back: bool = False
 
 
-def _objective(
-    model: HyperMorph, out: RegistrationOutput, fixed: Tensor, lam: float, sim: str
+def refine_objective(model: HyperMorph, refinement: Refinement) -> Objective:
+    """The objective a refinement minimises: the model's (``model.objective``, as trained),
+    with the image similarity of ``refinement.sim`` and no label term (test-time pairs are
+    registered by intensity)."""
+    objective: Objective = getattr(model, "objective", None) or Objective(
+        int_downsize=model.config.int_downsize if model.config.int_steps > 0 else 1
+    )
+    return dataclasses.replace(objective, similarity=refinement.sim, label_loss="none")
+
+
+def _terms(
+    objective: Objective, moved: Tensor, fixed: Tensor, field: Tensor, lam: float, shape
 ) -> tuple[Tensor, Tensor]:
-    """``((1 − λ)·sim + λ·smooth, sim)``, with the training loss's regulariser scale."""
-    if sim == "ncc":
-        similarity = ncc_loss(out.moved, fixed, window=9)
-    else:
-        similarity = mi_loss(out.moved, fixed)
-    field = out.velocity if out.velocity is not None else out.disp
-    smooth = gradient_loss(field)
-    if field.shape[2] < fixed.shape[2] and model.config.int_downsize > 1:
-        smooth = smooth * model.config.int_downsize  # VoxelMorph's loss_mult, as in training
-    return (1 - lam) * similarity + lam * smooth, similarity
+    """``(loss, image dissimilarity)`` of one evaluation; ``shape`` is the fine image grid (it
+    sets the regulariser's ``k``, so both levels weigh smoothness alike)."""
+    image = objective.image_term(moved, fixed).float()
+    smooth = objective.smoothness(field, shape).float()
+    return ((1 - lam) * image + lam * smooth).mean(), image.mean()
 
 
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def _pool(image: Tensor) -> Tensor:
+    """Average-pool by 2 (a last odd voxel is averaged alone): size ``ceil(S / 2)``."""
+    pool = F.avg_pool2d if image.ndim == 4 else F.avg_pool3d
+    return pool(image, 2, ceil_mode=True)
+
+
+class _Level:
+    """One level of the optimisation: images and how a flow becomes ``(loss, similarity)``."""
+
+    def __init__(
+        self,
+        model: HyperMorph,
+        objective: Objective,
+        moving: Tensor,
+        fixed: Tensor,
+        lam: float,
+        coarse: bool,
+    ) -> None:
+        self.model, self.objective, self.lam, self.coarse = model, objective, lam, coarse
+        self.shape = tuple(fixed.shape[2:])  # the fine grid
+        self.moving = _pool(moving) if coarse else moving
+        self.fixed = _pool(fixed) if coarse else fixed
+
+    def __call__(self, flow: Tensor) -> tuple[Tensor, Tensor]:
+        if not self.coarse:
+            out = self.model.flow_to_output(flow, self.moving)
+            field = out.velocity if out.velocity is not None else out.disp
+            return _terms(self.objective, out.moved, self.fixed, field, self.lam, self.shape)
+        # the velocity's own grid: integrated as the model does, no upsampling
+        crop = (slice(None), slice(None), *[slice(0, n) for n in self.moving.shape[2:]])
+        velocity = flow[crop]
+        disp = integrate_velocity(flow, self.model.config.int_steps)[crop]
+        moved = warp(self.moving, disp, exact=False)
+        return _terms(self.objective, moved, self.fixed, velocity, self.lam, self.shape)
+
+
+def _optimise(
+    level: _Level, start: Tensor, lr: float, steps: int
+) -> tuple[Tensor, float, int, bool]:
+    """Adam from ``start`` for at most ``steps``; returns ``(best flow, its loss, steps taken,
+    diverged)``. Stops after :data:`_PATIENCE` steps without a relative gain of
+    :data:`_TOLERANCE` on the best loss; a non-finite loss stops it as diverged."""
+    param = start.detach().clone().requires_grad_(True)
+    optimiser = torch.optim.Adam([param], lr=lr)
+    best, best_loss, stale = start.detach(), math.inf, 0
+    taken = 0
+    with torch.enable_grad():
+        for taken in range(1, steps + 1):
+            loss, _ = level(param)
+            value = float(loss.detach())
+            if not math.isfinite(value):
+                return best, best_loss, taken, True
+            if value < best_loss - _TOLERANCE * abs(best_loss if math.isfinite(best_loss) else 0):
+                best, best_loss, stale = param.detach().clone(), value, 0
+            else:
+                stale += 1
+                if stale >= _PATIENCE:
+                    break
+            optimiser.zero_grad(set_to_none=True)
+            loss.backward()
+            optimiser.step()
+    with torch.no_grad():  # the last step's result has not been scored yet
+        loss, _ = level(param.detach())
+        value = float(loss)
+    if not math.isfinite(value):
+        return best, best_loss, taken, True
+    if value < best_loss:
+        best, best_loss = param.detach().clone(), value
+    return best, best_loss, taken, False
 
 
 def refine_flow(
@@ -137,7 +245,18 @@ def refine_flow(
     refinement: Refinement,
     flow: Tensor | None = None,
 ) -> RefinedFlow:
-    """Optimise one pair's raw flow on the model's loss, starting from the network's prediction.
+    """Optimise one pair's raw flow on the model's objective, coarse to fine, starting from the
+    network's prediction.
+
+    Level 1 (coarse, with ``refinement.levels == 2`` and a half-resolution velocity): the
+    images average-pooled by 2 to the velocity's grid; the velocity is integrated there
+    (scaling and squaring, the model's step count) and warps the pooled moving image; Adam at
+    ``2 · lr``. Level 2 (fine): the network's grid through
+    :meth:`~hyperreg.method.model.HyperMorph.flow_to_output`; Adam at ``lr``. Both evaluate
+    ``(1 − λ)·S + λ·k·R`` of :func:`refine_objective` with the same ``k`` (the regulariser of
+    the same velocity), each runs at most ``refinement.steps`` steps, stops early after 5
+    steps without a 0.02 % gain and keeps its best flow. The result is the network's field when
+    the loss becomes NaN (a warning says so) or the refined loss is not below the network's.
 
     The model's weights are not changed (nor do they receive gradients); only a copy of the
     flow is a leaf of the optimisation. Runs on the device of ``moving`` (the model's).
@@ -147,7 +266,7 @@ def refine_flow(
         moving: Normalised moving image ``(1, C, *S)``, float, values in [0, 1].
         fixed: Normalised fixed image, same shape.
         lam: λ in [0, 1], the loss weight (and the network's conditioning).
-        refinement: Steps, similarity and learning rate (:class:`Refinement`).
+        refinement: Steps, similarity, learning rate, levels (:class:`Refinement`).
         flow: Starting flow; default ``model.predict_flow(moving, fixed, lam)``.
 
     Returns:
@@ -155,11 +274,21 @@ def refine_flow(
         before/after values agree.
 
     Raises:
+        TypeError: If ``moving`` or ``fixed`` is not a tensor.
         ValueError: If the images hold non-finite values, the batch is not 1, ``lam`` is out
             of range or ``refinement`` is invalid (:func:`check_refinement`).
+
+    References:
+        ConvexAdam (Siebert et al., 2021): Adam instance optimisation on a coarse grid;
+        VoxelMorph's scaling and squaring (Dalca et al., MICCAI 2018).
     """
     fn = "refine_flow"
     check_refinement(fn, refinement)
+    for name, image in (("moving", moving), ("fixed", fixed)):
+        if not isinstance(image, Tensor):
+            raise TypeError(
+                f"{fn}(): '{name}' must be a tensor (1, C, *S), got {type(image).__name__}"
+            )
     if moving.shape[0] != 1:
         raise ValueError(
             f"{fn}(): 'moving' must hold one pair (batch 1), got {tuple(moving.shape)}"
@@ -171,44 +300,57 @@ def refine_flow(
     lam = float(as_lambda_tensor(fn, lam, 1, moving.device).item())
     with torch.no_grad():
         start = model.predict_flow(moving, fixed, lam) if flow is None else flow
-    param = start.detach().float().clone().requires_grad_(True)
-    optimiser = torch.optim.Adam([param], lr=refinement.lr)
+    start = start.detach().float()
+    objective = refine_objective(model, refinement)
+    fine = _Level(model, objective, moving, fixed, lam, coarse=False)
     _sync(moving.device)
     tic = time.perf_counter()
-    loss_before = similarity_before = float("nan")
-    with torch.enable_grad():
-        for step in range(refinement.steps):
-            out = model.flow_to_output(param, moving)
-            loss, similarity = _objective(model, out, fixed, lam, refinement.sim)
-            if step == 0:
-                loss_before = float(loss.detach())
-                similarity_before = -float(similarity.detach())
-            optimiser.zero_grad(set_to_none=True)
-            loss.backward()
-            optimiser.step()
     with torch.no_grad():
-        out = model.flow_to_output(param.detach(), moving)
-        loss, similarity = _objective(model, out, fixed, lam, refinement.sim)
+        loss0, image0 = fine(start)
+    loss_before, similarity_before = float(loss0), -float(image0)
+    current, steps, diverged = start, [0, 0], False
+    coarse = refinement.levels == 2 and model.config.int_steps > 0 and model.half_res
+    if refinement.steps > 0 and coarse:
+        level = _Level(model, objective, moving, fixed, lam, coarse=True)
+        current, _, steps[0], diverged = _optimise(
+            level, current, _COARSE_LR * refinement.lr, refinement.steps
+        )
+    if refinement.steps > 0 and not diverged:
+        current, _, steps[1], diverged = _optimise(fine, current, refinement.lr, refinement.steps)
+    with torch.no_grad():
+        loss, image = fine(current)
+    fell_back = diverged or not math.isfinite(float(loss)) or float(loss) > loss_before
+    if diverged or not math.isfinite(float(loss)):
+        logger.warning(
+            "%s(): the refinement's loss became NaN (after %d coarse and %d fine steps); "
+            "returning the network's field",
+            fn,
+            *steps,
+        )
+    if fell_back:
+        current, loss, image = start, loss0, image0
+    with torch.no_grad():
+        out = model.flow_to_output(current, moving)
     _sync(moving.device)
     seconds = time.perf_counter() - tic
-    if refinement.steps == 0:
-        loss_before, similarity_before = float(loss), -float(similarity)
     logger.debug(
-        "%s(): %d steps in %.2f s, loss %.4f -> %.4f",
+        "%s(): %s steps (coarse, fine) in %.2f s, loss %.4f -> %.4f",
         fn,
-        refinement.steps,
+        steps,
         seconds,
         loss_before,
         float(loss),
     )
     return RefinedFlow(
-        flow=param.detach(),
+        flow=current.detach(),
         output=out,
         loss_before=loss_before,
         loss_after=float(loss),
         similarity_before=similarity_before,
-        similarity_after=-float(similarity),
+        similarity_after=-float(image),
         seconds=seconds,
+        steps=(steps[0], steps[1]),
+        fell_back=fell_back,
     )
 
 
@@ -273,17 +415,33 @@ def refine_pair(
 
     Returns:
         A :class:`~hyperreg.registration.pairs.RegistrationResult` whose ``extra`` holds
-        ``refine_steps``, ``refine_seconds`` (optimisation wall time), ``loss_before`` /
-        ``loss_after`` (the objective), ``similarity_before`` / ``similarity_after`` (NCC or MI,
-        higher is better; ``refine_sim`` 0 for NCC, 1 for MI), ``ncc`` (local NCC of the result),
-        ``smoothness`` and, with label maps, ``dice_before`` (unregistered).
+        ``refine_steps`` (the budget per level), ``refine_steps_coarse`` /
+        ``refine_steps_fine`` (steps taken), ``refine_fell_back`` (1.0 when the network's
+        field was kept: NaN loss or no gain), ``refine_seconds`` (optimisation wall time),
+        ``loss_before`` / ``loss_after`` (the objective), ``similarity_before`` /
+        ``similarity_after`` (NCC or MI, higher is better; ``refine_sim`` 0 for NCC, 1 for
+        MI), ``ncc`` (local NCC of the result), ``smoothness`` and, with label maps,
+        ``dice_before`` (unregistered).
 
     Raises:
+        TypeError: If ``moving`` or ``fixed`` is not a :class:`~hyperreg.geometry.io.Volume`
+            (tensors go to :func:`refine_flow`).
         ValueError: As :func:`~hyperreg.registration.pairs.register_pair` and
             :func:`refine_flow` (non-finite voxels, bad step count), and for ``inverse`` with a
             model without a velocity field.
     """
     fn = "refine_pair"
+    for name, volume in (("moving", moving), ("fixed", fixed)):
+        if not isinstance(volume, Volume):
+            hint = (
+                "; for tensors (1, C, *S) call refine_flow(model, moving, fixed, lam, refinement)"
+                if isinstance(volume, Tensor)
+                else ""
+            )
+            raise TypeError(
+                f"{fn}(): '{name}' must be a Volume (hyperreg.geometry.io.load_volume), got "
+                f"{type(volume).__name__}{hint}"
+            )
     refinement = refinement if refinement is not None else Refinement()
     check_refinement(fn, refinement)
     if inverse and model.config.int_steps == 0:
@@ -303,6 +461,9 @@ def refine_pair(
         smoothness=float(gradient_loss(regularised.float())),
         ncc=-float(ncc_loss(out.moved.float(), fixed_t)),
         refine_steps=float(refinement.steps),
+        refine_steps_coarse=float(refined.steps[0]),
+        refine_steps_fine=float(refined.steps[1]),
+        refine_fell_back=float(refined.fell_back),
         refine_seconds=refined.seconds,
         refine_sim=float(REFINE_SIMILARITIES.index(refinement.sim)),
         loss_before=refined.loss_before,
