@@ -237,6 +237,47 @@ def _optimise(
     return best, best_loss, taken, False
 
 
+_BOX_MARGIN = (
+    8  # fine-grid voxels of background kept around the foreground (plus NCC's half window)
+)
+
+
+class _Box(NamedTuple):
+    """Where the loss is evaluated: image slices and the matching flow slices."""
+
+    image: tuple[slice, ...]
+    flow: tuple[slice, ...]
+
+
+def _foreground_box(model: HyperMorph, moving: Tensor, fixed: Tensor, window: int) -> _Box:
+    """The foreground of either image (above 1 % of its range), dilated by :data:`_BOX_MARGIN`
+    and half the NCC window, grown to a multiple of 16 voxels at an even start per axis (so a
+    crop is a valid model input and its flow is a slice of the full flow); an axis the box
+    would fill is kept whole."""
+    mask = (moving[0].amax(0) > 0.01 * moving.max()) | (fixed[0].amax(0) > 0.01 * fixed.max())
+    divisor = model.unet.divisor
+    margin = _BOX_MARGIN + window // 2
+    image, flow = [], []
+    for axis, size in enumerate(mask.shape):
+        other = tuple(a for a in range(mask.ndim) if a != axis)
+        hits = torch.nonzero(mask.any(dim=other) if other else mask).flatten()
+        if hits.numel() == 0:
+            return _Box((slice(None),) * mask.ndim, (slice(None),) * mask.ndim)
+        low = max(0, int(hits.min()) - margin)
+        high = min(size, int(hits.max()) + 1 + margin)
+        length = -(-(high - low) // divisor) * divisor
+        if length >= size:  # the whole axis
+            image.append(slice(0, size))
+            flow.append(slice(None))
+            continue
+        start = min(low - low % 2, size - length)
+        start -= start % 2
+        image.append(slice(start, start + length))
+        factor = 2 if model.half_res else 1
+        flow.append(slice(start // factor, (start + length) // factor))
+    return _Box(tuple(image), tuple(flow))
+
+
 def refine_flow(
     model: HyperMorph,
     moving: Tensor,
@@ -302,16 +343,22 @@ def refine_flow(
         start = model.predict_flow(moving, fixed, lam) if flow is None else flow
     start = start.detach().float()
     objective = refine_objective(model, refinement)
-    fine = _Level(model, objective, moving, fixed, lam, coarse=False)
     _sync(moving.device)
     tic = time.perf_counter()
+    # the loss on the foreground's box: NCC of background windows is 0 and the flow outside
+    # the box is not changed, so this is the whole objective up to a constant and a factor
+    box = _foreground_box(model, moving, fixed, objective.ncc_window)
+    batch = (slice(None), slice(None))
+    fine = _Level(
+        model, objective, moving[batch + box.image], fixed[batch + box.image], lam, coarse=False
+    )
     with torch.no_grad():
-        loss0, image0 = fine(start)
+        loss0, image0 = fine(start[batch + box.flow])
     loss_before, similarity_before = float(loss0), -float(image0)
-    current, steps, diverged = start, [0, 0], False
+    current, steps, diverged = start[batch + box.flow], [0, 0], False
     coarse = refinement.levels == 2 and model.config.int_steps > 0 and model.half_res
     if refinement.steps > 0 and coarse:
-        level = _Level(model, objective, moving, fixed, lam, coarse=True)
+        level = _Level(model, objective, fine.moving, fine.fixed, lam, coarse=True)
         current, _, steps[0], diverged = _optimise(
             level, current, _COARSE_LR * refinement.lr, refinement.steps
         )
@@ -319,6 +366,9 @@ def refine_flow(
         current, _, steps[1], diverged = _optimise(fine, current, refinement.lr, refinement.steps)
     with torch.no_grad():
         loss, image = fine(current)
+        pasted = start.clone()
+        pasted[batch + box.flow] = current
+        current = pasted
     fell_back = diverged or not math.isfinite(float(loss)) or float(loss) > loss_before
     if diverged or not math.isfinite(float(loss)):
         logger.warning(
