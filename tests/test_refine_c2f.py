@@ -28,7 +28,7 @@ def _pair(ndim: int) -> tuple[torch.Tensor, torch.Tensor]:
 def test_coarse_to_fine_lowers_the_objective_and_keeps_the_jacobian_positive(ndim: int) -> None:
     model = tiny_model(ndim)
     moving, fixed = _pair(ndim)
-    refined = refine_flow(model, moving, fixed, 0.3, Refinement(steps=40, lr=0.2))
+    refined = refine_flow(model, moving, fixed, 0.3, Refinement(steps=40, lr=0.2, levels=2))
     assert refined.steps[0] > 0 and refined.steps[1] > 0  # both levels ran
     assert refined.loss_after < refined.loss_before and not refined.fell_back
     assert refined.similarity_after > refined.similarity_before
@@ -50,7 +50,8 @@ def test_one_level_is_the_fine_level_only() -> None:
 def test_refinement_stops_early_when_the_loss_stops_improving() -> None:
     model = tiny_model(2)
     moving, _ = _pair(2)
-    refined = refine_flow(model, moving, moving.clone(), 0.9, Refinement(steps=500, lr=0.05))
+    refinement = Refinement(steps=500, lr=0.05, levels=2)
+    refined = refine_flow(model, moving, moving.clone(), 0.9, refinement)
     assert refined.steps[0] < 500 and refined.steps[1] < 500  # nothing to gain: stopped
 
 
@@ -70,7 +71,7 @@ def test_a_nan_loss_falls_back_to_the_networks_field(
 
     monkeypatch.setattr(refine_module, "_terms", diverging)
     with caplog.at_level(logging.WARNING, logger="hyperreg.registration.refine"):
-        refined = refine_flow(model, moving, fixed, 0.3, Refinement(steps=20))
+        refined = refine_flow(model, moving, fixed, 0.3, Refinement(steps=20, levels=2))
     assert refined.fell_back and refined.loss_after == refined.loss_before
     assert np.isfinite(refined.loss_after)
     torch.testing.assert_close(refined.output.disp, network.disp, rtol=0, atol=1e-6)
