@@ -1,11 +1,11 @@
 """The affine stage before deformable registration: SimpleITK's registration framework.
 
-Owns :func:`register_affine` (rigid or affine, Mattes mutual information, multi-resolution,
-moments initialisation, in world space) and the transform it returns, :class:`AffineTransform`:
-a ``(4, 4)`` RAS-mm matrix mapping a **fixed** world point to the **moving** world point that
-lands on it (the direction ITK and ANTs transforms point). It also owns the file format
-(:func:`save_affine`, :func:`load_affine`: ITK transform files that ``antsApplyTransforms`` and
-SimpleITK read) and resampling through an affine.
+Owns :func:`register_affine` (rigid or affine, Mattes mutual information, 4 mm and 2 mm levels,
+centre-of-mass start, early identity test, in world space) and the transform it returns,
+:class:`AffineTransform`: a ``(4, 4)`` RAS-mm matrix mapping a **fixed** world point to the
+**moving** world point that lands on it (the direction ITK and ANTs transforms point). It also owns
+the file format (:func:`save_affine`, :func:`load_affine`: ITK transform files that
+``antsApplyTransforms`` and SimpleITK read) and resampling through an affine.
 
 2D volumes (slices stored ``(I, J)`` or ``(I, J, 1)``) are registered in their own plane: both
 slices are expressed in the fixed slice's in-plane frame, registered as true 2D SimpleITK images,
@@ -365,25 +365,27 @@ def register_affine(
 ) -> AffineTransform:
     """Find the rigid or affine world transform that best aligns ``moving`` to ``fixed``.
 
-    Two resolutions on block-averaged copies of the images (voxels of about 4 mm, then 2 mm:
-    an affine needs no finer detail), each with regular-step gradient descent on Mattes mutual
-    information (32 bins, at most 20 000 jittered random voxels per level whatever the image
-    size), so it works across contrasts and its cost does not grow with the volume. Intensities
-    are used as they are (MI does not care about scale).
+    Two resolutions on block-averaged copies of the images (voxels of about 4 mm, then 2 mm,
+    never coarser than 32 and 64 voxels across the smallest extent: an affine needs no finer
+    detail), with Mattes mutual information (32 bins, 10 000 then 20 000 jittered random
+    voxels whatever the image size), so it works across contrasts and its cost does not grow
+    with the volume. Intensities are used as they are (MI does not care about scale). Rigid
+    runs use regular-step gradient descent, affine runs conjugate gradients with a line search.
 
     Without ``initial`` the stage starts from the centres of mass of the two images (ITK's
-    moments initialiser: translation only), which also brings together pairs whose headers
-    place them apart in world space (as ANTs does); a rigid run at 4 mm follows, then (for
-    ``"affine"``) the affine at 4 mm and 2 mm. With ``initial`` (e.g. a file read by
-    :func:`load_initial_affine`) the transform of ``kind`` is optimised **after** it (``kind``
-    rigid: a rigid correction of the initial affine), from 4 mm to 2 mm.
+    moments initialiser: translation only; from the identity when they already agree within
+    3 voxels), which also brings together pairs whose headers place them apart in world space
+    (as ANTs does). Then: rigid at 4 mm (the early test below), rigid at 2 mm, and for
+    ``"affine"`` the affine at 4 mm and at 2 mm. With ``initial`` (e.g. read by
+    :func:`load_initial_affine`) the same runs optimise a correction applied **after** it
+    (ITK's moving initial transform): ``initial ∘ correction``.
 
     The start (the identity, or ``initial``) is kept when the result moves no corner of the
     fixed grid by 3 voxels or more relative to it, or does not improve MI over it (MI at the
     2 mm level, same samples for both), so an already aligned pair is not made worse (MI with
-    linear interpolation slightly favours zooming in on aligned images). **Early test:** that
-    check first runs after the 4 mm level, and when it keeps the start the 2 mm level is not
-    run (an aligned 160×192×224 pair costs about one coarse level).
+    linear interpolation slightly favours zooming in on aligned images). **Early test:** when
+    the 4 mm rigid run moves no corner by 3 voxels and gains less than 5 % of MI, the start is
+    kept without running the rest (an aligned 160×192×224 pair costs one coarse rigid run).
 
     Args:
         moving: Moving image (2D or 3D, any grid, orientation and spacing).
