@@ -194,7 +194,7 @@ def _end_to_end(root: Path, lam: float, steps: int, old: bool) -> tuple[list, li
     stats = result.refinement
     rows.append(
         [
-            "refinement (coarse + fine, best flow, output)"
+            "refinement (default Refinement: fine level, early stop, foreground box)"
             + (f": loss {stats.loss_before:.4f} -> {stats.loss_after:.4f}" if stats else ""),
             f"{refine_total - network:.2f}",
         ]
@@ -216,7 +216,7 @@ def _end_to_end(root: Path, lam: float, steps: int, old: bool) -> tuple[list, li
         ["no registration (headers)", f"{pair.dice_before:.4f}", "-", "-"],
         ["affine alone", f"{pair.dice_affine:.4f}", "-", f"{transform.seconds:.1f}"],
         [
-            f"affine + network + coarse-to-fine refinement (≤ {steps} steps per level)",
+            f"affine + network + refinement (default, ≤ {steps} steps)",
             f"{result.mean_dice:.4f}",
             f"{100 * result.folding_fraction:.3f}",
             f"{refine_total - network:.1f} (refinement)",
