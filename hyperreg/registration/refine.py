@@ -3,12 +3,14 @@
 :func:`refine_flow` starts from the network's prediction for the pair and optimises the raw
 flow itself (the half-resolution velocity of a diffeomorphic model, else the displacement) with
 Adam on the model's own objective at the same λ (``model.objective``,
-:class:`~hyperreg.method.objective.Objective`: ``(1 − λ)·similarity + λ·k·smoothness``),
-**coarse to fine**: first on images average-pooled to the velocity's own grid (the 4 mm level
-for the bundled 3D model, whose network works at 2 mm), where a step costs about 1/8 of a fine
-one, then on the network's grid through exactly the model's integration, resizing and cropping
+:class:`~hyperreg.method.objective.Objective`: ``(1 − λ)·similarity + λ·k·smoothness``) on the
+network's grid, through exactly the model's integration, resizing and cropping
 (:meth:`~hyperreg.method.model.HyperMorph.flow_to_output`), so a refined velocity still
-integrates to a diffeomorphism. Each level stops early when its loss stops improving and keeps
+integrates to a diffeomorphism. With ``Refinement(levels=2)`` it runs coarse to fine: first on
+images average-pooled to the velocity's own grid (the 4 mm level for the bundled 3D model,
+whose network works at 2 mm), where a step costs about 1/8 of a fine one. The loss is
+evaluated on the box of both images' foreground (the flow outside it is left as predicted).
+Each level stops early when its loss stops improving and keeps
 its best flow; a loss that becomes NaN stops the refinement, logs a warning and returns the
 network's field. :func:`refine_pair` is the :func:`~hyperreg.registration.pairs.register_pair`
 counterpart (volumes in, :class:`~hyperreg.registration.pairs.RegistrationResult` out, timings
