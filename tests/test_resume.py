@@ -121,3 +121,27 @@ def test_cli_train_resume_without_out(tmp_path: Path, capsys: pytest.CaptureFixt
     assert sorted(p.name for p in run.glob("checkpoint_*.pt"))[-1] == "checkpoint_0000003.pt"
     assert main(["train", "--data", str(data), "--steps", "3"]) == 2
     assert "--out is required" in capsys.readouterr().err
+
+
+def test_cli_resume_keeps_the_runs_settings(tmp_path: Path) -> None:
+    """--resume without the original flags keeps checkpoint_every, init and the objective."""
+    import json
+
+    from test_data import _oasis_folder
+
+    from hyperreg.cli import main
+
+    data = _oasis_folder(tmp_path / "data", 2)
+    run = tmp_path / "run"
+    common = ["train", "--data", str(data), "--ndim", "2", "--device", "cpu"]
+    first = [*common, "--steps", "2", "--checkpoint-every", "1", "--label-loss", "dice",
+             "--label-weight", "0.5", "--init", "hypermorph-2d", "--out", str(run)]
+    assert main(first) == 0
+    assert main([*common, "--steps", "4", "--resume", str(run)]) == 0
+    stored = json.loads((run / "config.json").read_text())
+    assert stored["checkpoint_every"] == 1  # was rewritten to the default 500
+    assert stored["init"].endswith("hypermorph-2d.pt")  # was rewritten blank
+    assert (stored["label_loss"], stored["label_weight"]) == ("dice", 0.5)
+    assert (run / "checkpoint_0000003.pt").is_file()  # checkpoints every step, as started
+    objective = load_checkpoint(run / "model.pt")[0].objective
+    assert (objective.label_loss, objective.label_weight) == ("dice", 0.5)

@@ -3,9 +3,9 @@
 :func:`affine_files` runs only the affine stage (:func:`hyperreg.geometry.affine.register_affine`)
 and writes the moved image, the moved label map and the ITK transform file. :func:`warp_files`
 applies a saved chain (an ITK affine and/or a displacement field) to any number of images and
-label maps in one call, each sampled once from its own grid. :func:`native_inputs` and
-:func:`native_outputs` are the two steps :func:`hyperreg.apps.inference.register_files` (and the
-sweep, tune and batch commands) add around the deformable stage for ``init="affine"``/``"rigid"``.
+label maps in one call, each sampled once from its own grid. The affine stage in front of the
+deformable one (``register``, ``sweep``, ``tune``, ``batch``) is run by
+:func:`hyperreg.registration.pipeline.load_pair`.
 
 Frames and units: transforms are world maps from a **fixed** point to the **moving** point that
 lands on it (RAS mm in memory; LPS mm in the ITK file, as ``antsApplyTransforms`` and SimpleITK

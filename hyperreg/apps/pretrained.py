@@ -114,7 +114,8 @@ def load_pretrained(ndim: int = 2, device: Any = "cpu") -> Any:
 def export_model(checkpoint: str | Path, out: str | Path) -> Path:
     """Write a training checkpoint as a bundled model file: weights in float16, no optimiser.
 
-    Keeps what a model card cites (``step``, ``train_config``) and the model config with its
+    Keeps what a model card cites (``step``, ``train_config``, ``validation``, a
+    ``default_lambda``), the objective and the model config with its
     voxel size; drops the optimiser and random states. Weights are stored as float16 (half the
     size; every weight within 2^-11 of its float32 value) and load back as float32.
 
@@ -134,5 +135,9 @@ def export_model(checkpoint: str | Path, out: str | Path) -> Path:
     from hyperreg.method.model import load_checkpoint, save_checkpoint
 
     model, payload = load_checkpoint(checkpoint)
-    keep = {key: payload[key] for key in ("step", "train_config") if key in payload}
+    keep = {
+        key: payload[key]
+        for key in ("step", "train_config", "validation", "default_lambda")
+        if key in payload
+    }
     return save_checkpoint(model, out, weights_dtype=torch.float16, **keep)

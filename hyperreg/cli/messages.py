@@ -35,7 +35,6 @@ ALIASES = {
     "inverse_warp_out": "inverse_warp",  # register_files
     "steps": "refine",  # refine_pair, refine_flow
     "warp_field": "warp",  # warp_file, jacobian_file
-    "model_path": "model",  # run_batch
     "pairs_csv": "pairs",  # run_batch
     "inverse": "inverse_warp",  # PreparedPair.register
 }

@@ -8,6 +8,8 @@ command functions, so ``hyperreg --help`` is fast.
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 from typing import Any
 
 from hyperreg.cli import args as opts
@@ -21,9 +23,90 @@ def add_parsers(sub: Any) -> None:
     train = sub.add_parser("train", help="train a HyperMorph model")
     _add_train_data(train)
     _add_train_model(train)
+    _add_train_objective(train)
     _add_train_run(train)
+    # what a flag left alone holds: on --resume such settings come from the run's config.json
+    _TRAIN_DEFAULTS.update({action.dest: action.default for action in train._actions})
     _add_models(sub)
     _add_demo(sub)
+
+
+_TRAIN_DEFAULTS: dict[str, Any] = {}
+
+# flags that are TrainConfig fields of the same name (others are mapped in _train_config)
+_CONFIG_FLAGS = (
+    "steps", "batch_size", "sim", "atlas", "atlas_seg", "checkpoint_every", "keep_checkpoints",
+    "val_every", "val_fraction", "test_fraction", "amp", "compile", "spacing", "synth", "seed",
+    "device", "label_loss", "label_weight", "max_labels", "label_downsize", "conform",
+)
+_TUPLE_FLAGS = ("val_lambdas", "crop", "holdout", "shape", "synth_labels")
+
+
+def _add_train_objective(train: argparse.ArgumentParser) -> None:
+    """The anatomy-aware part of the objective and the 3D storage orientation."""
+    group = train.add_argument_group("anatomy-aware objective (label maps)")
+    group.add_argument(
+        "--label-loss",
+        choices=("none", "dice", "mse"),
+        default="none",
+        help="label overlap term where a pair has label maps on both sides (real pairs with "
+        "labels, synthetic pairs): soft Dice over the pair's labels, or MSE of one-hot "
+        "probabilities (SynthMorph); none (default) = image similarity only. Loss = (1 − λ)·"
+        "[similarity + weight·label term] + λ·smoothness; synthetic pairs use the label term "
+        "alone",
+    )
+    group.add_argument(
+        "--label-weight", type=float, default=1.0, help="weight of the label term (default 1)"
+    )
+    group.add_argument(
+        "--max-labels",
+        type=opts.positive_int,
+        default=24,
+        help="labels per pair in the label term, a random subset when there are more "
+        "(default 24)",
+    )
+    group.add_argument(
+        "--label-downsize",
+        type=int,
+        choices=(1, 2, 4),
+        default=1,
+        help="evaluate the label term on a grid this many times coarser (2: 8x cheaper in 3D; "
+        "default 1)",
+    )
+    group.add_argument(
+        "--conform",
+        action="store_true",
+        help="3D: resample every scan to RAS storage order (recorded in the model, so any "
+        "storage order registers alike) and place each person's foreground in the --shape "
+        "grid (needs --shape): for people each scanned in their own position",
+    )
+
+
+def _train_config(args: argparse.Namespace, model: Any) -> Any:
+    """The run's TrainConfig: the flags given; on --resume, every setting not given on the
+    command line (a flag at its default counts as not given) is the run's own (config.json),
+    so a resumed run checkpoints, validates and fine-tunes as it was started."""
+    from hyperreg.config import TrainConfig
+
+    values = {name: getattr(args, name) for name in _CONFIG_FLAGS}
+    values.update({name: tuple(getattr(args, name)) for name in _TUPLE_FLAGS})
+    values.update(
+        data=args.data[0] if len(args.data) == 1 else tuple(args.data),
+        out=args.out or args.resume,
+        lr=args.lr if args.lr is not None else 0.0,  # 0: config.DEFAULT_LR for the ndim
+        init=args.init,
+    )
+    if args.resume and (Path(args.resume) / "config.json").is_file():
+        stored = json.loads((Path(args.resume) / "config.json").read_text())
+        stored.pop("model", None)  # the architecture comes from the checkpoint
+        defaults = {**_TRAIN_DEFAULTS, "lr": None, "init": ""}
+        for name in values:
+            if name in ("data", "out"):  # --data is required; the output is the run folder
+                continue
+            if name in stored and getattr(args, name, None) == defaults.get(name):
+                value = stored[name]
+                values[name] = tuple(value) if isinstance(value, list) else value
+    return TrainConfig(**values, model=model)
 
 
 def _add_train_data(train: argparse.ArgumentParser) -> None:
@@ -117,7 +200,8 @@ def _add_train_model(train: argparse.ArgumentParser) -> None:
         "--resume",
         metavar="DIR",
         help="continue exactly from the newest checkpoint_*.pt in DIR (model, optimiser, step, "
-        "random states); --steps is the total, not the number of further steps",
+        "random states); --steps is the total, not the number of further steps; settings not "
+        "given (or given at their default) are the run's own, from DIR/config.json",
     )
     train.add_argument(
         "--sim",
@@ -244,7 +328,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
     import sys
 
     from hyperreg.apps.models import model_architecture, model_file
-    from hyperreg.config import TrainConfig
     from hyperreg.training.checkpointing import TrainingInterrupted, latest_checkpoint
     from hyperreg.training.train import train
 
@@ -260,34 +343,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         raise ValueError("--out is required (or --resume DIR, which then is the output folder)")
     if args.out:
         check_out_folder(args.out)
-    config = TrainConfig(
-        data=args.data[0] if len(args.data) == 1 else tuple(args.data),
-        out=args.out or args.resume,
-        steps=args.steps,
-        batch_size=args.batch_size,
-        lr=args.lr if args.lr is not None else 0.0,  # 0: config.DEFAULT_LR for the ndim
-        sim=args.sim,
-        atlas=args.atlas,
-        atlas_seg=args.atlas_seg,
-        checkpoint_every=args.checkpoint_every,
-        keep_checkpoints=args.keep_checkpoints,
-        val_every=args.val_every,
-        val_lambdas=tuple(args.val_lambdas),
-        val_fraction=args.val_fraction,
-        test_fraction=args.test_fraction,
-        amp=args.amp,
-        compile=args.compile,
-        crop=tuple(args.crop),
-        holdout=tuple(args.holdout),
-        shape=tuple(args.shape),
-        spacing=args.spacing,
-        synth=args.synth,
-        synth_labels=tuple(args.synth_labels),
-        init=args.init if not args.resume else "",
-        seed=args.seed,
-        device=args.device,
-        model=model,
-    )
+    config = _train_config(args, model)
     try:
         # its last log line names the model written
         train(config, resume=args.resume, progress=args.progress)
