@@ -1,5 +1,5 @@
-"""Label conventions: synthesis from every convention in the shared data folder, pairs only within one
-convention, and the anatomy-aware 3D data path (conformed grids, label index maps)."""
+"""Label conventions: synthesis from every convention in the shared data folder, pairs only
+within one convention, and the anatomy-aware 3D data path (conformed grids, label index maps)."""
 
 from __future__ import annotations
 
