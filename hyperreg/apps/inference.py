@@ -41,6 +41,7 @@ from hyperreg.registration.pipeline import (
     PreparedPair,
     load_pair,
 )
+from hyperreg.apps.models import check_lambda, pair_lambda
 from hyperreg.apps.native import check_transform_path, warp_files
 from hyperreg.registration.refine import Refinement, check_refinement
 
@@ -59,7 +60,7 @@ def register_files(
     model: HyperMorph,
     moving: PathLike,
     fixed: PathLike,
-    lam: float,
+    lam: float | str | None = None,
     *,
     moved: PathLike | None = None,
     warp_out: PathLike | None = None,
@@ -97,7 +98,10 @@ def register_files(
         model: A trained :class:`~hyperreg.method.model.HyperMorph`.
         moving: Moving image file (NIfTI, MGZ or npz).
         fixed: Fixed image file; every output takes its grid, affine and disk layout.
-        lam: λ in [0, 1].
+        lam: λ in [0, 1]; None (default): the model's default λ
+            (:func:`hyperreg.apps.models.model_default_lambda`); ``"auto"``: chosen for the pair
+            without labels (:func:`hyperreg.apps.models.pair_lambda`, one batched sweep first).
+            Why is in the result's ``lam_reason``.
         moved: Output for the moved image (float32, the moving image's intensities), or None.
         warp_out: Output for the displacement field of the whole transform, or None.
         moving_seg: Moving label map file (rounded to integers), or None.
@@ -131,11 +135,13 @@ def register_files(
             that differ with ``resample=False``, a model of another dimensionality),
             ``moved_seg`` is asked for without ``moving_seg``, an output path is unusable or
             its suffix wrong, the ITK format cannot represent a 2D fixed grid, ``lam`` is out
-            of range, ``refine`` is invalid, ``inverse_warp_out`` is asked of a model without a
+            of range, NaN or a word other than ``"auto"`` (``InputError``, argument ``lam``),
+            ``refine`` is invalid, ``inverse_warp_out`` is asked of a model without a
             velocity field or with an affine stage, ``init`` is unknown, or the affine stage
             fails (images that do not overlap in world space, a diverging registration).
     """
     fn = "register_files"
+    check_lambda(fn, lam)
     if moved_seg is not None and moving_seg is None:
         raise InputError(
             f"{fn}(): 'moved_seg' needs 'moving_seg' (the label map to warp)", "moved_seg"
@@ -179,7 +185,9 @@ def register_files(
         normalization=normalization,
         resample=resample,
     )
-    result = pair.register(model, [lam], refine, inverse=inverse_warp_out is not None)[0]
+    chosen = pair_lambda(pair, model, lam)
+    result = pair.register(model, [chosen.lam], refine, inverse=inverse_warp_out is not None)[0]
+    result.lam_reason = chosen.reason
     write_result(result, pair, **outputs, affine_out=affine_out, warp_format=warp_format)
     return result
 

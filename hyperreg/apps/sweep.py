@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from hyperreg._files import write_csv
+from hyperreg.apps.models import ChosenLambda, check_lambda, pair_lambda
 from hyperreg.apps.plotting import (
     checkerboard,
     edge_mask,
@@ -56,6 +57,7 @@ _MONTAGE_MAX = 12  # at most this many λ columns in the montage (evenly chosen)
 
 
 def _sweep_rows(results: Sequence[PairResult]) -> list[dict[str, Any]]:
+    marked = any(r.lam_reason for r in results)
     labels = sorted({label for r in results for label in (r.dice or {})})
     rows = []
     for r in results:
@@ -68,13 +70,17 @@ def _sweep_rows(results: Sequence[PairResult]) -> list[dict[str, Any]]:
         row["folding_percent"] = 100.0 * r.folding_fraction
         row["log_jacobian_std"] = r.log_jacobian_std
         row["ncc"] = "" if r.ncc is None else r.ncc
+        if marked:
+            row["chosen"] = r.lam_reason
         rows.append(row)
     return rows
 
 
 def write_sweep_csv(path: PathLike, results: Sequence[PairResult]) -> Path:
     """Write one row per λ: lambda, mean_dice, dice_<label>..., folding_percent,
-    log_jacobian_std, ncc (Dice columns empty without label maps). Atomic."""
+    log_jacobian_std, ncc (Dice columns empty without label maps), and when one result carries
+    a ``lam_reason`` (the λ chosen by :func:`sweep_files`'s ``lam``) a last column ``chosen``:
+    that reason on its row, empty elsewhere. Atomic."""
     rows = _sweep_rows(results)
     return write_csv(Path(path), rows, list(rows[0]) if rows else ["lambda"])
 
@@ -227,11 +233,13 @@ class SweepReport:
         results: One :class:`~hyperreg.registration.pipeline.PairResult` per λ.
         baseline_dice: Mean Dice before registration (same labels), or None without label maps.
         files: Every file written (CSV, figures, optional NIfTI outputs).
+        chosen: The λ asked for with ``lam`` (``"auto"``: chosen for the pair) and why, or None.
     """
 
     results: list[PairResult]
     baseline_dice: float | None
     files: list[Path] = field(default_factory=list)
+    chosen: ChosenLambda | None = None
 
 
 def sweep_files(
@@ -251,6 +259,7 @@ def sweep_files(
     refine: Refinement | None = None,
     init: str = DEFAULT_INIT,
     initial_affine: AffineTransform | None = None,
+    lam: float | str | None = None,
 ) -> SweepReport:
     """Load a pair, sweep λ (:func:`sweep_lambdas`) and write the report to ``out``.
 
@@ -290,6 +299,10 @@ def sweep_files(
             once for the pair (:func:`hyperreg.registration.pipeline.load_pair`); every λ then
             registers the aligned pair. Dice "before" is that with no registration.
         initial_affine: A transform to use instead of the affine stage (``init="none"``).
+        lam: A λ to mark among the results (``chosen`` column of ``sweep.csv``), or None:
+            ``"auto"`` chooses it for the pair without labels
+            (:func:`hyperreg.apps.models.pair_lambda`), a number marks that λ; it is added to
+            ``lambdas`` when missing.
 
     Returns:
         A :class:`SweepReport`.
@@ -309,6 +322,7 @@ def sweep_files(
         )
     if refine is not None:
         check_refinement(fn, refine)
+    check_lambda(fn, lam)
     pair = load_pair(
         moving,
         fixed,
@@ -320,7 +334,15 @@ def sweep_files(
         normalization=normalization,
         resample=resample,
     )
+    chosen = None if lam is None else pair_lambda(pair, model, lam)
+    lambdas = list(lambdas)
+    if chosen is not None and not any(abs(float(v) - chosen.lam) < 1e-9 for v in lambdas):
+        lambdas.append(chosen.lam)
     results = pair.register(model, lambdas, refine, chunk=chunk, amp=amp, ncc=True)
+    if chosen is not None:
+        for given, r in zip(lambdas, results):
+            if abs(float(given) - chosen.lam) < 1e-9:
+                r.lam_reason = chosen.reason
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = [write_sweep_csv(out_dir / "sweep.csv", results)]
@@ -337,7 +359,9 @@ def sweep_files(
     )
     if save_fields:
         files += _save_fields(out_dir, pair, results, lambdas)
-    return SweepReport(results=results, baseline_dice=pair.dice_before, files=files)
+    return SweepReport(
+        results=results, baseline_dice=pair.dice_before, files=files, chosen=chosen
+    )
 
 
 def _save_fields(

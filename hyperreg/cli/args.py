@@ -15,6 +15,7 @@ from typing import Any
 __all__ = [
     "DEVICE_HELP",
     "INIT_HELP",
+    "LAMBDA_HELP",
     "PROG",
     "Parser",
     "add_affine_out_argument",
@@ -35,6 +36,7 @@ __all__ = [
     "add_warp_format_argument",
     "fraction",
     "lambda_list",
+    "lambda_request",
     "lambda_value",
     "non_negative_int",
     "percent",
@@ -72,6 +74,29 @@ def lambda_value(text: str) -> float:
     if math.isnan(value) or not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"λ must lie in [0, 1], got {text}")
     return value
+
+
+def lambda_request(text: str) -> float | str:
+    """``--lambda`` of register, sweep and batch: a λ in [0, 1] or ``auto``."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"λ must be a number in [0, 1] or 'auto', got {text!r}"
+        ) from None
+    if math.isnan(value) or not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"λ must lie in [0, 1] (or be 'auto'), got {text}")
+    return value
+
+
+LAMBDA_HELP = (
+    "regularisation weight λ in [0, 1] (0 = similarity only, sharpest match, least smooth "
+    "field; 1 = smoothness only, identity), or 'auto': chosen per pair without labels (one "
+    "batched sweep over a grid, then the smoothest λ keeping 90 %% of the similarity gain "
+    "with folding at most 0.1 %%; the reason is printed)"
+)
 
 
 def non_negative_int(text: str) -> int:

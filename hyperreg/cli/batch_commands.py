@@ -45,8 +45,10 @@ def _add_batch(sub: Any) -> None:
     batch.add_argument(
         "--lambda",
         dest="lam",
-        type=opts.lambda_value,
-        help="λ in [0, 1] for rows without a 'lambda' value",
+        type=opts.lambda_request,
+        help="λ for rows without a 'lambda' value: " + opts.LAMBDA_HELP + "; default: the "
+        "model's default λ (its card's, or its best validation Dice). summary.csv records the "
+        "λ used (lambda_chosen) and why (lambda_reason)",
     )
     opts.add_warp_format_argument(batch, "warp.nii.gz")
     opts.add_refine_arguments(batch)

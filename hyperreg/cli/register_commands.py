@@ -33,10 +33,9 @@ def _add_register(sub: Any) -> None:
     reg.add_argument(
         "--lambda",
         dest="lam",
-        type=opts.lambda_value,
-        required=True,
-        help="regularisation weight λ in [0, 1]: 0 = similarity only (sharpest match, least "
-        "smooth field), 1 = smoothness only (identity)",
+        type=opts.lambda_request,
+        help=opts.LAMBDA_HELP + "; default: the model's default λ (its card's, or its best "
+        "validation Dice; printed with its source)",
     )
     reg.add_argument(
         "--moved",
@@ -212,6 +211,8 @@ def _cmd_register(args: argparse.Namespace) -> int:
     )
     for message in result.resampled:
         print(f"{opts.PROG} register: {message}")
+    if result.lam_reason != "given":
+        print(f"λ = {result.lam:.4g}: {result.lam_reason}")
     if result.affine is not None:
         print(affine_text(args.init, result.affine))
     if refine_text(result.refinement):
