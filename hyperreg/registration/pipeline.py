@@ -37,6 +37,7 @@ from hyperreg.geometry.affine import (
     resample_affine,
     world_overlap,
 )
+from hyperreg.geometry.inspect import check_pair_contents, spacing_warning
 from hyperreg.geometry.io import Volume, check_same_grid, load_volume, same_grid
 from hyperreg.geometry.resample import resample_to
 from hyperreg.method.metrics import input_labels, registration_dice
@@ -251,7 +252,8 @@ def load_pair(
     """Read and check a pair once, run its affine stage once: a :class:`PreparedPair`.
 
     Checks come before any expensive stage: the dimensionality of both images (and of
-    ``model``, when given) first, then the grids (``resample=False``), then the affine stage.
+    ``model``, when given) first, then what the images hold (warnings), then the grids
+    (``resample=False``), then the affine stage.
 
     Args:
         moving: Moving image (file or :class:`~hyperreg.geometry.io.Volume`), any grid.
@@ -275,7 +277,11 @@ def load_pair(
 
     Warns:
         UserWarning: With ``init="none"`` and images that do not overlap in world space (the
-            moved image would be empty and Dice 0).
+            moved image would be empty and Dice 0); before the affine stage, for a label map
+            given as ``moving`` or ``fixed``, a head with skull against a skull-stripped image
+            (:func:`hyperreg.geometry.inspect.check_pair_contents`), and, with ``model``, an
+            image whose voxels are much coarser than the model's voxel size
+            (:func:`hyperreg.geometry.inspect.spacing_warning`). One line each.
 
     Raises:
         FileNotFoundError: If an input is missing.
@@ -302,6 +308,7 @@ def load_pair(
         )
     if model is not None and model.config.ndim != fixed_v.ndim:
         raise _ndim_error(fn, model, fixed_v)
+    _warn_about_contents(moving_v, fixed_v, model)
     moving_seg_v, fixed_seg_v = _volume(moving_seg, True), _volume(fixed_seg, True)
     if not resample:
         check_same_grid(moving_v, fixed_v)
@@ -330,6 +337,23 @@ def load_pair(
         normalization,
         resample,
     )
+
+
+def _warn_about_contents(moving: Volume, fixed: Volume, model: HyperMorph | None) -> None:
+    """Warn (one line each) about a label map given as an image, a head against a stripped
+    brain (:func:`~hyperreg.geometry.inspect.check_pair_contents`) and voxels far from the
+    model's (:func:`~hyperreg.geometry.inspect.spacing_warning`; coarser only, as the
+    network grid resamples finer voxels to the model's): cheap, before the affine stage."""
+    found = check_pair_contents(moving, fixed, model_skull_stripped=None)
+    spacing = 0.0 if model is None else float(model.config.spacing)
+    for role, volume in (("moving", moving), ("fixed", fixed)):
+        # a model with a voxel size resamples every pair to it (network grid), so only voxels
+        # coarser than the model's lose detail; finer ones are averaged down as in training
+        if spacing > 0 and max(volume.spacing) > spacing:
+            found.append(spacing_warning(volume, spacing, role=role) or "")
+    for message in found:
+        if message:
+            warnings.warn(f"load_pair(): {message}", stacklevel=3)
 
 
 def _is_identity(transform: AffineTransform, moving: Volume, fixed: Volume) -> bool:
