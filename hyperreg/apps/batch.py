@@ -106,6 +106,7 @@ def batch_register(
     rank: int = 0,
     refine: Any = None,
     init: str | None = None,
+    npz_geometry: str | None = None,
 ) -> BatchReport:
     """Register every pair of ``pairs`` (one shard) with per-pair records, resumably.
 
@@ -140,6 +141,7 @@ def batch_register(
             stage of :func:`~hyperreg.apps.inference.register_files`, once per pair; its
             transform is written as ``affine.mat`` and ``warp.nii.gz`` holds the composed
             transform. Part of a pair's identity.
+        npz_geometry: Geometry of npz inputs (:func:`~hyperreg.registration.pipeline.load_input`).
 
     Returns:
         A :class:`BatchReport`.
@@ -163,6 +165,7 @@ def batch_register(
         warp_format=warp_format,
         refine=refine,
         init=init,
+        npz_geometry=npz_geometry,
     )
     start = time.perf_counter()
     report = BatchReport()
@@ -221,8 +224,7 @@ def _check_batch(fn: str, lam: float | str | None, refine: Any) -> None:
 
 
 def _lambda_reason(pair: PairSpec, lam: float | str | None, result: Any) -> str:
-    """Why a pair got its λ: its row, the λ given for every row, or the model's default / the
-    label-free choice (the result's ``lam_reason``)."""
+    """Why a pair got its λ: its row's, the one given for all, or the result's ``lam_reason``."""
     if pair.lam is not None:
         return "the row's lambda"
     return "given for every row" if isinstance(lam, (int, float)) else result.lam_reason
@@ -404,6 +406,7 @@ def run_batch(
     progress: bool = False,
     refine: Any = None,
     init: str | None = None,
+    npz_geometry: str | None = None,
 ) -> BatchRun:
     """One process of a batch job: read the pairs, run this rank's shard, merge.
 
@@ -431,6 +434,7 @@ def run_batch(
         progress: Progress bar on rank 0.
         refine: Test-time refinement per pair (see :func:`batch_register`), or None.
         init: The affine stage per pair (see :func:`batch_register`).
+        npz_geometry: Geometry of npz inputs (see :func:`batch_register`).
 
     Returns:
         A :class:`BatchRun`.
@@ -471,6 +475,7 @@ def run_batch(
             rank=rank,
             refine=refine,
             init=init,
+            npz_geometry=npz_geometry,
         )
         merged = None
         if group:

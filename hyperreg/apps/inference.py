@@ -27,7 +27,7 @@ from hyperreg.geometry.fields import (
     load_displacement,
     save_displacement,
 )
-from hyperreg.geometry.io import Volume, load_volume, save_volume
+from hyperreg.geometry.io import Volume, save_volume
 from hyperreg.method.metrics import field_summary
 from hyperreg.method.model import HyperMorph
 from hyperreg.geometry.affine import AffineTransform, save_affine
@@ -39,6 +39,7 @@ from hyperreg.registration.pipeline import (
     InputError,
     PairResult,
     PreparedPair,
+    load_input,
     load_pair,
 )
 from hyperreg.apps.models import check_lambda, pair_lambda
@@ -76,6 +77,7 @@ def register_files(
     affine_out: PathLike | None = None,
     field_out: PathLike | None = None,
     initial_affine: AffineTransform | None = None,
+    npz_geometry: str | None = None,
 ) -> PairResult:
     """Load, register and write one pair at one λ (``hyperreg register``).
 
@@ -124,6 +126,8 @@ def register_files(
             None; with ``affine_out`` it is the same transform as ``warp_out``.
         initial_affine: A transform to use instead of the affine stage (with ``init="none"``),
             or None.
+        npz_geometry: Geometry of npz inputs (no header): ``"fixed"``, ``"identity"`` or None
+            (an npz input is an error), see :func:`hyperreg.registration.pipeline.load_input`.
 
     Returns:
         The :class:`~hyperreg.registration.pipeline.PairResult` (``resampled`` lists what was
@@ -171,7 +175,8 @@ def register_files(
             "without a velocity field (int_steps 0), whose displacement has no exact inverse",
             "inverse_warp_out",
         )
-    fixed_v = load_volume(fixed)  # each input is read once (and warned about once)
+    # each input is read once (and warned about once)
+    fixed_v = load_input(fixed, npz_geometry=npz_geometry)
     if (warp_out is not None or inverse_warp_out is not None) and warp_format == "itk":
         check_itk_grid(fixed_v)
     pair = load_pair(
@@ -184,6 +189,7 @@ def register_files(
         initial_affine=initial_affine,
         normalization=normalization,
         resample=resample,
+        npz_geometry=npz_geometry,
     )
     chosen = pair_lambda(pair, model, lam)
     result = pair.register(model, [chosen.lam], refine, inverse=inverse_warp_out is not None)[0]

@@ -36,6 +36,7 @@ from hyperreg.geometry.resample import describe_grid, resample_to
 from hyperreg.method.metrics import registration_dice
 from hyperreg.registration.chain import sample_volume
 from hyperreg.registration.pairs import PathLike, check_outputs
+from hyperreg.registration.pipeline import load_input
 
 __all__ = [
     "AffineResult",
@@ -189,6 +190,7 @@ def warp_files(
     fixed: PathLike | None = None,
     nearest: bool | Sequence[bool] = False,
     resample: bool = True,
+    npz_geometry: str | None = None,
 ) -> list[WarpedFile]:
     """Apply a saved chain (affine, then displacement field) to several files, one interpolation.
 
@@ -211,6 +213,9 @@ def warp_files(
             ``moving``.
         resample: Without ``affine``, a moving file on another grid than the field's is an error
             when False.
+        npz_geometry: Geometry of npz inputs (no header): ``"fixed"`` (the target grid's),
+            ``"identity"`` or None (an npz input is an error), see
+            :func:`hyperreg.registration.pipeline.load_input`.
 
     Returns:
         One :class:`WarpedFile` per output, in order.
@@ -241,7 +246,7 @@ def warp_files(
         grid = field.grid
         disp = field.disp
         if fixed is not None:
-            fixed_v = load_volume(fixed)
+            fixed_v = load_input(fixed, npz_geometry=npz_geometry)
             if not same_grid(fixed_v, grid):
                 raise ValueError(
                     f"{fn}(): 'fixed' '{fixed}' must lie on the grid of the field '{warp_field}' "
@@ -252,10 +257,10 @@ def warp_files(
             f"{fn}(): 'fixed' is needed to give the output grid when there is no field"
         )
     else:
-        grid = load_volume(fixed)
+        grid = load_input(fixed, npz_geometry=npz_geometry)
     volumes = []
     for path, label in zip(moving, labels):
-        volume = load_volume(path, label=label)
+        volume = load_input(path, label=label, npz_geometry=npz_geometry, fixed=grid)
         if volume.ndim != grid.ndim:
             raise ValueError(
                 f"{fn}(): '{path}' is {volume.ndim}D but the target grid is {grid.ndim}D "

@@ -260,6 +260,7 @@ def sweep_files(
     init: str = DEFAULT_INIT,
     initial_affine: AffineTransform | None = None,
     lam: float | str | None = None,
+    npz_geometry: str | None = None,
 ) -> SweepReport:
     """Load a pair, sweep λ (:func:`sweep_lambdas`) and write the report to ``out``.
 
@@ -303,6 +304,8 @@ def sweep_files(
             ``"auto"`` chooses it for the pair without labels
             (:func:`hyperreg.apps.models.pair_lambda`), a number marks that λ; it is added to
             ``lambdas`` when missing.
+        npz_geometry: Geometry of npz inputs (no header): ``"fixed"``, ``"identity"`` or None
+            (an npz input is an error), see :func:`hyperreg.registration.pipeline.load_input`.
 
     Returns:
         A :class:`SweepReport`.
@@ -333,6 +336,7 @@ def sweep_files(
         initial_affine=initial_affine,
         normalization=normalization,
         resample=resample,
+        npz_geometry=npz_geometry,
     )
     chosen = None if lam is None else pair_lambda(pair, model, lam)
     lambdas = list(lambdas)

@@ -27,6 +27,7 @@ __all__ = [
     "add_lambda_grid_argument",
     "add_model_argument",
     "add_normalization_argument",
+    "add_npz_geometry_argument",
     "add_out_argument",
     "add_pair_arguments",
     "add_pairs_csv_argument",
@@ -249,6 +250,17 @@ def add_normalization_argument(parser: argparse.ArgumentParser) -> None:
         choices=("minmax", "none"),
         default="minmax",
         help="intensity normalisation of both images (default minmax to [0, 1])",
+    )
+
+
+def add_npz_geometry_argument(parser: argparse.ArgumentParser, grid: str = "fixed image") -> None:
+    """``--npz-geometry {fixed,identity}``: the geometry of header-less (npz) inputs."""
+    parser.add_argument(
+        "--npz-geometry",
+        choices=("fixed", "identity"),
+        help="geometry of npz inputs, which have no header (no voxel size, orientation or "
+        f"position): fixed (the {grid}'s affine; shapes must agree) or identity (1 mm voxels, "
+        "world = voxel index). Required when an input is npz; ignored for NIfTI/MGZ",
     )
 
 

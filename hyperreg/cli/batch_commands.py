@@ -54,6 +54,7 @@ def _add_batch(sub: Any) -> None:
     opts.add_refine_arguments(batch)
     opts.add_init_argument(batch)
     opts.add_preprocessing_arguments(batch, then="then a failed pair")
+    opts.add_npz_geometry_argument(batch)
     batch.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm bar")
     opts.add_common(batch)
 
@@ -99,6 +100,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
         progress=args.progress,
         refine=opts.refinement_from(args),
         init=args.init,
+        npz_geometry=args.npz_geometry,
         **preprocessing_options(args),
     )
     if run.bundled is not None:

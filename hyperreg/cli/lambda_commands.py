@@ -58,6 +58,7 @@ def _add_sweep(sub: Any) -> None:
     opts.add_refine_arguments(sweep)
     opts.add_init_argument(sweep)
     opts.add_preprocessing_arguments(sweep)
+    opts.add_npz_geometry_argument(sweep)
     opts.add_common(sweep)
 
 
@@ -109,6 +110,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         refine=opts.refinement_from(args),
         init=args.init,
         lam=args.lam,
+        npz_geometry=args.npz_geometry,
         **pair_options(args),
     )
     for message in report.results[0].resampled:

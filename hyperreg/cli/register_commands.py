@@ -71,6 +71,7 @@ def _add_register(sub: Any) -> None:
     )
     opts.add_refine_arguments(reg)
     opts.add_preprocessing_arguments(reg)
+    opts.add_npz_geometry_argument(reg)
     opts.add_common(reg)
 
 
@@ -154,6 +155,7 @@ def _add_warp(sub: Any) -> None:
         "are images (linear)",
     )
     opts.add_resample_argument(warp)
+    opts.add_npz_geometry_argument(warp, "field's (or --fixed) grid")
     opts.add_common(warp, device=False)
 
 
@@ -207,6 +209,7 @@ def _cmd_register(args: argparse.Namespace) -> int:
         init=args.init,
         affine_out=args.affine_out,
         field_out=args.field_out,
+        npz_geometry=args.npz_geometry,
         **pair_options(args),
     )
     for message in result.resampled:
@@ -264,6 +267,7 @@ def _cmd_warp(args: argparse.Namespace) -> int:
         fixed=args.fixed,
         nearest=labels,
         resample=args.resample,
+        npz_geometry=args.npz_geometry,
     )
     for out in written:
         kind = "label map (nearest neighbour)" if out.label else "image (linear)"

@@ -38,7 +38,7 @@ from hyperreg.geometry.affine import (
     world_overlap,
 )
 from hyperreg.geometry.inspect import check_pair_contents, spacing_warning
-from hyperreg.geometry.io import Volume, check_same_grid, load_volume, same_grid
+from hyperreg.geometry.io import Volume, check_same_grid, has_header, load_volume, same_grid
 from hyperreg.geometry.resample import resample_to
 from hyperreg.method.metrics import input_labels, registration_dice
 from hyperreg.method.model import HyperMorph
@@ -56,17 +56,21 @@ from hyperreg.registration.results import AffineStage, PairResult, RefineStats, 
 __all__ = [
     "DEFAULT_INIT",
     "DEFAULT_NORMALIZATION",
+    "NPZ_GEOMETRIES",
     "AffineStage",
     "InputError",
     "PairResult",
     "PreparedPair",
     "RefineStats",
+    "load_input",
     "load_pair",
 ]
 
 DEFAULT_INIT = "affine"
 """The affine stage every entry point runs unless told otherwise (Python and CLI alike)."""
 DEFAULT_NORMALIZATION = "minmax"
+NPZ_GEOMETRIES = ("fixed", "identity")
+"""Geometry of a header-less (npz) input: the fixed image's, or 1 mm voxels, world = index."""
 
 
 @dataclass
@@ -230,10 +234,60 @@ def _ndim_error(fn: str, model: HyperMorph, fixed: Volume) -> InputError:
     )
 
 
-def _volume(value: PathLike | Volume | None, label: bool = False) -> Volume | None:
-    if value is None or isinstance(value, Volume):
+def load_input(
+    value: PathLike | Volume,
+    *,
+    label: bool = False,
+    npz_geometry: str | None = None,
+    fixed: Volume | None = None,
+) -> Volume:
+    """Read one input of a pair (a :class:`~hyperreg.geometry.io.Volume` passes through).
+
+    Args:
+        value: File (NIfTI, MGZ or npz) or Volume.
+        label: Read as a label map (int32).
+        npz_geometry: For a header-less file (npz): ``"fixed"`` (the geometry of ``fixed``) or
+            ``"identity"`` (1 mm voxels, world = voxel index); None refuses such a file. Files
+            with a header ignore it.
+        fixed: The fixed image, for ``"fixed"`` (None while reading the fixed image itself).
+
+    Returns:
+        The :class:`~hyperreg.geometry.io.Volume`.
+
+    Raises:
+        InputError: If ``value`` is header-less and ``npz_geometry`` is None, or ``"fixed"``
+            for the fixed image itself (``argument`` ``"npz_geometry"``), or ``npz_geometry``
+            is not one of :data:`NPZ_GEOMETRIES`.
+        FileNotFoundError, ValueError: As :func:`~hyperreg.geometry.io.load_volume`.
+    """
+    fn = "load_input"
+    if npz_geometry is not None and npz_geometry not in NPZ_GEOMETRIES:
+        raise InputError(
+            f"{fn}(): 'npz_geometry' must be one of {NPZ_GEOMETRIES} or None, got "
+            f"{npz_geometry!r}",
+            "npz_geometry",
+        )
+    if isinstance(value, Volume):
         return value
-    return load_volume(value, label=label)
+    if has_header(value):
+        return load_volume(value, label=label)
+    if npz_geometry is None:
+        raise InputError(
+            f"{fn}(): '{value}' has no header (npz: no voxel size, orientation or position); "
+            'choose its geometry with \'npz_geometry\': "fixed" (that of the fixed image) or '
+            '"identity" (1 mm voxels, world = voxel index)',
+            "npz_geometry",
+        )
+    if npz_geometry == "fixed" and fixed is None:
+        raise InputError(
+            f"{fn}(): '{value}' is the fixed image and has no header, so it cannot take the "
+            'geometry of the fixed image; use \'npz_geometry\' "identity" (1 mm voxels, world = '
+            "voxel index) or give the fixed image with a header",
+            "npz_geometry",
+        )
+    if npz_geometry == "fixed":
+        return load_volume(value, label=label, geometry_from=fixed)
+    return load_volume(value, label=label, assume_identity=True)
 
 
 def load_pair(
@@ -248,6 +302,7 @@ def load_pair(
     normalization: str = DEFAULT_NORMALIZATION,
     resample: bool = True,
     seed: int = 0,
+    npz_geometry: str | None = None,
 ) -> PreparedPair:
     """Read and check a pair once, run its affine stage once: a :class:`PreparedPair`.
 
@@ -271,6 +326,9 @@ def load_pair(
         resample: Resample inputs on other grids onto the fixed grid (default True); False
             makes differing grids an error.
         seed: Seed of the affine stage's metric sampling.
+        npz_geometry: Geometry of header-less (npz) inputs: ``"fixed"`` (the fixed image's;
+            shapes must agree), ``"identity"`` (1 mm voxels, world = voxel index), or None
+            (default): an npz input is an error (:func:`load_input`).
 
     Returns:
         A :class:`PreparedPair`.
@@ -286,7 +344,8 @@ def load_pair(
     Raises:
         FileNotFoundError: If an input is missing.
         InputError: On 2D with 3D, a model of another dimensionality (``argument`` "model"),
-            ``initial_affine`` with an affine stage, or an unknown ``init``.
+            ``initial_affine`` with an affine stage, an unknown ``init``, or an npz input
+            without ``npz_geometry`` (``argument`` "npz_geometry").
         ValueError: On unreadable inputs, differing grids with ``resample=False``, or a failed
             affine stage.
     """
@@ -298,8 +357,9 @@ def load_pair(
             f"(got {init!r})",
             "initial_affine",
         )
-    moving_v, fixed_v = _volume(moving), _volume(fixed)
-    assert moving_v is not None and fixed_v is not None
+    fixed_v = load_input(fixed, npz_geometry=npz_geometry)
+    geometry = dict(npz_geometry=npz_geometry, fixed=fixed_v)
+    moving_v = load_input(moving, **geometry)
     if moving_v.ndim != fixed_v.ndim:
         raise InputError(
             f"{fn}(): '{moving_v.path}' is {moving_v.ndim}D but '{fixed_v.path}' is "
@@ -309,7 +369,10 @@ def load_pair(
     if model is not None and model.config.ndim != fixed_v.ndim:
         raise _ndim_error(fn, model, fixed_v)
     _warn_about_contents(moving_v, fixed_v, model)
-    moving_seg_v, fixed_seg_v = _volume(moving_seg, True), _volume(fixed_seg, True)
+    moving_seg_v, fixed_seg_v = (
+        None if seg is None else load_input(seg, label=True, **geometry)
+        for seg in (moving_seg, fixed_seg)
+    )
     if not resample:
         check_same_grid(moving_v, fixed_v)
     if initial_affine is not None:
