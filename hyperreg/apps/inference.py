@@ -15,6 +15,7 @@ Jacobian determinant map. Must not import train or cli.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -49,6 +50,7 @@ from hyperreg.registration.refine import Refinement, check_refinement
 __all__ = [
     "JacobianResult",
     "WarpResult",
+    "alignment_png",
     "jacobian_file",
     "register_files",
     "warp_file",
@@ -78,6 +80,7 @@ def register_files(
     field_out: PathLike | None = None,
     initial_affine: AffineTransform | None = None,
     npz_geometry: str | None = None,
+    figure: PathLike | None = None,
 ) -> PairResult:
     """Load, register and write one pair at one λ (``hyperreg register``).
 
@@ -128,6 +131,10 @@ def register_files(
             or None.
         npz_geometry: Geometry of npz inputs (no header): ``"fixed"``, ``"identity"`` or None
             (an npz input is an error), see :func:`hyperreg.registration.pipeline.load_input`.
+        figure: Output PNG of the alignment check
+            (:func:`hyperreg.apps.plotting.alignment_figure`: before and after rows with the
+            fixed image's edges, a checkerboard, the difference, and label borders when both
+            label maps are given), or None.
 
     Returns:
         The :class:`~hyperreg.registration.pipeline.PairResult` (``resampled`` lists what was
@@ -160,6 +167,8 @@ def register_files(
     )
     check_outputs(fn, (moving, fixed, moving_seg, fixed_seg), **outputs)
     check_transform_path(fn, "affine_out", affine_out)
+    if figure is not None and not str(figure).lower().endswith(".png"):
+        raise InputError(f"{fn}(): 'figure' must end in .png, got '{figure}'", "figure")
     if inverse_warp_out is not None and (init != "none" or initial_affine is not None):
         raise InputError(
             f"{fn}(): 'inverse_warp_out' inverts only the deformable field; with 'init' "
@@ -195,7 +204,44 @@ def register_files(
     result = pair.register(model, [chosen.lam], refine, inverse=inverse_warp_out is not None)[0]
     result.lam_reason = chosen.reason
     write_result(result, pair, **outputs, affine_out=affine_out, warp_format=warp_format)
+    if figure is not None:
+        alignment_png(figure, pair, result)
     return result
+
+
+def alignment_png(path: PathLike, pair: PreparedPair, result: PairResult) -> None:
+    """Write the alignment check of one registration (``register --figure``) with
+    :func:`hyperreg.apps.plotting.alignment_figure`: the moving image on the fixed grid (after
+    the affine stage when one ran; the panel says which) and the moved image against the fixed
+    image, all min-max scaled with the moving image's range (the fixed with its own)."""
+    from hyperreg.apps.plotting import alignment_figure
+    from hyperreg.geometry.intensity import normalize_intensity
+    from hyperreg.registration.chain import sample_volume
+
+    raw = pair.aligned.data
+    low, high = float(raw.min()), float(raw.max())
+    spread = high - low if high > low else 1.0
+    moving_seg = pair.aligned_seg.data if pair.aligned_seg is not None else None
+    if pair.chained and pair.moving_seg is not None:
+        moving_seg = sample_volume(pair.moving_seg, pair.transform, None, pair.fixed, label=True)
+        moving_seg = moving_seg.data
+    names = [Path(str(v.path)).name for v in (pair.moving, pair.fixed)]
+    alignment_figure(
+        path,
+        normalize_intensity(pair.fixed.data, "minmax"),
+        (result.moved - low) / spread,
+        pair.fixed.affine,
+        moving=(raw - low) / spread,
+        moving_title=(
+            "moving (after the affine stage)"
+            if pair.chained
+            else "moving (on the fixed grid, through the headers)"
+        ),
+        fixed_seg=pair.fixed_seg.data if pair.fixed_seg is not None else None,
+        moved_seg=result.moved_seg,
+        moving_seg=moving_seg,
+        title=f"{names[0]} to {names[1]} at λ = {result.lam:.3g}",
+    )
 
 
 def write_result(

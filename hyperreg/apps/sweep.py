@@ -90,14 +90,17 @@ def _sweep_figures(
     moving: np.ndarray,
     fixed: np.ndarray,
     results: Sequence[PairResult],
-    baseline: float | None,
-    affine: np.ndarray,
+    pair: PreparedPair,
     moved_units: tuple[float, float] = (0.0, 1.0),
 ) -> list[Path]:
     """Write sweep_curves.png, sweep_montage.png and sweep_qc.png; slices are shown in
-    :data:`~hyperreg.apps.plotting.DISPLAY_CONVENTION` from the fixed image's ``affine``.
-    ``moving``/``fixed`` are normalised; ``moved_units`` ``(low, high)`` maps the results'
-    moved images (in the moving image's own units) to the same scale for the QC figure."""
+    :data:`~hyperreg.apps.plotting.DISPLAY_CONVENTION` from the fixed image's affine.
+    ``moving`` (the pair's moving image on the fixed grid, after the affine stage when one
+    ran, and the panels say so) and ``fixed`` are normalised; ``moved_units`` ``(low, high)``
+    maps the results' moved images (in the moving image's own units) to the same scale for the
+    QC figure. The curves show Dice with no registration and after the affine stage alone."""
+    affine = pair.fixed.affine
+    moving_name = "moving after the affine stage" if pair.chained else "moving"
     plt = pyplot()
     curves = out / "sweep_curves.png"
     fig, ax = plt.subplots(figsize=(5.5, 4.2), layout="constrained")
@@ -107,7 +110,8 @@ def _sweep_figures(
         [r.lam for r in results],
         [r.mean_dice for r in results] if has_dice else None,  # type: ignore[misc]
         [100.0 * r.folding_fraction for r in results],
-        baseline=baseline,
+        dice_before=pair.dice_before,
+        dice_affine=pair.dice_affine,
     )
     ax.set_title("Dice and folding vs λ" if has_dice else "folding vs λ", fontsize=9)
     save_figure(fig, curves)
@@ -121,7 +125,7 @@ def _sweep_figures(
         2, columns, figsize=(1.9 * columns + 0.8, 4.4), squeeze=False, layout="constrained"
     )
     moving_view = oriented_slice(moving, affine)
-    show_slice(axes[0, 0], moving_view, "moving", cmap="gray", letters=True)
+    show_slice(axes[0, 0], moving_view, moving_name, cmap="gray", letters=True)
     show_slice(axes[1, 0], oriented_slice(fixed, affine), "fixed", cmap="gray", letters=True)
     moved = [oriented_slice(r.moved, affine) for r in chosen]
     magnitudes = [oriented_slice(np.linalg.norm(r.disp, axis=0), affine) for r in chosen]
@@ -149,7 +153,8 @@ def _sweep_figures(
     )
     montage = out / "sweep_montage.png"
     save_figure(fig, montage, dpi=100)
-    return [curves, montage, _qc_figure(out, moving, fixed, results, affine, moved_units)]
+    qc = _qc_figure(out, moving, fixed, results, affine, moved_units, moving_name)
+    return [curves, montage, qc]
 
 
 def _qc_pick(results: Sequence[PairResult]) -> PairResult:
@@ -167,6 +172,7 @@ def _qc_figure(
     results: Sequence[PairResult],
     affine: np.ndarray,
     moved_units: tuple[float, float],
+    moving_name: str = "moving",
 ) -> Path:
     """sweep_qc.png: checkerboard, fixed edges and |difference| of moving (before) and of the
     moved image at the chosen λ (after) against the fixed image, all on the normalised scale."""
@@ -178,7 +184,7 @@ def _qc_figure(
     edges = edge_mask(fixed_view.data)
     why = "best mean Dice" if pick.dice is not None else "middle λ"
     rows = [
-        ("before", "moving", oriented_slice(moving, affine).data),
+        ("before", moving_name, oriented_slice(moving, affine).data),
         (f"after, λ = {pick.lam:.3g}", "moved", oriented_slice(moved, affine).data),
     ]
     fig, axes = plt.subplots(2, 3, figsize=(8.4, 6.6), squeeze=False, layout="constrained")
@@ -357,8 +363,7 @@ def sweep_files(
         normalize_intensity(raw, normalization),
         normalize_intensity(pair.fixed.data, normalization),
         results,
-        pair.dice_before,
-        pair.fixed.affine,
+        pair,
         units,
     )
     if save_fields:

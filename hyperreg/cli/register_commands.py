@@ -69,6 +69,14 @@ def _add_register(sub: Any) -> None:
         "format (--warp-format), grid and fixed-image affine as --warp: warping the moved "
         "image with it gives the moving image back; needs a model with a velocity field",
     )
+    reg.add_argument(
+        "--figure",
+        metavar="PNG",
+        help="alignment check figure: before (the moving image on the fixed grid, after the "
+        "affine stage when one ran) and after (moved) against the fixed image: fixed-image "
+        "edges overlaid, checkerboard, |difference|, and label borders with both label maps; "
+        "every panel titled; 3D: middle slice",
+    )
     opts.add_refine_arguments(reg)
     opts.add_preprocessing_arguments(reg)
     opts.add_npz_geometry_argument(reg)
@@ -177,7 +185,7 @@ def _add_jacobian(sub: Any) -> None:
 
 def _cmd_register(args: argparse.Namespace) -> int:
     outputs = (args.moved, args.warp, args.moved_seg, args.inverse_warp, args.affine_out)
-    folders = new_folders(*outputs, args.field_out)
+    folders = new_folders(*outputs, args.field_out, args.figure)
     from hyperreg.apps.inference import register_files
 
     if not (
@@ -187,6 +195,7 @@ def _cmd_register(args: argparse.Namespace) -> int:
         or args.inverse_warp
         or args.affine_out
         or args.field_out
+        or args.figure
     ):
         raise ValueError("nothing to write: give --moved, --warp and/or --moved-seg")
     if args.moved_seg and not args.moving_seg:
@@ -210,6 +219,7 @@ def _cmd_register(args: argparse.Namespace) -> int:
         affine_out=args.affine_out,
         field_out=args.field_out,
         npz_geometry=args.npz_geometry,
+        figure=args.figure,
         **pair_options(args),
     )
     for message in result.resampled:
@@ -229,6 +239,7 @@ def _cmd_register(args: argparse.Namespace) -> int:
             args.inverse_warp,
             args.affine_out,
             args.field_out,
+            args.figure,
         )
         if p
     ]
