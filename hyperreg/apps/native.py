@@ -15,6 +15,7 @@ read it); displacement fields are hyperreg's voxel format or ITK's (see
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,11 +33,12 @@ from hyperreg.geometry.affine import (
 )
 from hyperreg.geometry.fields import load_displacement
 from hyperreg.geometry.io import Volume, check_same_grid, load_volume, same_grid, save_volume
+from hyperreg.geometry.intensity import outside_fill
 from hyperreg.geometry.resample import describe_grid, resample_to
 from hyperreg.method.metrics import registration_dice
 from hyperreg.registration.chain import sample_volume
 from hyperreg.registration.pairs import PathLike, check_outputs
-from hyperreg.registration.pipeline import load_input
+from hyperreg.registration.pipeline import InputError, load_input
 
 __all__ = [
     "AffineResult",
@@ -181,6 +183,38 @@ class WarpedFile(NamedTuple):
     resampled: str | None
 
 
+def _check_fill(fn: str, fill: str | float, labels: Sequence[bool]) -> None:
+    """``fill`` is a valid background, and has an image to apply to when it is not 0."""
+    try:
+        outside_fill(np.zeros(1, np.float32), fill)
+    except ValueError as err:
+        raise InputError(f"{fn}(): {str(err).split(': ', 1)[1]}", "fill") from None
+    if all(labels) and fill != "zero":
+        raise InputError(
+            f"{fn}(): 'fill' {fill!r} applies to images; label maps always take 0 (the "
+            "background) outside the moving file",
+            "fill",
+        )
+
+
+def _sample_filled(
+    volume: Volume,
+    transform: AffineTransform,
+    disp: np.ndarray | None,
+    grid: Volume,
+    label: bool,
+    fill: str | float,
+) -> np.ndarray:
+    """:func:`sample_volume` with ``fill`` outside an image (sample ``data - offset`` with the
+    fill's padding, add ``offset``); label maps take 0 outside."""
+    if label or fill == "zero":
+        return sample_volume(volume, transform, disp, grid, label=label).data
+    recipe = outside_fill(volume.data, fill)
+    shifted = dataclasses.replace(volume, data=volume.data - np.float32(recipe.offset))
+    sampled = sample_volume(shifted, transform, disp, grid, padding=recipe.padding).data
+    return (sampled + np.float32(recipe.offset)).astype(np.float32)
+
+
 def warp_files(
     moving: Sequence[PathLike],
     moved: Sequence[PathLike],
@@ -191,6 +225,7 @@ def warp_files(
     nearest: bool | Sequence[bool] = False,
     resample: bool = True,
     npz_geometry: str | None = None,
+    fill: str | float = "zero",
 ) -> list[WarpedFile]:
     """Apply a saved chain (affine, then displacement field) to several files, one interpolation.
 
@@ -199,7 +234,8 @@ def warp_files(
     without ``warp_field``), sampled from the file's own grid: a composed field written by
     ``hyperreg register --warp`` alone, or ``--affine-out`` with ``--field-out``, give the same
     result, which is ``register``'s ``--moved`` of an affine chain. Points outside a moving file
-    take 0, as the chain in ``register`` and ITK/ANTs resample, whatever the grids.
+    take 0 by default, as the chain in ``register`` and ITK/ANTs resample, whatever the grids;
+    ``fill`` chooses another value for images (label maps always take 0, the background).
 
     Args:
         moving: Images and/or label maps to warp (NIfTI, MGZ or npz), any grids.
@@ -216,6 +252,10 @@ def warp_files(
         npz_geometry: Geometry of npz inputs (no header): ``"fixed"`` (the target grid's),
             ``"identity"`` or None (an npz input is an error), see
             :func:`hyperreg.registration.pipeline.load_input`.
+        fill: Value of images outside the moving file
+            (:func:`hyperreg.geometry.intensity.outside_fill`): ``"zero"`` (default), ``"edge"``
+            (the nearest edge voxel), ``"min"`` (the image minimum, e.g. a CT's −1024) or a
+            finite number in the image's units.
 
     Returns:
         One :class:`WarpedFile` per output, in order.
@@ -225,7 +265,9 @@ def warp_files(
         ValueError: If neither ``warp_field`` nor ``affine`` is given, the counts of
             ``moving``/``moved``/``nearest`` differ, an output suffix is wrong or repeats, the
             transform file is not a transform, a file's dimensionality differs from the target
-            grid's, or ``fixed`` is missing (no field) or off the field's grid.
+            grid's, or ``fixed`` is missing (no field) or off the field's grid; ``fill`` is not
+            one of those (``InputError``, argument ``fill``), or is not ``"zero"`` when every
+            file is a label map.
     """
     fn = "warp_files"
     if warp_field is None and affine is None:
@@ -237,6 +279,7 @@ def warp_files(
             f"got {len(moving)} and {len(moved)}"
             + ("" if len(labels) == len(moving) else f" ({len(labels)} 'nearest' flags)")
         )
+    _check_fill(fn, fill, labels)
     sources = (*moving, warp_field, affine, fixed)
     check_outputs(fn, sources, **{f"moved[{n}]": path for n, path in enumerate(moved)})
     transform = load_affine(affine) if affine is not None else AffineTransform.identity()
@@ -271,7 +314,7 @@ def warp_files(
         volumes.append(volume)
     outputs = []
     for volume, out, label in zip(volumes, moved, labels):
-        data = sample_volume(volume, transform, disp, grid, label=label).data
+        data = _sample_filled(volume, transform, disp, grid, label, fill)
         note = None
         if not same_grid(volume, grid):
             note = (

@@ -35,6 +35,7 @@ __all__ = [
     "add_refine_arguments",
     "add_resample_argument",
     "add_warp_format_argument",
+    "fill_value",
     "fraction",
     "lambda_list",
     "lambda_request",
@@ -139,6 +140,21 @@ def lambda_list(text: str) -> list[float]:
         return parse_lambdas(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err).replace("parse_lambdas(): ", "")) from None
+
+
+def fill_value(text: str) -> str | float:
+    """``--fill``: ``zero``, ``edge``, ``min`` or a finite number."""
+    if text in ("zero", "edge", "min"):
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be zero, edge, min or a number, got {text!r}"
+        ) from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
 
 
 def fraction(text: str) -> float:

@@ -162,6 +162,14 @@ def _add_warp(sub: Any) -> None:
         help="those of the --moving files that are label maps (nearest neighbour); the others "
         "are images (linear)",
     )
+    warp.add_argument(
+        "--fill",
+        type=opts.fill_value,
+        default="zero",
+        help="value of images outside the moving file: zero (default, as ITK and ANTs), edge "
+        "(the nearest edge voxel), min (the image minimum, e.g. -1024 for CT) or a number in "
+        "the image's units; label maps always take 0 (the background)",
+    )
     opts.add_resample_argument(warp)
     opts.add_npz_geometry_argument(warp, "field's (or --fixed) grid")
     opts.add_common(warp, device=False)
@@ -279,6 +287,7 @@ def _cmd_warp(args: argparse.Namespace) -> int:
         nearest=labels,
         resample=args.resample,
         npz_geometry=args.npz_geometry,
+        fill=args.fill,
     )
     for out in written:
         kind = "label map (nearest neighbour)" if out.label else "image (linear)"
