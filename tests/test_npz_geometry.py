@@ -60,3 +60,11 @@ def test_cli_register_and_warp(files: dict[str, Path], tmp_path: Path, capsys) -
         nib.load(out / "again.nii.gz").get_fdata(), nib.load(out / "moved.nii.gz").get_fdata(),
         atol=1e-5,
     )
+
+
+def test_cli_affine_takes_the_option(files: dict[str, Path], tmp_path: Path, capsys) -> None:
+    args = ["affine", "--moving", str(files["m"]), "--fixed", str(files["fh"]), "--init", "none"]
+    args += ["--moved", str(tmp_path / "a.nii.gz")]
+    assert main(args) == 2
+    assert "--npz-geometry" in capsys.readouterr().err
+    assert main([*args, "--npz-geometry", "fixed"]) == 0

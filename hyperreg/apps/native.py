@@ -32,7 +32,7 @@ from hyperreg.geometry.affine import (
     save_affine,
 )
 from hyperreg.geometry.fields import load_displacement
-from hyperreg.geometry.io import Volume, check_same_grid, load_volume, same_grid, save_volume
+from hyperreg.geometry.io import Volume, check_same_grid, same_grid, save_volume
 from hyperreg.geometry.intensity import outside_fill
 from hyperreg.geometry.resample import describe_grid, resample_to
 from hyperreg.method.metrics import registration_dice
@@ -54,9 +54,10 @@ logger = logging.getLogger(__name__)
 def check_transform_path(fn: str, name: str, path: PathLike | None) -> None:
     """Raise unless ``path`` (an output) ends in one of ``TRANSFORM_SUFFIXES``."""
     if path is not None and not str(path).lower().endswith(TRANSFORM_SUFFIXES):
-        raise ValueError(
+        raise InputError(
             f"{fn}(): '{name}' must end in one of {TRANSFORM_SUFFIXES} (an ITK transform file), "
-            f"got '{path}'"
+            f"got '{path}'",
+            name,
         )
 
 
@@ -94,6 +95,7 @@ def affine_files(
     fixed_seg: PathLike | None = None,
     moved_seg: PathLike | None = None,
     seed: int = 0,
+    npz_geometry: str | None = None,
 ) -> AffineResult:
     """Run only the affine stage on two files and write its outputs (``hyperreg affine``).
 
@@ -114,6 +116,8 @@ def affine_files(
             maps (:func:`~hyperreg.method.metrics.registration_dice`).
         moved_seg: Output for the moved label map (integer type), or None.
         seed: Seed of the metric sampling (3D).
+        npz_geometry: Geometry of npz inputs (no header): ``"fixed"``, ``"identity"`` or None
+            (an npz input is an error), see :func:`hyperreg.registration.pipeline.load_input`.
 
     Returns:
         An :class:`AffineResult`.
@@ -126,20 +130,27 @@ def affine_files(
     """
     fn = "affine_files"
     if init not in AFFINE_INITS:
-        raise ValueError(f"{fn}(): 'init' must be one of {AFFINE_INITS}, got {init!r}")
+        raise InputError(f"{fn}(): 'init' must be one of {AFFINE_INITS}, got {init!r}", "init")
     if moved_seg is not None and moving_seg is None:
-        raise ValueError(f"{fn}(): 'moved_seg' needs 'moving_seg' (the label map to warp)")
+        raise InputError(
+            f"{fn}(): 'moved_seg' needs 'moving_seg' (the label map to warp)", "moved_seg"
+        )
     inputs = (moving, fixed, moving_seg, fixed_seg)
     check_outputs(fn, inputs, moved=moved, moved_seg=moved_seg)
     check_transform_path(fn, "affine_out", affine_out)
     if affine_out is not None and Path(affine_out).resolve() in {
         Path(p).resolve() for p in inputs if p is not None
     }:
-        raise ValueError(f"{fn}(): 'affine_out' would overwrite the input '{affine_out}'")
-    moving_v = load_volume(moving)
-    fixed_v = load_volume(fixed)
-    moving_seg_v = load_volume(moving_seg, label=True) if moving_seg is not None else None
-    fixed_seg_v = load_volume(fixed_seg, label=True) if fixed_seg is not None else None
+        raise InputError(
+            f"{fn}(): 'affine_out' would overwrite the input '{affine_out}'", "affine_out"
+        )
+    fixed_v = load_input(fixed, npz_geometry=npz_geometry)
+    moving_v = load_input(moving, npz_geometry=npz_geometry, fixed=fixed_v)
+    geometry = dict(npz_geometry=npz_geometry, fixed=fixed_v)
+    moving_seg_v, fixed_seg_v = (
+        None if seg is None else load_input(seg, label=True, **geometry)
+        for seg in (moving_seg, fixed_seg)
+    )
     transform = register_affine(moving_v, fixed_v, init, seed=seed)
     moved_v = sample_volume(moving_v, transform, None, fixed_v)
     moved_seg_v = None
@@ -271,13 +282,19 @@ def warp_files(
     """
     fn = "warp_files"
     if warp_field is None and affine is None:
-        raise ValueError(f"{fn}(): give 'warp_field' and/or 'affine' (the transform to apply)")
+        raise InputError(
+            f"{fn}(): give 'warp_field' and/or 'affine' (the transform to apply)", "warp_field"
+        )
     labels = [bool(nearest)] * len(moving) if isinstance(nearest, bool) else list(nearest)
     if not (len(moving) == len(moved) == len(labels)) or not moving:
         raise ValueError(
             f"{fn}(): 'moving' and 'moved' must list the same number of files (at least one), "
             f"got {len(moving)} and {len(moved)}"
             + ("" if len(labels) == len(moving) else f" ({len(labels)} 'nearest' flags)")
+        )
+    if warp_field is None and fixed is None:
+        raise InputError(
+            f"{fn}(): 'fixed' is needed to give the output grid when there is no field", "fixed"
         )
     _check_fill(fn, fill, labels)
     sources = (*moving, warp_field, affine, fixed)
@@ -291,14 +308,11 @@ def warp_files(
         if fixed is not None:
             fixed_v = load_input(fixed, npz_geometry=npz_geometry)
             if not same_grid(fixed_v, grid):
-                raise ValueError(
+                raise InputError(
                     f"{fn}(): 'fixed' '{fixed}' must lie on the grid of the field '{warp_field}' "
-                    "(the field defines the output grid); drop 'fixed' or give the matching one"
+                    "(the field defines the output grid); drop 'fixed' or give the matching one",
+                    "fixed",
                 )
-    elif fixed is None:
-        raise ValueError(
-            f"{fn}(): 'fixed' is needed to give the output grid when there is no field"
-        )
     else:
         grid = load_input(fixed, npz_geometry=npz_geometry)
     volumes = []

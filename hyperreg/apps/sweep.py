@@ -36,7 +36,13 @@ from hyperreg.geometry.io import save_volume
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.lambdas import sweep_lambdas
 from hyperreg.registration.pairs import PathLike, check_outputs
-from hyperreg.registration.pipeline import DEFAULT_INIT, PairResult, PreparedPair, load_pair
+from hyperreg.registration.pipeline import (
+    DEFAULT_INIT,
+    InputError,
+    PairResult,
+    PreparedPair,
+    load_pair,
+)
 from hyperreg.registration.refine import Refinement, check_refinement
 
 __all__ = [
@@ -325,9 +331,10 @@ def sweep_files(
     fn = "sweep_files"
     repeated = sorted({float(v) for v in lambdas if list(lambdas).count(v) > 1})
     if save_fields and repeated:
-        raise ValueError(
+        raise InputError(
             f"{fn}(): 'lambdas' repeats {repeated}; with save_fields each λ needs its own "
-            "file names"
+            "file names",
+            "lambdas",
         )
     if refine is not None:
         check_refinement(fn, refine)

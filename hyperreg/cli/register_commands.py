@@ -108,6 +108,7 @@ def _add_affine(sub: Any) -> None:
         "--moved-seg",
         help="moved label map (needs --moving-seg), nearest neighbour, NIfTI integer type",
     )
+    opts.add_npz_geometry_argument(affine)
     opts.add_common(affine, device=False, seed=True)
 
 
@@ -329,6 +330,7 @@ def _cmd_affine(args: argparse.Namespace) -> int:
         fixed_seg=args.fixed_seg,
         moved_seg=args.moved_seg,
         seed=args.seed,
+        npz_geometry=args.npz_geometry,
     )
     from hyperreg.registration.pipeline import AffineStage
 
