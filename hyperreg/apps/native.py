@@ -287,10 +287,11 @@ def warp_files(
         )
     labels = [bool(nearest)] * len(moving) if isinstance(nearest, bool) else list(nearest)
     if not (len(moving) == len(moved) == len(labels)) or not moving:
-        raise ValueError(
+        raise InputError(
             f"{fn}(): 'moving' and 'moved' must list the same number of files (at least one), "
             f"got {len(moving)} and {len(moved)}"
-            + ("" if len(labels) == len(moving) else f" ({len(labels)} 'nearest' flags)")
+            + ("" if len(labels) == len(moving) else f" ({len(labels)} 'nearest' flags)"),
+            "moved",
         )
     if warp_field is None and fixed is None:
         raise InputError(
@@ -319,9 +320,10 @@ def warp_files(
     for path, label in zip(moving, labels):
         volume = load_input(path, label=label, npz_geometry=npz_geometry, fixed=grid)
         if volume.ndim != grid.ndim:
-            raise ValueError(
+            raise InputError(
                 f"{fn}(): '{path}' is {volume.ndim}D but the target grid is {grid.ndim}D "
-                f"(shape {grid.spatial_shape}); both must be 2D or both 3D"
+                f"(shape {grid.spatial_shape}); both must be 2D or both 3D",
+                "moving",
             )
         if affine is None and not resample:
             check_same_grid(volume, grid)
