@@ -61,6 +61,13 @@ def test_check_lambda_refuses(bad) -> None:
         check_lambda("f", bad)
 
 
+def test_check_lambda_accepts_numpy_numbers() -> None:
+    check_lambda("f", np.float32(0.3))
+    check_lambda("f", np.float64(1.0))
+    check_lambda("f", "auto")
+    check_lambda("f", None)
+
+
 def test_register_files_without_lambda_uses_the_default(pair: dict[str, Path]) -> None:
     from hyperreg.apps.inference import register_files
 

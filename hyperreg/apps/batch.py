@@ -227,7 +227,7 @@ def _lambda_reason(pair: PairSpec, lam: float | str | None, result: Any) -> str:
     """Why a pair got its λ: its row's, the one given for all, or the result's ``lam_reason``."""
     if pair.lam is not None:
         return "the row's lambda"
-    return "given for every row" if isinstance(lam, (int, float)) else result.lam_reason
+    return result.lam_reason if lam is None or lam == "auto" else "given for every row"
 
 
 def _plan(

@@ -15,6 +15,7 @@ always with where it came from); :func:`pair_lambda` turns what a caller asked f
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import warnings
 from dataclasses import dataclass
@@ -195,7 +196,7 @@ def check_lambda(fn: str, lam: Any, argument: str = "lam") -> None:
     """
     if lam is None or lam == AUTO:
         return
-    if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0.0 <= lam <= 1.0:
+    if isinstance(lam, bool) or not isinstance(lam, numbers.Real) or not 0.0 <= lam <= 1.0:
         raise InputError(
             f"{fn}(): '{argument}' must be a number in [0, 1], 'auto' or None, got {lam!r}",
             argument,
