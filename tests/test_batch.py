@@ -138,11 +138,17 @@ def test_batch_broken_pair_recorded_rest_done_rerun_skips(job: dict[str, Path], 
     assert "2 registered, 3 already done" in capsys.readouterr().out
 
 
-def test_batch_needs_lambda_for_every_row(job: dict[str, Path], capsys) -> None:
-    assert main(_batch_args(job)) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("hyperreg batch: error:") and "--lambda" in err
-    assert not job["out"].exists()
+def test_batch_rows_without_lambda_take_the_model_default(job: dict[str, Path], capsys) -> None:
+    """Issue 24: no --lambda is the model's default λ (here the fallback: the test model records
+    none), recorded with its reason; a row's own λ is kept."""
+    (job["data"] / "p2_moving.nii.gz").write_bytes((job["data"] / "p2_moving.good").read_bytes())
+    assert main(_batch_args(job)) == 0
+    rows = _rows(job["out"] / "summary.csv")
+    defaulted = [r for r in rows if r["lambda_reason"] != "the row's lambda"]
+    assert defaulted and len(defaulted) < len(rows)
+    for row in defaulted:
+        assert float(row["lambda_chosen"]) == pytest.approx(0.1)
+        assert "fallback" in row["lambda_reason"]
 
 
 def test_batch_simulated_ranks_cover_every_pair_once(job: dict[str, Path], monkeypatch) -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import time
 import traceback
@@ -68,7 +67,7 @@ class BatchReport:
     seconds: float = 0.0
 
 
-def _identity(pair: PairSpec, lam: float) -> dict[str, Any]:
+def _identity(pair: PairSpec, lam: float | str) -> dict[str, Any]:
     return {
         "index": pair.index,
         "moving": str(pair.moving),
@@ -98,7 +97,7 @@ def batch_register(
     pairs: Sequence[PairSpec],
     out: PathLike,
     *,
-    lam: float | None = None,
+    lam: float | str | None = None,
     normalization: str = "minmax",
     resample: bool = True,
     warp_format: str = "voxel",
@@ -107,6 +106,7 @@ def batch_register(
     rank: int = 0,
     refine: Any = None,
     init: str | None = None,
+    npz_geometry: str | None = None,
 ) -> BatchReport:
     """Register every pair of ``pairs`` (one shard) with per-pair records, resumably.
 
@@ -123,7 +123,10 @@ def batch_register(
         model: A trained :class:`~hyperreg.method.model.HyperMorph`, on the device to use.
         pairs: The pairs to run (see :func:`read_pairs`, :func:`shard`).
         out: Output folder.
-        lam: λ for rows without their own; None requires every row to have one.
+        lam: λ for rows without their own: a number in [0, 1]; ``"auto"``, chosen per pair
+            without labels; None (default), the model's default λ
+            (:func:`hyperreg.apps.models.model_default_lambda`). The record holds the λ used
+            (``lambda_chosen``) and why (``lambda_reason``).
         normalization: Intensity normalisation.
         resample: Resample inputs on other grids onto the fixed grid.
         warp_format: ``"voxel"`` or ``"itk"`` for ``warp.nii.gz``.
@@ -138,27 +141,31 @@ def batch_register(
             stage of :func:`~hyperreg.apps.inference.register_files`, once per pair; its
             transform is written as ``affine.mat`` and ``warp.nii.gz`` holds the composed
             transform. Part of a pair's identity.
+        npz_geometry: Geometry of npz inputs (:func:`~hyperreg.registration.pipeline.load_input`).
 
     Returns:
         A :class:`BatchReport`.
 
     Raises:
-        ValueError: If a row has no λ and ``lam`` is None (checked before any work), or ``lam``
-            is outside [0, 1].
+        ValueError: If ``lam`` is not a number in [0, 1], ``"auto"`` or None (checked before
+            any work).
     """
     from tqdm import tqdm
 
+    from hyperreg.apps.models import model_default_lambda
     from hyperreg.registration.pipeline import DEFAULT_INIT
 
     fn = "batch_register"
     init = DEFAULT_INIT if init is None else init
-    _check_batch(fn, pairs, lam, refine)
+    _check_batch(fn, lam, refine)
+    default = model_default_lambda(model)
     options = dict(
         normalization=normalization,
         resample=resample,
         warp_format=warp_format,
         refine=refine,
         init=init,
+        npz_geometry=npz_geometry,
     )
     start = time.perf_counter()
     report = BatchReport()
@@ -166,9 +173,10 @@ def batch_register(
     root.mkdir(parents=True, exist_ok=True)
     bar = tqdm(pairs, desc=desc, unit="pair", disable=not progress, dynamic_ncols=True)
     for pair in bar:
-        pair_lam = pair.lam if pair.lam is not None else float(lam)  # type: ignore[arg-type]
+        pair_lam = pair.lam if pair.lam is not None else lam  # None: the model's default
         folder = root / pair.name
-        identity, outputs = _plan(pair, pair_lam, refine, init)
+        planned = default.lam if pair_lam is None else pair_lam
+        identity, outputs = _plan(pair, planned, refine, init)
         if _finished(folder, identity):
             report.skipped += 1
             continue
@@ -186,6 +194,8 @@ def batch_register(
             continue
         record = {
             **identity,
+            "lambda_chosen": result.lam,
+            "lambda_reason": _lambda_reason(pair, lam, result),
             **_scores(result),
             "seconds": time.perf_counter() - tic,
             "rank": rank,
@@ -202,23 +212,26 @@ def batch_register(
     return report
 
 
-def _check_batch(fn: str, pairs: Sequence[PairSpec], lam: float | None, refine: Any) -> None:
-    """Before any work: the refinement, the default λ, and a λ for every row."""
+def _check_batch(fn: str, lam: float | str | None, refine: Any) -> None:
+    """Before any work: the refinement and the λ for rows without one."""
     if refine is not None:
         from hyperreg.registration.refine import check_refinement
 
         check_refinement(fn, refine)
-    if lam is not None and (math.isnan(lam) or not 0.0 <= lam <= 1.0):
-        raise ValueError(f"{fn}(): 'lam' must lie in [0, 1], got {lam}")
-    lacking = [p.index for p in pairs if p.lam is None]
-    if lacking and lam is None:
-        raise ValueError(
-            f"{fn}(): rows {lacking[:5]} have no 'lambda' and no default λ was given ('lam')"
-        )
+    from hyperreg.apps.models import check_lambda
+
+    check_lambda(fn, lam)
+
+
+def _lambda_reason(pair: PairSpec, lam: float | str | None, result: Any) -> str:
+    """Why a pair got its λ: its row's, the one given for all, or the result's ``lam_reason``."""
+    if pair.lam is not None:
+        return "the row's lambda"
+    return result.lam_reason if lam is None or lam == "auto" else "given for every row"
 
 
 def _plan(
-    pair: PairSpec, lam: float, refine: Any, init: str
+    pair: PairSpec, lam: float | str, refine: Any, init: str
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """A pair's identity (what a finished record must match) and its output file names."""
     identity = _identity(pair, lam)
@@ -238,7 +251,7 @@ def _plan(
 def _register_pair(
     model: Any,
     pair: PairSpec,
-    lam: float,
+    lam: float | str | None,
     folder: Path,
     outputs: dict[str, str],
     **options: Any,
@@ -297,6 +310,8 @@ SUMMARY_COLUMNS = (
     "moving_seg",
     "fixed_seg",
     "lambda",
+    "lambda_chosen",
+    "lambda_reason",
     "mean_dice",
     "folding_percent",
     "log_jacobian_std",
@@ -383,7 +398,7 @@ def run_batch(
     pairs_csv: PathLike,
     out: PathLike,
     *,
-    lam: float | None = None,
+    lam: float | str | None = None,
     device: str = "auto",
     normalization: str = "minmax",
     resample: bool = True,
@@ -391,6 +406,7 @@ def run_batch(
     progress: bool = False,
     refine: Any = None,
     init: str | None = None,
+    npz_geometry: str | None = None,
 ) -> BatchRun:
     """One process of a batch job: read the pairs, run this rank's shard, merge.
 
@@ -409,7 +425,8 @@ def run_batch(
             (:func:`hyperreg.apps.models.resolve_model`).
         pairs_csv: Pair CSV (:func:`read_pairs`).
         out: Output folder.
-        lam: Default λ for rows without one.
+        lam: λ for rows without one (see :func:`batch_register`: a number, ``"auto"`` or
+            None for the model's default).
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
         normalization: Intensity normalisation.
         resample: Resample inputs on other grids onto the fixed grid.
@@ -417,30 +434,24 @@ def run_batch(
         progress: Progress bar on rank 0.
         refine: Test-time refinement per pair (see :func:`batch_register`), or None.
         init: The affine stage per pair (see :func:`batch_register`).
+        npz_geometry: Geometry of npz inputs (see :func:`batch_register`).
 
     Returns:
         A :class:`BatchRun`.
 
     Raises:
         FileNotFoundError: If the checkpoint or the CSV is missing.
-        ValueError: On a bad CSV, environment, device, λ or a row without λ (before any work).
+        ValueError: On a bad CSV, environment, device or λ (before any work).
     """
     import torch
 
     from hyperreg._checks import resolve_device
-    from hyperreg.apps.models import resolve_model
+    from hyperreg.apps.models import check_lambda, resolve_model
     from hyperreg.training.distributed import read_env
 
     rank, world, local_rank = read_env()
     pairs = read_pairs(pairs_csv)
-    if lam is not None and (math.isnan(lam) or not 0.0 <= lam <= 1.0):
-        raise ValueError(f"run_batch(): 'lam' must lie in [0, 1], got {lam}")
-    lacking = [p.index for p in pairs if p.lam is None]
-    if lacking and lam is None:  # checked on every row before any rank starts work
-        raise ValueError(
-            f"run_batch(): rows {lacking[:5]} of '{pairs_csv}' have no 'lambda'; give a "
-            "default λ ('lam')"
-        )
+    check_lambda("run_batch", lam)
     mine = shard(pairs, rank, world)
     resolved = resolve_device("run_batch", device)
     if resolved.type == "cuda" and resolved.index is None and world > 1:
@@ -464,6 +475,7 @@ def run_batch(
             rank=rank,
             refine=refine,
             init=init,
+            npz_geometry=npz_geometry,
         )
         merged = None
         if group:

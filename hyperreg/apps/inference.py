@@ -15,6 +15,7 @@ Jacobian determinant map. Must not import train or cli.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -27,7 +28,7 @@ from hyperreg.geometry.fields import (
     load_displacement,
     save_displacement,
 )
-from hyperreg.geometry.io import Volume, load_volume, save_volume
+from hyperreg.geometry.io import Volume, save_volume
 from hyperreg.method.metrics import field_summary
 from hyperreg.method.model import HyperMorph
 from hyperreg.geometry.affine import AffineTransform, save_affine
@@ -39,14 +40,17 @@ from hyperreg.registration.pipeline import (
     InputError,
     PairResult,
     PreparedPair,
+    load_input,
     load_pair,
 )
+from hyperreg.apps.models import check_lambda, pair_lambda
 from hyperreg.apps.native import check_transform_path, warp_files
 from hyperreg.registration.refine import Refinement, check_refinement
 
 __all__ = [
     "JacobianResult",
     "WarpResult",
+    "alignment_png",
     "jacobian_file",
     "register_files",
     "warp_file",
@@ -59,7 +63,7 @@ def register_files(
     model: HyperMorph,
     moving: PathLike,
     fixed: PathLike,
-    lam: float,
+    lam: float | str | None = None,
     *,
     moved: PathLike | None = None,
     warp_out: PathLike | None = None,
@@ -75,6 +79,8 @@ def register_files(
     affine_out: PathLike | None = None,
     field_out: PathLike | None = None,
     initial_affine: AffineTransform | None = None,
+    npz_geometry: str | None = None,
+    figure: PathLike | None = None,
 ) -> PairResult:
     """Load, register and write one pair at one λ (``hyperreg register``).
 
@@ -97,7 +103,10 @@ def register_files(
         model: A trained :class:`~hyperreg.method.model.HyperMorph`.
         moving: Moving image file (NIfTI, MGZ or npz).
         fixed: Fixed image file; every output takes its grid, affine and disk layout.
-        lam: λ in [0, 1].
+        lam: λ in [0, 1]; None (default): the model's default λ
+            (:func:`hyperreg.apps.models.model_default_lambda`); ``"auto"``: chosen for the pair
+            without labels (:func:`hyperreg.apps.models.pair_lambda`, one batched sweep first).
+            Why is in the result's ``lam_reason``.
         moved: Output for the moved image (float32, the moving image's intensities), or None.
         warp_out: Output for the displacement field of the whole transform, or None.
         moving_seg: Moving label map file (rounded to integers), or None.
@@ -120,6 +129,12 @@ def register_files(
             None; with ``affine_out`` it is the same transform as ``warp_out``.
         initial_affine: A transform to use instead of the affine stage (with ``init="none"``),
             or None.
+        npz_geometry: Geometry of npz inputs (no header): ``"fixed"``, ``"identity"`` or None
+            (an npz input is an error), see :func:`hyperreg.registration.pipeline.load_input`.
+        figure: Output PNG of the alignment check
+            (:func:`hyperreg.apps.plotting.alignment_figure`: before and after rows with the
+            fixed image's edges, a checkerboard, the difference, and label borders when both
+            label maps are given), or None.
 
     Returns:
         The :class:`~hyperreg.registration.pipeline.PairResult` (``resampled`` lists what was
@@ -131,11 +146,13 @@ def register_files(
             that differ with ``resample=False``, a model of another dimensionality),
             ``moved_seg`` is asked for without ``moving_seg``, an output path is unusable or
             its suffix wrong, the ITK format cannot represent a 2D fixed grid, ``lam`` is out
-            of range, ``refine`` is invalid, ``inverse_warp_out`` is asked of a model without a
+            of range, NaN or a word other than ``"auto"`` (``InputError``, argument ``lam``),
+            ``refine`` is invalid, ``inverse_warp_out`` is asked of a model without a
             velocity field or with an affine stage, ``init`` is unknown, or the affine stage
             fails (images that do not overlap in world space, a diverging registration).
     """
     fn = "register_files"
+    check_lambda(fn, lam)
     if moved_seg is not None and moving_seg is None:
         raise InputError(
             f"{fn}(): 'moved_seg' needs 'moving_seg' (the label map to warp)", "moved_seg"
@@ -150,6 +167,8 @@ def register_files(
     )
     check_outputs(fn, (moving, fixed, moving_seg, fixed_seg), **outputs)
     check_transform_path(fn, "affine_out", affine_out)
+    if figure is not None and not str(figure).lower().endswith(".png"):
+        raise InputError(f"{fn}(): 'figure' must end in .png, got '{figure}'", "figure")
     if inverse_warp_out is not None and (init != "none" or initial_affine is not None):
         raise InputError(
             f"{fn}(): 'inverse_warp_out' inverts only the deformable field; with 'init' "
@@ -165,7 +184,8 @@ def register_files(
             "without a velocity field (int_steps 0), whose displacement has no exact inverse",
             "inverse_warp_out",
         )
-    fixed_v = load_volume(fixed)  # each input is read once (and warned about once)
+    # each input is read once (and warned about once)
+    fixed_v = load_input(fixed, npz_geometry=npz_geometry)
     if (warp_out is not None or inverse_warp_out is not None) and warp_format == "itk":
         check_itk_grid(fixed_v)
     pair = load_pair(
@@ -178,10 +198,50 @@ def register_files(
         initial_affine=initial_affine,
         normalization=normalization,
         resample=resample,
+        npz_geometry=npz_geometry,
     )
-    result = pair.register(model, [lam], refine, inverse=inverse_warp_out is not None)[0]
+    chosen = pair_lambda(pair, model, lam)
+    result = pair.register(model, [chosen.lam], refine, inverse=inverse_warp_out is not None)[0]
+    result.lam_reason = chosen.reason
     write_result(result, pair, **outputs, affine_out=affine_out, warp_format=warp_format)
+    if figure is not None:
+        alignment_png(figure, pair, result)
     return result
+
+
+def alignment_png(path: PathLike, pair: PreparedPair, result: PairResult) -> None:
+    """Write the alignment check of one registration (``register --figure``) with
+    :func:`hyperreg.apps.plotting.alignment_figure`: the moving image on the fixed grid (after
+    the affine stage when one ran; the panel says which) and the moved image against the fixed
+    image, all min-max scaled with the moving image's range (the fixed with its own)."""
+    from hyperreg.apps.plotting import alignment_figure
+    from hyperreg.geometry.intensity import normalize_intensity
+    from hyperreg.registration.chain import sample_volume
+
+    raw = pair.aligned.data
+    low, high = float(raw.min()), float(raw.max())
+    spread = high - low if high > low else 1.0
+    moving_seg = pair.aligned_seg.data if pair.aligned_seg is not None else None
+    if pair.chained and pair.moving_seg is not None:
+        moving_seg = sample_volume(pair.moving_seg, pair.transform, None, pair.fixed, label=True)
+        moving_seg = moving_seg.data
+    names = [Path(str(v.path)).name for v in (pair.moving, pair.fixed)]
+    alignment_figure(
+        path,
+        normalize_intensity(pair.fixed.data, "minmax"),
+        (result.moved - low) / spread,
+        pair.fixed.affine,
+        moving=(raw - low) / spread,
+        moving_title=(
+            "moving (after the affine stage)"
+            if pair.chained
+            else "moving (on the fixed grid, through the headers)"
+        ),
+        fixed_seg=pair.fixed_seg.data if pair.fixed_seg is not None else None,
+        moved_seg=result.moved_seg,
+        moving_seg=moving_seg,
+        title=f"{names[0]} to {names[1]} at λ = {result.lam:.3g}",
+    )
 
 
 def write_result(

@@ -166,7 +166,8 @@ def check_label_map(fn: str, name: str, path: PathLike) -> None:
 
     with warnings.catch_warnings():  # e.g. "constant" for an empty label map: not a concern
         warnings.simplefilter("ignore")
-        data = load_volume(path).data  # float32, finite, 2D or 3D
+        # float32, finite, 2D or 3D; only the values matter here, so an npz needs no geometry
+        data = load_volume(path, assume_identity=True).data
     if not data.size:
         return
     ids = np.rint(data)

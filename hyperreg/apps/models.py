@@ -6,11 +6,16 @@ which bundled model it took; :func:`model_architecture` reconciles the architect
 run asks for with that of the checkpoint it continues or fine-tunes. Errors are
 :class:`~hyperreg.registration.pipeline.InputError` carrying the caller's argument name in
 ``argument`` (a front end maps it to its own option); messages never name command-line flags.
-Must not import cli.
+:func:`model_default_lambda` gives the λ a model registers at when none is asked for (the
+checkpoint's own, its bundled card's, its best validation Dice, or :data:`FALLBACK_LAMBDA`,
+always with where it came from); :func:`pair_lambda` turns what a caller asked for (a number,
+``"auto"`` or None) into the λ of one prepared pair. Must not import cli.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 import warnings
 from dataclasses import dataclass
@@ -20,10 +25,28 @@ from typing import Any
 from hyperreg.apps.pretrained import BundledModel, bundled_models, default_model
 from hyperreg.registration.pipeline import InputError
 
-__all__ = ["MODEL_FILE", "ResolvedModel", "model_architecture", "model_file", "resolve_model"]
+__all__ = [
+    "AUTO",
+    "FALLBACK_LAMBDA",
+    "MODEL_FILE",
+    "ChosenLambda",
+    "DefaultLambda",
+    "ResolvedModel",
+    "check_lambda",
+    "checkpoint_default_lambda",
+    "model_architecture",
+    "model_default_lambda",
+    "model_file",
+    "pair_lambda",
+    "resolve_model",
+]
 
 MODEL_FILE = "model.pt"  # what 'hyperreg train' writes into its output folder
 _IMAGE_SUFFIXES = (".nii.gz", ".nii", ".mgz", ".mgh", ".npz")
+FALLBACK_LAMBDA = 0.1
+"""λ of a model that records no default (no ``default_lambda``, card or validation Dice)."""
+AUTO = "auto"
+"""The λ request that chooses λ per pair without labels (:func:`pair_lambda`)."""
 
 
 def model_file(spec: str | os.PathLike[str], argument: str = "model") -> Path:
@@ -58,11 +81,11 @@ def model_file(spec: str | os.PathLike[str], argument: str = "model") -> Path:
     return path
 
 
-def _load(path: Path, device: Any, argument: str) -> Any:
+def _load(path: Path, device: Any, argument: str) -> tuple[Any, dict[str, Any]]:
     from hyperreg.method.model import load_checkpoint
 
     try:
-        model, _ = load_checkpoint(path, map_location=device)
+        model, payload = load_checkpoint(path, map_location=device)
     except ValueError as err:
         # load_checkpoint wraps torch.load's many-line message; say in one line what it is.
         if "not a hyperreg checkpoint" not in str(err):
@@ -78,17 +101,160 @@ def _load(path: Path, device: Any, argument: str) -> Any:
             f"{MODEL_FILE} that 'hyperreg train' wrote, or its folder",
             argument,
         ) from err
-    return model
+    return model, payload
+
+
+@dataclass(frozen=True)
+class DefaultLambda:
+    """The λ a model registers at when none is asked for.
+
+    Attributes:
+        lam: λ in [0, 1].
+        source: One line saying where it comes from (printed by the command line).
+    """
+
+    lam: float
+    source: str
+
+
+def _valid_lambda(value: Any) -> float | None:
+    try:
+        lam = float(value)
+    except (TypeError, ValueError):
+        return None
+    return lam if math.isfinite(lam) and 0.0 <= lam <= 1.0 else None
+
+
+def checkpoint_default_lambda(
+    payload: dict[str, Any], path: str | os.PathLike[str]
+) -> DefaultLambda:
+    """The default λ of the checkpoint ``path`` whose contents are ``payload``.
+
+    In this order: the payload's ``"default_lambda"``; for a bundled model (the file is one of
+    :func:`~hyperreg.apps.pretrained.bundled_models`), ``default_lambda`` of its entry in
+    ``index.json`` (from its model card); for a training run's ``best.pt``/``model.pt``, the λ
+    of best mean Dice in the payload's ``"validation"`` row (keys ``dice_<λ>``); else
+    :data:`FALLBACK_LAMBDA`, said to be the fallback.
+
+    Args:
+        payload: The checkpoint dict (:func:`hyperreg.method.model.load_checkpoint`).
+        path: The checkpoint file (named in ``source``; matched against the bundled models).
+
+    Returns:
+        A :class:`DefaultLambda`.
+    """
+    path = Path(path)
+    own = _valid_lambda(payload.get("default_lambda"))
+    if own is not None:
+        return DefaultLambda(own, f"the default_lambda stored in '{path}'")
+    for bundled in bundled_models():
+        if bundled.default_lambda is not None and bundled.path.resolve() == path.resolve():
+            note = f" ({bundled.default_lambda_note})" if bundled.default_lambda_note else ""
+            return DefaultLambda(
+                bundled.default_lambda, f"the card of the bundled model {bundled.name}{note}"
+            )
+    row = payload.get("validation")
+    if isinstance(row, dict):
+        scores = []
+        for key, value in row.items():
+            lam = _valid_lambda(key[5:]) if str(key).startswith("dice_") else None
+            if lam is not None and isinstance(value, (int, float)) and math.isfinite(value):
+                scores.append((float(value), lam))
+        if scores:
+            dice, lam = max(scores)
+            step = payload.get("step")
+            at = f" at step {step}" if step is not None else ""
+            return DefaultLambda(
+                lam, f"the best validation Dice of '{path}' ({dice:.4f}{at})"
+            )
+    return DefaultLambda(
+        FALLBACK_LAMBDA,
+        f"the fallback value, as '{path}' records none (no default_lambda, model card or "
+        "validation Dice)",
+    )
+
+
+def model_default_lambda(model: Any) -> DefaultLambda:
+    """The default λ of ``model``: the one :func:`resolve_model` recorded on it (attribute
+    ``default_lambda``, see :func:`checkpoint_default_lambda`), else :data:`FALLBACK_LAMBDA`
+    (a model built or loaded some other way records none)."""
+    found = getattr(model, "default_lambda", None)
+    if isinstance(found, DefaultLambda):
+        return found
+    return DefaultLambda(
+        FALLBACK_LAMBDA,
+        "the fallback value, as the model records none (load it with "
+        "hyperreg.apps.models.resolve_model to use its own)",
+    )
+
+
+def check_lambda(fn: str, lam: Any, argument: str = "lam") -> None:
+    """``lam`` is a number in [0, 1], ``"auto"`` or None.
+
+    Raises:
+        InputError: Otherwise (NaN, out of range, another word); ``argument`` is stored.
+    """
+    if lam is None or lam == AUTO:
+        return
+    if isinstance(lam, bool) or not isinstance(lam, numbers.Real) or not 0.0 <= lam <= 1.0:
+        raise InputError(
+            f"{fn}(): '{argument}' must be a number in [0, 1], 'auto' or None, got {lam!r}",
+            argument,
+        )
+
+
+@dataclass(frozen=True)
+class ChosenLambda:
+    """The λ one pair is registered at, and why.
+
+    Attributes:
+        lam: λ in [0, 1].
+        reason: One line: ``"given"``, the model's default and its source, or the label-free
+            rule's reason (``auto``).
+        auto: The :class:`~hyperreg.registration.autolambda.AutoLambda` of ``"auto"``, else
+            None.
+    """
+
+    lam: float
+    reason: str
+    auto: Any = None
+
+
+def pair_lambda(prepared: Any, model: Any, lam: float | str | None) -> ChosenLambda:
+    """The λ to register ``prepared`` at: ``lam`` itself, the model's default
+    (:func:`model_default_lambda`) for None, or for ``"auto"`` the label-free choice of
+    :func:`hyperreg.registration.autolambda.auto_lambda` (one batched sweep over its grid).
+
+    Args:
+        prepared: A :class:`~hyperreg.registration.pipeline.PreparedPair`.
+        model: The model that registers it.
+        lam: A number in [0, 1], ``"auto"`` or None.
+
+    Raises:
+        InputError: If ``lam`` is none of those (``argument`` ``"lam"``).
+    """
+    check_lambda("pair_lambda", lam)
+    if lam == AUTO:
+        from hyperreg.registration.autolambda import auto_lambda
+
+        pick = auto_lambda(prepared, model)
+        return ChosenLambda(pick.lam, f"auto: {pick.reason}", pick)
+    if lam is None:
+        default = model_default_lambda(model)
+        return ChosenLambda(default.lam, f"the model's default λ, from {default.source}")
+    return ChosenLambda(float(lam), "given")
 
 
 @dataclass(frozen=True)
 class ResolvedModel:
-    """Output of :func:`resolve_model`: the model, its file, and the bundled model it is (None
-    when the spec named a file or folder)."""
+    """Output of :func:`resolve_model`: the model, its file, the bundled model it is (None
+    when the spec named a file or folder), and its default λ (also recorded on the model, see
+    :func:`model_default_lambda`)."""
 
     model: Any
     path: Path
     bundled: BundledModel | None
+    default_lambda: DefaultLambda | None = None
 
 
 def resolve_model(
@@ -109,7 +275,8 @@ def resolve_model(
         argument: The caller's name for ``spec``, stored in errors.
 
     Returns:
-        A :class:`ResolvedModel`.
+        A :class:`ResolvedModel`; its model carries its default λ as ``model.default_lambda``
+        (:func:`checkpoint_default_lambda`).
 
     Raises:
         InputError: If ``spec`` names nothing usable, is not a hyperreg checkpoint, or no
@@ -133,7 +300,10 @@ def resolve_model(
         path = bundled.path
     else:
         path = model_file(spec, argument)
-    return ResolvedModel(_load(path, device, argument), path, bundled)
+    model, payload = _load(path, device, argument)
+    default = checkpoint_default_lambda(payload, path)
+    model.default_lambda = default
+    return ResolvedModel(model, path, bundled, default)
 
 
 def _image_ndim(path: str | os.PathLike[str]) -> int:
@@ -147,8 +317,8 @@ def _image_ndim(path: str | os.PathLike[str]) -> int:
         return len(spatial_shape_of(Path(path), tuple(nib.load(path).shape)))
     except Exception:  # npz, unreadable, 4D, ...: let load_volume say what it is
         with warnings.catch_warnings():  # the command loads the file again and warns then
-            warnings.simplefilter("ignore")
-            return load_volume(path).ndim
+            warnings.simplefilter("ignore")  # (and chooses the geometry of an npz then)
+            return load_volume(path, assume_identity=True).ndim
 
 
 def model_architecture(source: str | os.PathLike[str] | None, **given: Any) -> Any:

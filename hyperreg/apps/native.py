@@ -15,6 +15,7 @@ read it); displacement fields are hyperreg's voxel format or ITK's (see
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,11 +32,13 @@ from hyperreg.geometry.affine import (
     save_affine,
 )
 from hyperreg.geometry.fields import load_displacement
-from hyperreg.geometry.io import Volume, check_same_grid, load_volume, same_grid, save_volume
+from hyperreg.geometry.io import Volume, check_same_grid, same_grid, save_volume
+from hyperreg.geometry.intensity import outside_fill
 from hyperreg.geometry.resample import describe_grid, resample_to
 from hyperreg.method.metrics import registration_dice
 from hyperreg.registration.chain import sample_volume
 from hyperreg.registration.pairs import PathLike, check_outputs
+from hyperreg.registration.pipeline import InputError, load_input
 
 __all__ = [
     "AffineResult",
@@ -51,9 +54,10 @@ logger = logging.getLogger(__name__)
 def check_transform_path(fn: str, name: str, path: PathLike | None) -> None:
     """Raise unless ``path`` (an output) ends in one of ``TRANSFORM_SUFFIXES``."""
     if path is not None and not str(path).lower().endswith(TRANSFORM_SUFFIXES):
-        raise ValueError(
+        raise InputError(
             f"{fn}(): '{name}' must end in one of {TRANSFORM_SUFFIXES} (an ITK transform file), "
-            f"got '{path}'"
+            f"got '{path}'",
+            name,
         )
 
 
@@ -91,6 +95,7 @@ def affine_files(
     fixed_seg: PathLike | None = None,
     moved_seg: PathLike | None = None,
     seed: int = 0,
+    npz_geometry: str | None = None,
 ) -> AffineResult:
     """Run only the affine stage on two files and write its outputs (``hyperreg affine``).
 
@@ -111,6 +116,8 @@ def affine_files(
             maps (:func:`~hyperreg.method.metrics.registration_dice`).
         moved_seg: Output for the moved label map (integer type), or None.
         seed: Seed of the metric sampling (3D).
+        npz_geometry: Geometry of npz inputs (no header): ``"fixed"``, ``"identity"`` or None
+            (an npz input is an error), see :func:`hyperreg.registration.pipeline.load_input`.
 
     Returns:
         An :class:`AffineResult`.
@@ -123,20 +130,27 @@ def affine_files(
     """
     fn = "affine_files"
     if init not in AFFINE_INITS:
-        raise ValueError(f"{fn}(): 'init' must be one of {AFFINE_INITS}, got {init!r}")
+        raise InputError(f"{fn}(): 'init' must be one of {AFFINE_INITS}, got {init!r}", "init")
     if moved_seg is not None and moving_seg is None:
-        raise ValueError(f"{fn}(): 'moved_seg' needs 'moving_seg' (the label map to warp)")
+        raise InputError(
+            f"{fn}(): 'moved_seg' needs 'moving_seg' (the label map to warp)", "moved_seg"
+        )
     inputs = (moving, fixed, moving_seg, fixed_seg)
     check_outputs(fn, inputs, moved=moved, moved_seg=moved_seg)
     check_transform_path(fn, "affine_out", affine_out)
     if affine_out is not None and Path(affine_out).resolve() in {
         Path(p).resolve() for p in inputs if p is not None
     }:
-        raise ValueError(f"{fn}(): 'affine_out' would overwrite the input '{affine_out}'")
-    moving_v = load_volume(moving)
-    fixed_v = load_volume(fixed)
-    moving_seg_v = load_volume(moving_seg, label=True) if moving_seg is not None else None
-    fixed_seg_v = load_volume(fixed_seg, label=True) if fixed_seg is not None else None
+        raise InputError(
+            f"{fn}(): 'affine_out' would overwrite the input '{affine_out}'", "affine_out"
+        )
+    fixed_v = load_input(fixed, npz_geometry=npz_geometry)
+    moving_v = load_input(moving, npz_geometry=npz_geometry, fixed=fixed_v)
+    geometry = dict(npz_geometry=npz_geometry, fixed=fixed_v)
+    moving_seg_v, fixed_seg_v = (
+        None if seg is None else load_input(seg, label=True, **geometry)
+        for seg in (moving_seg, fixed_seg)
+    )
     transform = register_affine(moving_v, fixed_v, init, seed=seed)
     moved_v = sample_volume(moving_v, transform, None, fixed_v)
     moved_seg_v = None
@@ -180,6 +194,38 @@ class WarpedFile(NamedTuple):
     resampled: str | None
 
 
+def _check_fill(fn: str, fill: str | float, labels: Sequence[bool]) -> None:
+    """``fill`` is a valid background, and has an image to apply to when it is not 0."""
+    try:
+        outside_fill(np.zeros(1, np.float32), fill)
+    except ValueError as err:
+        raise InputError(f"{fn}(): {str(err).split(': ', 1)[1]}", "fill") from None
+    if all(labels) and fill != "zero":
+        raise InputError(
+            f"{fn}(): 'fill' {fill!r} applies to images; label maps always take 0 (the "
+            "background) outside the moving file",
+            "fill",
+        )
+
+
+def _sample_filled(
+    volume: Volume,
+    transform: AffineTransform,
+    disp: np.ndarray | None,
+    grid: Volume,
+    label: bool,
+    fill: str | float,
+) -> np.ndarray:
+    """:func:`sample_volume` with ``fill`` outside an image (sample ``data - offset`` with the
+    fill's padding, add ``offset``); label maps take 0 outside."""
+    if label or fill == "zero":
+        return sample_volume(volume, transform, disp, grid, label=label).data
+    recipe = outside_fill(volume.data, fill)
+    shifted = dataclasses.replace(volume, data=volume.data - np.float32(recipe.offset))
+    sampled = sample_volume(shifted, transform, disp, grid, padding=recipe.padding).data
+    return (sampled + np.float32(recipe.offset)).astype(np.float32)
+
+
 def warp_files(
     moving: Sequence[PathLike],
     moved: Sequence[PathLike],
@@ -189,6 +235,8 @@ def warp_files(
     fixed: PathLike | None = None,
     nearest: bool | Sequence[bool] = False,
     resample: bool = True,
+    npz_geometry: str | None = None,
+    fill: str | float = "zero",
 ) -> list[WarpedFile]:
     """Apply a saved chain (affine, then displacement field) to several files, one interpolation.
 
@@ -197,7 +245,8 @@ def warp_files(
     without ``warp_field``), sampled from the file's own grid: a composed field written by
     ``hyperreg register --warp`` alone, or ``--affine-out`` with ``--field-out``, give the same
     result, which is ``register``'s ``--moved`` of an affine chain. Points outside a moving file
-    take 0, as the chain in ``register`` and ITK/ANTs resample, whatever the grids.
+    take 0 by default, as the chain in ``register`` and ITK/ANTs resample, whatever the grids;
+    ``fill`` chooses another value for images (label maps always take 0, the background).
 
     Args:
         moving: Images and/or label maps to warp (NIfTI, MGZ or npz), any grids.
@@ -211,6 +260,13 @@ def warp_files(
             ``moving``.
         resample: Without ``affine``, a moving file on another grid than the field's is an error
             when False.
+        npz_geometry: Geometry of npz inputs (no header): ``"fixed"`` (the target grid's),
+            ``"identity"`` or None (an npz input is an error), see
+            :func:`hyperreg.registration.pipeline.load_input`.
+        fill: Value of images outside the moving file
+            (:func:`hyperreg.geometry.intensity.outside_fill`): ``"zero"`` (default), ``"edge"``
+            (the nearest edge voxel), ``"min"`` (the image minimum, e.g. a CT's −1024) or a
+            finite number in the image's units.
 
     Returns:
         One :class:`WarpedFile` per output, in order.
@@ -220,18 +276,28 @@ def warp_files(
         ValueError: If neither ``warp_field`` nor ``affine`` is given, the counts of
             ``moving``/``moved``/``nearest`` differ, an output suffix is wrong or repeats, the
             transform file is not a transform, a file's dimensionality differs from the target
-            grid's, or ``fixed`` is missing (no field) or off the field's grid.
+            grid's, or ``fixed`` is missing (no field) or off the field's grid; ``fill`` is not
+            one of those (``InputError``, argument ``fill``), or is not ``"zero"`` when every
+            file is a label map.
     """
     fn = "warp_files"
     if warp_field is None and affine is None:
-        raise ValueError(f"{fn}(): give 'warp_field' and/or 'affine' (the transform to apply)")
+        raise InputError(
+            f"{fn}(): give 'warp_field' and/or 'affine' (the transform to apply)", "warp_field"
+        )
     labels = [bool(nearest)] * len(moving) if isinstance(nearest, bool) else list(nearest)
     if not (len(moving) == len(moved) == len(labels)) or not moving:
-        raise ValueError(
+        raise InputError(
             f"{fn}(): 'moving' and 'moved' must list the same number of files (at least one), "
             f"got {len(moving)} and {len(moved)}"
-            + ("" if len(labels) == len(moving) else f" ({len(labels)} 'nearest' flags)")
+            + ("" if len(labels) == len(moving) else f" ({len(labels)} 'nearest' flags)"),
+            "moved",
         )
+    if warp_field is None and fixed is None:
+        raise InputError(
+            f"{fn}(): 'fixed' is needed to give the output grid when there is no field", "fixed"
+        )
+    _check_fill(fn, fill, labels)
     sources = (*moving, warp_field, affine, fixed)
     check_outputs(fn, sources, **{f"moved[{n}]": path for n, path in enumerate(moved)})
     transform = load_affine(affine) if affine is not None else AffineTransform.identity()
@@ -241,32 +307,30 @@ def warp_files(
         grid = field.grid
         disp = field.disp
         if fixed is not None:
-            fixed_v = load_volume(fixed)
+            fixed_v = load_input(fixed, npz_geometry=npz_geometry)
             if not same_grid(fixed_v, grid):
-                raise ValueError(
+                raise InputError(
                     f"{fn}(): 'fixed' '{fixed}' must lie on the grid of the field '{warp_field}' "
-                    "(the field defines the output grid); drop 'fixed' or give the matching one"
+                    "(the field defines the output grid); drop 'fixed' or give the matching one",
+                    "fixed",
                 )
-    elif fixed is None:
-        raise ValueError(
-            f"{fn}(): 'fixed' is needed to give the output grid when there is no field"
-        )
     else:
-        grid = load_volume(fixed)
+        grid = load_input(fixed, npz_geometry=npz_geometry)
     volumes = []
     for path, label in zip(moving, labels):
-        volume = load_volume(path, label=label)
+        volume = load_input(path, label=label, npz_geometry=npz_geometry, fixed=grid)
         if volume.ndim != grid.ndim:
-            raise ValueError(
+            raise InputError(
                 f"{fn}(): '{path}' is {volume.ndim}D but the target grid is {grid.ndim}D "
-                f"(shape {grid.spatial_shape}); both must be 2D or both 3D"
+                f"(shape {grid.spatial_shape}); both must be 2D or both 3D",
+                "moving",
             )
         if affine is None and not resample:
             check_same_grid(volume, grid)
         volumes.append(volume)
     outputs = []
     for volume, out, label in zip(volumes, moved, labels):
-        data = sample_volume(volume, transform, disp, grid, label=label).data
+        data = _sample_filled(volume, transform, disp, grid, label, fill)
         note = None
         if not same_grid(volume, grid):
             note = (

@@ -39,6 +39,8 @@ class BundledModel:
         card: The model card (Markdown).
         summary: One line: what it was trained on and how well it does on held-out people.
         default: Whether it is the default for its ``ndim``.
+        default_lambda: The λ its card recommends when none is given (``index.json``), or None.
+        default_lambda_note: Where that λ comes from (one line, from ``index.json``).
     """
 
     name: str
@@ -47,6 +49,8 @@ class BundledModel:
     card: Path
     summary: str
     default: bool
+    default_lambda: float | None = None
+    default_lambda_note: str = ""
 
 
 def bundled_models(folder: Path = PRETRAINED_DIR) -> list[BundledModel]:
@@ -68,6 +72,10 @@ def bundled_models(folder: Path = PRETRAINED_DIR) -> list[BundledModel]:
                 card=folder / e["card"],
                 summary=str(e.get("summary", "")),
                 default=bool(e.get("default", False)),
+                default_lambda=(
+                    None if e.get("default_lambda") is None else float(e["default_lambda"])
+                ),
+                default_lambda_note=str(e.get("default_lambda_note", "")),
             )
             for e in entries
         ]

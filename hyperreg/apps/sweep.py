@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from hyperreg._files import write_csv
+from hyperreg.apps.models import ChosenLambda, check_lambda, pair_lambda
 from hyperreg.apps.plotting import (
     checkerboard,
     edge_mask,
@@ -35,7 +36,13 @@ from hyperreg.geometry.io import save_volume
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.lambdas import sweep_lambdas
 from hyperreg.registration.pairs import PathLike, check_outputs
-from hyperreg.registration.pipeline import DEFAULT_INIT, PairResult, PreparedPair, load_pair
+from hyperreg.registration.pipeline import (
+    DEFAULT_INIT,
+    InputError,
+    PairResult,
+    PreparedPair,
+    load_pair,
+)
 from hyperreg.registration.refine import Refinement, check_refinement
 
 __all__ = [
@@ -56,6 +63,7 @@ _MONTAGE_MAX = 12  # at most this many λ columns in the montage (evenly chosen)
 
 
 def _sweep_rows(results: Sequence[PairResult]) -> list[dict[str, Any]]:
+    marked = any(r.lam_reason for r in results)
     labels = sorted({label for r in results for label in (r.dice or {})})
     rows = []
     for r in results:
@@ -68,13 +76,17 @@ def _sweep_rows(results: Sequence[PairResult]) -> list[dict[str, Any]]:
         row["folding_percent"] = 100.0 * r.folding_fraction
         row["log_jacobian_std"] = r.log_jacobian_std
         row["ncc"] = "" if r.ncc is None else r.ncc
+        if marked:
+            row["chosen"] = r.lam_reason
         rows.append(row)
     return rows
 
 
 def write_sweep_csv(path: PathLike, results: Sequence[PairResult]) -> Path:
     """Write one row per λ: lambda, mean_dice, dice_<label>..., folding_percent,
-    log_jacobian_std, ncc (Dice columns empty without label maps). Atomic."""
+    log_jacobian_std, ncc (Dice columns empty without label maps), and when one result carries
+    a ``lam_reason`` (the λ chosen by :func:`sweep_files`'s ``lam``) a last column ``chosen``:
+    that reason on its row, empty elsewhere. Atomic."""
     rows = _sweep_rows(results)
     return write_csv(Path(path), rows, list(rows[0]) if rows else ["lambda"])
 
@@ -84,14 +96,17 @@ def _sweep_figures(
     moving: np.ndarray,
     fixed: np.ndarray,
     results: Sequence[PairResult],
-    baseline: float | None,
-    affine: np.ndarray,
+    pair: PreparedPair,
     moved_units: tuple[float, float] = (0.0, 1.0),
 ) -> list[Path]:
     """Write sweep_curves.png, sweep_montage.png and sweep_qc.png; slices are shown in
-    :data:`~hyperreg.apps.plotting.DISPLAY_CONVENTION` from the fixed image's ``affine``.
-    ``moving``/``fixed`` are normalised; ``moved_units`` ``(low, high)`` maps the results'
-    moved images (in the moving image's own units) to the same scale for the QC figure."""
+    :data:`~hyperreg.apps.plotting.DISPLAY_CONVENTION` from the fixed image's affine.
+    ``moving`` (the pair's moving image on the fixed grid, after the affine stage when one
+    ran, and the panels say so) and ``fixed`` are normalised; ``moved_units`` ``(low, high)``
+    maps the results' moved images (in the moving image's own units) to the same scale for the
+    QC figure. The curves show Dice with no registration and after the affine stage alone."""
+    affine = pair.fixed.affine
+    moving_name = "moving after the affine stage" if pair.chained else "moving"
     plt = pyplot()
     curves = out / "sweep_curves.png"
     fig, ax = plt.subplots(figsize=(5.5, 4.2), layout="constrained")
@@ -101,7 +116,8 @@ def _sweep_figures(
         [r.lam for r in results],
         [r.mean_dice for r in results] if has_dice else None,  # type: ignore[misc]
         [100.0 * r.folding_fraction for r in results],
-        baseline=baseline,
+        dice_before=pair.dice_before,
+        dice_affine=pair.dice_affine,
     )
     ax.set_title("Dice and folding vs λ" if has_dice else "folding vs λ", fontsize=9)
     save_figure(fig, curves)
@@ -115,7 +131,7 @@ def _sweep_figures(
         2, columns, figsize=(1.9 * columns + 0.8, 4.4), squeeze=False, layout="constrained"
     )
     moving_view = oriented_slice(moving, affine)
-    show_slice(axes[0, 0], moving_view, "moving", cmap="gray", letters=True)
+    show_slice(axes[0, 0], moving_view, moving_name, cmap="gray", letters=True)
     show_slice(axes[1, 0], oriented_slice(fixed, affine), "fixed", cmap="gray", letters=True)
     moved = [oriented_slice(r.moved, affine) for r in chosen]
     magnitudes = [oriented_slice(np.linalg.norm(r.disp, axis=0), affine) for r in chosen]
@@ -143,7 +159,8 @@ def _sweep_figures(
     )
     montage = out / "sweep_montage.png"
     save_figure(fig, montage, dpi=100)
-    return [curves, montage, _qc_figure(out, moving, fixed, results, affine, moved_units)]
+    qc = _qc_figure(out, moving, fixed, results, affine, moved_units, moving_name)
+    return [curves, montage, qc]
 
 
 def _qc_pick(results: Sequence[PairResult]) -> PairResult:
@@ -161,6 +178,7 @@ def _qc_figure(
     results: Sequence[PairResult],
     affine: np.ndarray,
     moved_units: tuple[float, float],
+    moving_name: str = "moving",
 ) -> Path:
     """sweep_qc.png: checkerboard, fixed edges and |difference| of moving (before) and of the
     moved image at the chosen λ (after) against the fixed image, all on the normalised scale."""
@@ -172,7 +190,7 @@ def _qc_figure(
     edges = edge_mask(fixed_view.data)
     why = "best mean Dice" if pick.dice is not None else "middle λ"
     rows = [
-        ("before", "moving", oriented_slice(moving, affine).data),
+        ("before", moving_name, oriented_slice(moving, affine).data),
         (f"after, λ = {pick.lam:.3g}", "moved", oriented_slice(moved, affine).data),
     ]
     fig, axes = plt.subplots(2, 3, figsize=(8.4, 6.6), squeeze=False, layout="constrained")
@@ -227,11 +245,13 @@ class SweepReport:
         results: One :class:`~hyperreg.registration.pipeline.PairResult` per λ.
         baseline_dice: Mean Dice before registration (same labels), or None without label maps.
         files: Every file written (CSV, figures, optional NIfTI outputs).
+        chosen: The λ asked for with ``lam`` (``"auto"``: chosen for the pair) and why, or None.
     """
 
     results: list[PairResult]
     baseline_dice: float | None
     files: list[Path] = field(default_factory=list)
+    chosen: ChosenLambda | None = None
 
 
 def sweep_files(
@@ -251,6 +271,8 @@ def sweep_files(
     refine: Refinement | None = None,
     init: str = DEFAULT_INIT,
     initial_affine: AffineTransform | None = None,
+    lam: float | str | None = None,
+    npz_geometry: str | None = None,
 ) -> SweepReport:
     """Load a pair, sweep λ (:func:`sweep_lambdas`) and write the report to ``out``.
 
@@ -290,6 +312,12 @@ def sweep_files(
             once for the pair (:func:`hyperreg.registration.pipeline.load_pair`); every λ then
             registers the aligned pair. Dice "before" is that with no registration.
         initial_affine: A transform to use instead of the affine stage (``init="none"``).
+        lam: A λ to mark among the results (``chosen`` column of ``sweep.csv``), or None:
+            ``"auto"`` chooses it for the pair without labels
+            (:func:`hyperreg.apps.models.pair_lambda`), a number marks that λ; it is added to
+            ``lambdas`` when missing.
+        npz_geometry: Geometry of npz inputs (no header): ``"fixed"``, ``"identity"`` or None
+            (an npz input is an error), see :func:`hyperreg.registration.pipeline.load_input`.
 
     Returns:
         A :class:`SweepReport`.
@@ -303,12 +331,14 @@ def sweep_files(
     fn = "sweep_files"
     repeated = sorted({float(v) for v in lambdas if list(lambdas).count(v) > 1})
     if save_fields and repeated:
-        raise ValueError(
+        raise InputError(
             f"{fn}(): 'lambdas' repeats {repeated}; with save_fields each λ needs its own "
-            "file names"
+            "file names",
+            "lambdas",
         )
     if refine is not None:
         check_refinement(fn, refine)
+    check_lambda(fn, lam)
     pair = load_pair(
         moving,
         fixed,
@@ -319,8 +349,17 @@ def sweep_files(
         initial_affine=initial_affine,
         normalization=normalization,
         resample=resample,
+        npz_geometry=npz_geometry,
     )
+    chosen = None if lam is None else pair_lambda(pair, model, lam)
+    lambdas = list(lambdas)
+    if chosen is not None and not any(abs(float(v) - chosen.lam) < 1e-9 for v in lambdas):
+        lambdas.append(chosen.lam)
     results = pair.register(model, lambdas, refine, chunk=chunk, amp=amp, ncc=True)
+    if chosen is not None:
+        for given, r in zip(lambdas, results):
+            if abs(float(given) - chosen.lam) < 1e-9:
+                r.lam_reason = chosen.reason
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = [write_sweep_csv(out_dir / "sweep.csv", results)]
@@ -331,13 +370,14 @@ def sweep_files(
         normalize_intensity(raw, normalization),
         normalize_intensity(pair.fixed.data, normalization),
         results,
-        pair.dice_before,
-        pair.fixed.affine,
+        pair,
         units,
     )
     if save_fields:
         files += _save_fields(out_dir, pair, results, lambdas)
-    return SweepReport(results=results, baseline_dice=pair.dice_before, files=files)
+    return SweepReport(
+        results=results, baseline_dice=pair.dice_before, files=files, chosen=chosen
+    )
 
 
 def _save_fields(

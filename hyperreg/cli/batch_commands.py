@@ -45,13 +45,16 @@ def _add_batch(sub: Any) -> None:
     batch.add_argument(
         "--lambda",
         dest="lam",
-        type=opts.lambda_value,
-        help="λ in [0, 1] for rows without a 'lambda' value",
+        type=opts.lambda_request,
+        help="λ for rows without a 'lambda' value: " + opts.LAMBDA_HELP + "; default: the "
+        "model's default λ (its card's, or its best validation Dice). summary.csv records the "
+        "λ used (lambda_chosen) and why (lambda_reason)",
     )
     opts.add_warp_format_argument(batch, "warp.nii.gz")
     opts.add_refine_arguments(batch)
     opts.add_init_argument(batch)
     opts.add_preprocessing_arguments(batch, then="then a failed pair")
+    opts.add_npz_geometry_argument(batch)
     batch.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm bar")
     opts.add_common(batch)
 
@@ -97,6 +100,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
         progress=args.progress,
         refine=opts.refinement_from(args),
         init=args.init,
+        npz_geometry=args.npz_geometry,
         **preprocessing_options(args),
     )
     if run.bundled is not None:

@@ -33,6 +33,15 @@ def _add_sweep(sub: Any) -> None:
     )
     opts.add_input_arguments(sweep)
     opts.add_lambda_grid_argument(sweep)
+    sweep.add_argument(
+        "--lambda",
+        dest="lam",
+        type=opts.lambda_request,
+        help="a λ to mark among the results ('chosen' column of sweep.csv, added to --lambdas "
+        "if missing): a number, or 'auto': chosen for the pair without labels (one batched "
+        "sweep over a fixed grid, then the smoothest λ keeping 90 %% of the similarity gain "
+        "with folding at most 0.1 %%; printed with its reason)",
+    )
     opts.add_out_argument(
         sweep,
         "sweep.csv, sweep_curves.png (Dice and folding vs λ), "
@@ -49,6 +58,7 @@ def _add_sweep(sub: Any) -> None:
     opts.add_refine_arguments(sweep)
     opts.add_init_argument(sweep)
     opts.add_preprocessing_arguments(sweep)
+    opts.add_npz_geometry_argument(sweep)
     opts.add_common(sweep)
 
 
@@ -99,16 +109,20 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         amp=args.amp,
         refine=opts.refinement_from(args),
         init=args.init,
+        lam=args.lam,
+        npz_geometry=args.npz_geometry,
         **pair_options(args),
     )
     for message in report.results[0].resampled:
         print(f"{opts.PROG} sweep: {message}")
+    if report.chosen is not None:
+        print(f"chosen λ = {report.chosen.lam:.4g}: {report.chosen.reason} (marked * below)")
     print(f"{'lambda':>8} {'dice':>7} {'fold%':>8} {'sdlogJ':>7} {'ncc':>6}")
     for r in report.results:
         dice = f"{r.mean_dice:7.4f}" if r.dice is not None else f"{'-':>7}"
         print(
             f"{r.lam:8.4g} {dice} {100 * r.folding_fraction:8.3f} {r.log_jacobian_std:7.4f} "
-            f"{r.ncc if r.ncc is not None else float('nan'):6.3f}"
+            f"{r.ncc if r.ncc is not None else float('nan'):6.3f}" + (" *" if r.lam_reason else "")
         )
         if refine_text(r.refinement):
             print(f"{'':8} {refine_text(r.refinement)}")

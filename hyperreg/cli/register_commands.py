@@ -33,10 +33,9 @@ def _add_register(sub: Any) -> None:
     reg.add_argument(
         "--lambda",
         dest="lam",
-        type=opts.lambda_value,
-        required=True,
-        help="regularisation weight λ in [0, 1]: 0 = similarity only (sharpest match, least "
-        "smooth field), 1 = smoothness only (identity)",
+        type=opts.lambda_request,
+        help=opts.LAMBDA_HELP + "; default: the model's default λ (its card's, or its best "
+        "validation Dice; printed with its source)",
     )
     reg.add_argument(
         "--moved",
@@ -70,8 +69,17 @@ def _add_register(sub: Any) -> None:
         "format (--warp-format), grid and fixed-image affine as --warp: warping the moved "
         "image with it gives the moving image back; needs a model with a velocity field",
     )
+    reg.add_argument(
+        "--figure",
+        metavar="PNG",
+        help="alignment check figure: before (the moving image on the fixed grid, after the "
+        "affine stage when one ran) and after (moved) against the fixed image: fixed-image "
+        "edges overlaid, checkerboard, |difference|, and label borders with both label maps; "
+        "every panel titled; 3D: middle slice",
+    )
     opts.add_refine_arguments(reg)
     opts.add_preprocessing_arguments(reg)
+    opts.add_npz_geometry_argument(reg)
     opts.add_common(reg)
 
 
@@ -100,6 +108,7 @@ def _add_affine(sub: Any) -> None:
         "--moved-seg",
         help="moved label map (needs --moving-seg), nearest neighbour, NIfTI integer type",
     )
+    opts.add_npz_geometry_argument(affine)
     opts.add_common(affine, device=False, seed=True)
 
 
@@ -154,7 +163,16 @@ def _add_warp(sub: Any) -> None:
         help="those of the --moving files that are label maps (nearest neighbour); the others "
         "are images (linear)",
     )
+    warp.add_argument(
+        "--fill",
+        type=opts.fill_value,
+        default="zero",
+        help="value of images outside the moving file: zero (default, as ITK and ANTs), edge "
+        "(the nearest edge voxel), min (the image minimum, e.g. -1024 for CT) or a number in "
+        "the image's units; label maps always take 0 (the background)",
+    )
     opts.add_resample_argument(warp)
+    opts.add_npz_geometry_argument(warp, "field's (or --fixed) grid")
     opts.add_common(warp, device=False)
 
 
@@ -176,7 +194,7 @@ def _add_jacobian(sub: Any) -> None:
 
 def _cmd_register(args: argparse.Namespace) -> int:
     outputs = (args.moved, args.warp, args.moved_seg, args.inverse_warp, args.affine_out)
-    folders = new_folders(*outputs, args.field_out)
+    folders = new_folders(*outputs, args.field_out, args.figure)
     from hyperreg.apps.inference import register_files
 
     if not (
@@ -186,6 +204,7 @@ def _cmd_register(args: argparse.Namespace) -> int:
         or args.inverse_warp
         or args.affine_out
         or args.field_out
+        or args.figure
     ):
         raise ValueError("nothing to write: give --moved, --warp and/or --moved-seg")
     if args.moved_seg and not args.moving_seg:
@@ -208,10 +227,14 @@ def _cmd_register(args: argparse.Namespace) -> int:
         init=args.init,
         affine_out=args.affine_out,
         field_out=args.field_out,
+        npz_geometry=args.npz_geometry,
+        figure=args.figure,
         **pair_options(args),
     )
     for message in result.resampled:
         print(f"{opts.PROG} register: {message}")
+    if result.lam_reason != "given":
+        print(f"λ = {result.lam:.4g}: {result.lam_reason}")
     if result.affine is not None:
         print(affine_text(args.init, result.affine))
     if refine_text(result.refinement):
@@ -225,6 +248,7 @@ def _cmd_register(args: argparse.Namespace) -> int:
             args.inverse_warp,
             args.affine_out,
             args.field_out,
+            args.figure,
         )
         if p
     ]
@@ -263,6 +287,8 @@ def _cmd_warp(args: argparse.Namespace) -> int:
         fixed=args.fixed,
         nearest=labels,
         resample=args.resample,
+        npz_geometry=args.npz_geometry,
+        fill=args.fill,
     )
     for out in written:
         kind = "label map (nearest neighbour)" if out.label else "image (linear)"
@@ -304,6 +330,7 @@ def _cmd_affine(args: argparse.Namespace) -> int:
         fixed_seg=args.fixed_seg,
         moved_seg=args.moved_seg,
         seed=args.seed,
+        npz_geometry=args.npz_geometry,
     )
     from hyperreg.registration.pipeline import AffineStage
 

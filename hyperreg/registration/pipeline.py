@@ -37,7 +37,8 @@ from hyperreg.geometry.affine import (
     resample_affine,
     world_overlap,
 )
-from hyperreg.geometry.io import Volume, check_same_grid, load_volume, same_grid
+from hyperreg.geometry.inspect import check_pair_contents, spacing_warning
+from hyperreg.geometry.io import Volume, check_same_grid, has_header, load_volume, same_grid
 from hyperreg.geometry.resample import resample_to
 from hyperreg.method.metrics import input_labels, registration_dice
 from hyperreg.method.model import HyperMorph
@@ -55,17 +56,21 @@ from hyperreg.registration.results import AffineStage, PairResult, RefineStats, 
 __all__ = [
     "DEFAULT_INIT",
     "DEFAULT_NORMALIZATION",
+    "NPZ_GEOMETRIES",
     "AffineStage",
     "InputError",
     "PairResult",
     "PreparedPair",
     "RefineStats",
+    "load_input",
     "load_pair",
 ]
 
 DEFAULT_INIT = "affine"
 """The affine stage every entry point runs unless told otherwise (Python and CLI alike)."""
 DEFAULT_NORMALIZATION = "minmax"
+NPZ_GEOMETRIES = ("fixed", "identity")
+"""Geometry of a header-less (npz) input: the fixed image's, or 1 mm voxels, world = index."""
 
 
 @dataclass
@@ -229,10 +234,60 @@ def _ndim_error(fn: str, model: HyperMorph, fixed: Volume) -> InputError:
     )
 
 
-def _volume(value: PathLike | Volume | None, label: bool = False) -> Volume | None:
-    if value is None or isinstance(value, Volume):
+def load_input(
+    value: PathLike | Volume,
+    *,
+    label: bool = False,
+    npz_geometry: str | None = None,
+    fixed: Volume | None = None,
+) -> Volume:
+    """Read one input of a pair (a :class:`~hyperreg.geometry.io.Volume` passes through).
+
+    Args:
+        value: File (NIfTI, MGZ or npz) or Volume.
+        label: Read as a label map (int32).
+        npz_geometry: For a header-less file (npz): ``"fixed"`` (the geometry of ``fixed``) or
+            ``"identity"`` (1 mm voxels, world = voxel index); None refuses such a file. Files
+            with a header ignore it.
+        fixed: The fixed image, for ``"fixed"`` (None while reading the fixed image itself).
+
+    Returns:
+        The :class:`~hyperreg.geometry.io.Volume`.
+
+    Raises:
+        InputError: If ``value`` is header-less and ``npz_geometry`` is None, or ``"fixed"``
+            for the fixed image itself (``argument`` ``"npz_geometry"``), or ``npz_geometry``
+            is not one of :data:`NPZ_GEOMETRIES`.
+        FileNotFoundError, ValueError: As :func:`~hyperreg.geometry.io.load_volume`.
+    """
+    fn = "load_input"
+    if npz_geometry is not None and npz_geometry not in NPZ_GEOMETRIES:
+        raise InputError(
+            f"{fn}(): 'npz_geometry' must be one of {NPZ_GEOMETRIES} or None, got "
+            f"{npz_geometry!r}",
+            "npz_geometry",
+        )
+    if isinstance(value, Volume):
         return value
-    return load_volume(value, label=label)
+    if has_header(value):
+        return load_volume(value, label=label)
+    if npz_geometry is None:
+        raise InputError(
+            f"{fn}(): '{value}' has no header (npz: no voxel size, orientation or position); "
+            'choose its geometry with \'npz_geometry\': "fixed" (that of the fixed image) or '
+            '"identity" (1 mm voxels, world = voxel index)',
+            "npz_geometry",
+        )
+    if npz_geometry == "fixed" and fixed is None:
+        raise InputError(
+            f"{fn}(): '{value}' is the fixed image and has no header, so it cannot take the "
+            'geometry of the fixed image; use \'npz_geometry\' "identity" (1 mm voxels, world = '
+            "voxel index) or give the fixed image with a header",
+            "npz_geometry",
+        )
+    if npz_geometry == "fixed":
+        return load_volume(value, label=label, geometry_from=fixed)
+    return load_volume(value, label=label, assume_identity=True)
 
 
 def load_pair(
@@ -247,11 +302,13 @@ def load_pair(
     normalization: str = DEFAULT_NORMALIZATION,
     resample: bool = True,
     seed: int = 0,
+    npz_geometry: str | None = None,
 ) -> PreparedPair:
     """Read and check a pair once, run its affine stage once: a :class:`PreparedPair`.
 
     Checks come before any expensive stage: the dimensionality of both images (and of
-    ``model``, when given) first, then the grids (``resample=False``), then the affine stage.
+    ``model``, when given) first, then what the images hold (warnings), then the grids
+    (``resample=False``), then the affine stage.
 
     Args:
         moving: Moving image (file or :class:`~hyperreg.geometry.io.Volume`), any grid.
@@ -269,18 +326,26 @@ def load_pair(
         resample: Resample inputs on other grids onto the fixed grid (default True); False
             makes differing grids an error.
         seed: Seed of the affine stage's metric sampling.
+        npz_geometry: Geometry of header-less (npz) inputs: ``"fixed"`` (the fixed image's;
+            shapes must agree), ``"identity"`` (1 mm voxels, world = voxel index), or None
+            (default): an npz input is an error (:func:`load_input`).
 
     Returns:
         A :class:`PreparedPair`.
 
     Warns:
         UserWarning: With ``init="none"`` and images that do not overlap in world space (the
-            moved image would be empty and Dice 0).
+            moved image would be empty and Dice 0); before the affine stage, for a label map
+            given as ``moving`` or ``fixed``, a head with skull against a skull-stripped image
+            (:func:`hyperreg.geometry.inspect.check_pair_contents`), and, with ``model``, an
+            image whose voxels are much coarser than the model's voxel size
+            (:func:`hyperreg.geometry.inspect.spacing_warning`). One line each.
 
     Raises:
         FileNotFoundError: If an input is missing.
         InputError: On 2D with 3D, a model of another dimensionality (``argument`` "model"),
-            ``initial_affine`` with an affine stage, or an unknown ``init``.
+            ``initial_affine`` with an affine stage, an unknown ``init``, or an npz input
+            without ``npz_geometry`` (``argument`` "npz_geometry").
         ValueError: On unreadable inputs, differing grids with ``resample=False``, or a failed
             affine stage.
     """
@@ -292,8 +357,9 @@ def load_pair(
             f"(got {init!r})",
             "initial_affine",
         )
-    moving_v, fixed_v = _volume(moving), _volume(fixed)
-    assert moving_v is not None and fixed_v is not None
+    fixed_v = load_input(fixed, npz_geometry=npz_geometry)
+    geometry = dict(npz_geometry=npz_geometry, fixed=fixed_v)
+    moving_v = load_input(moving, **geometry)
     if moving_v.ndim != fixed_v.ndim:
         raise InputError(
             f"{fn}(): '{moving_v.path}' is {moving_v.ndim}D but '{fixed_v.path}' is "
@@ -302,7 +368,11 @@ def load_pair(
         )
     if model is not None and model.config.ndim != fixed_v.ndim:
         raise _ndim_error(fn, model, fixed_v)
-    moving_seg_v, fixed_seg_v = _volume(moving_seg, True), _volume(fixed_seg, True)
+    _warn_about_contents(moving_v, fixed_v, model)
+    moving_seg_v, fixed_seg_v = (
+        None if seg is None else load_input(seg, label=True, **geometry)
+        for seg in (moving_seg, fixed_seg)
+    )
     if not resample:
         check_same_grid(moving_v, fixed_v)
     if initial_affine is not None:
@@ -330,6 +400,23 @@ def load_pair(
         normalization,
         resample,
     )
+
+
+def _warn_about_contents(moving: Volume, fixed: Volume, model: HyperMorph | None) -> None:
+    """Warn (one line each) about a label map given as an image, a head against a stripped
+    brain (:func:`~hyperreg.geometry.inspect.check_pair_contents`) and voxels far from the
+    model's (:func:`~hyperreg.geometry.inspect.spacing_warning`; coarser only, as the
+    network grid resamples finer voxels to the model's): cheap, before the affine stage."""
+    found = check_pair_contents(moving, fixed, model_skull_stripped=None)
+    spacing = 0.0 if model is None else float(model.config.spacing)
+    for role, volume in (("moving", moving), ("fixed", fixed)):
+        # a model with a voxel size resamples every pair to it (network grid), so only voxels
+        # coarser than the model's lose detail; finer ones are averaged down as in training
+        if spacing > 0 and max(volume.spacing) > spacing:
+            found.append(spacing_warning(volume, spacing, role=role) or "")
+    for message in found:
+        if message:
+            warnings.warn(f"load_pair(): {message}", stacklevel=3)
 
 
 def _is_identity(transform: AffineTransform, moving: Volume, fixed: Volume) -> bool:

@@ -96,6 +96,8 @@ class PairResult:
         refinement: The refinement's statistics, or None when not refined.
         inverse_disp: Inverse of ``disp`` (``exp(-v)``), when asked for, else None.
         resampled: One note per input brought onto another grid.
+        lam_reason: Why this λ (given, the model's default and its source, or the label-free
+            choice), set by the caller that chose it; "" when not recorded.
     """
 
     lam: float
@@ -114,6 +116,7 @@ class PairResult:
     refinement: RefineStats | None = None
     inverse_disp: np.ndarray | None = None
     resampled: list[str] = field(default_factory=list)
+    lam_reason: str = ""
 
     @property
     def mean_dice(self) -> float | None:
