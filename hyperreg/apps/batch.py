@@ -276,6 +276,7 @@ def _register_pair(
         fixed_seg=pair.fixed_seg,
         moved_seg=folder / outputs["moved_seg"] if outputs["moved_seg"] else None,
         affine_out=folder / outputs["affine"] if "affine" in outputs else None,
+        initial_affine=pair.initial_affine,
         **options,
     )
 

@@ -78,7 +78,7 @@ def register_files(
     init: str = DEFAULT_INIT,
     affine_out: PathLike | None = None,
     field_out: PathLike | None = None,
-    initial_affine: AffineTransform | None = None,
+    initial_affine: AffineTransform | PathLike | None = None,
     npz_geometry: str | None = None,
     figure: PathLike | None = None,
 ) -> PairResult:
@@ -127,8 +127,9 @@ def register_files(
             or None.
         field_out: Output for the deformable displacement field alone (``warp_format``), or
             None; with ``affine_out`` it is the same transform as ``warp_out``.
-        initial_affine: A transform to use instead of the affine stage (with ``init="none"``),
-            or None.
+        initial_affine: An initial transform or ITK ``.mat``/``.tfm`` file: the affine stage
+            starts from it, or with ``init="none"`` it is used as is
+            (:func:`~hyperreg.registration.pipeline.load_pair`); None by default.
         npz_geometry: Geometry of npz inputs (no header): ``"fixed"``, ``"identity"`` or None
             (an npz input is an error), see :func:`hyperreg.registration.pipeline.load_input`.
         figure: Output PNG of the alignment check

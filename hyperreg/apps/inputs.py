@@ -47,6 +47,8 @@ class PairSpec:
         moving_seg: Moving label map path, or None.
         fixed_seg: Fixed label map path, or None.
         lam: The row's λ, or None when its ``lambda`` cell is empty or absent.
+        initial_affine: The row's initial transform file (ITK ``.mat``/``.tfm``, as
+            ``--initial-affine``), or None when its ``initial_affine`` cell is empty or absent.
     """
 
     index: int
@@ -55,6 +57,7 @@ class PairSpec:
     moving_seg: Path | None = None
     fixed_seg: Path | None = None
     lam: float | None = None
+    initial_affine: Path | None = None
 
     @property
     def name(self) -> str:
@@ -67,8 +70,9 @@ def read_pairs(path: PathLike, *, require_segs: bool = False) -> list[PairSpec]:
 
     Args:
         path: CSV with a header holding ``moving`` and ``fixed``, optionally ``moving_seg``,
-            ``fixed_seg`` and ``lambda`` (other columns are ignored). Empty cells mean "none".
-            Relative paths are relative to the CSV's folder. Files are not opened here.
+            ``fixed_seg``, ``lambda`` and ``initial_affine`` (other columns are ignored). Empty
+            cells mean "none". Relative paths are relative to the CSV's folder. Files are not
+            opened here.
         require_segs: Every row must name both label maps (for λ tuning on Dice).
 
     Returns:
@@ -118,6 +122,7 @@ def read_pairs(path: PathLike, *, require_segs: bool = False) -> list[PairSpec]:
             moving_seg=resolve(row.get("moving_seg", "")),
             fixed_seg=resolve(row.get("fixed_seg", "")),
             lam=lam,
+            initial_affine=resolve(row.get("initial_affine", "")),
         )
         if require_segs and (spec.moving_seg is None or spec.fixed_seg is None):
             raise ValueError(f"{fn}(): {where} must name 'moving_seg' and 'fixed_seg'")

@@ -28,6 +28,7 @@ from hyperreg.geometry.affine import (
     TRANSFORM_SUFFIXES,
     AffineTransform,
     load_affine,
+    load_initial_affine,
     register_affine,
     save_affine,
 )
@@ -96,6 +97,7 @@ def affine_files(
     moved_seg: PathLike | None = None,
     seed: int = 0,
     npz_geometry: str | None = None,
+    initial_affine: PathLike | None = None,
 ) -> AffineResult:
     """Run only the affine stage on two files and write its outputs (``hyperreg affine``).
 
@@ -118,6 +120,9 @@ def affine_files(
         seed: Seed of the metric sampling (3D).
         npz_geometry: Geometry of npz inputs (no header): ``"fixed"``, ``"identity"`` or None
             (an npz input is an error), see :func:`hyperreg.registration.pipeline.load_input`.
+        initial_affine: An ITK ``.mat``/``.tfm`` to start from (refined by the stage; with
+            ``init="none"`` applied as is), checked against the pair
+            (:func:`~hyperreg.geometry.affine.load_initial_affine`).
 
     Returns:
         An :class:`AffineResult`.
@@ -151,7 +156,13 @@ def affine_files(
         None if seg is None else load_input(seg, label=True, **geometry)
         for seg in (moving_seg, fixed_seg)
     )
-    transform = register_affine(moving_v, fixed_v, init, seed=seed)
+    initial = None
+    if initial_affine is not None:
+        try:
+            initial = load_initial_affine(initial_affine, moving_v, fixed_v)
+        except (ValueError, FileNotFoundError) as err:
+            raise InputError(str(err), "initial_affine") from err
+    transform = register_affine(moving_v, fixed_v, init, seed=seed, initial=initial)
     moved_v = sample_volume(moving_v, transform, None, fixed_v)
     moved_seg_v = None
     dice = dice_before = None

@@ -270,7 +270,7 @@ def sweep_files(
     resample: bool = True,
     refine: Refinement | None = None,
     init: str = DEFAULT_INIT,
-    initial_affine: AffineTransform | None = None,
+    initial_affine: AffineTransform | PathLike | None = None,
     lam: float | str | None = None,
     npz_geometry: str | None = None,
 ) -> SweepReport:
@@ -311,7 +311,8 @@ def sweep_files(
         init: ``"affine"`` (default), ``"rigid"`` or ``"none"``: the affine stage, computed
             once for the pair (:func:`hyperreg.registration.pipeline.load_pair`); every λ then
             registers the aligned pair. Dice "before" is that with no registration.
-        initial_affine: A transform to use instead of the affine stage (``init="none"``).
+        initial_affine: An initial transform or ITK ``.mat``/``.tfm`` file: the affine stage
+            starts from it, or with ``init="none"`` it is used as is (once for the sweep).
         lam: A λ to mark among the results (``chosen`` column of ``sweep.csv``), or None:
             ``"auto"`` chooses it for the pair without labels
             (:func:`hyperreg.apps.models.pair_lambda`), a number marks that λ; it is added to

@@ -220,12 +220,13 @@ def _evaluate(
             moving_seg=spec.moving_seg,
             fixed_seg=spec.fixed_seg,
             init="none" if known else init,
-            initial_affine=transforms.get(position),
+            initial_affine=transforms.get(position) if known else spec.initial_affine,
             normalization=normalization,
             resample=resample,
         )
         if not known:
-            transforms[position] = pair.transform if init != "none" else None
+            aligned = init != "none" or spec.initial_affine is not None
+            transforms[position] = pair.transform if aligned else None
         results = pair.register(model, list(lambdas), chunk=chunk, amp=amp)
         for slot, result in zip(per_lam, results):
             slot.append(result)

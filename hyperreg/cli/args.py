@@ -369,11 +369,21 @@ INIT_HELP = (
 )
 
 
-def add_init_argument(parser: argparse.ArgumentParser) -> None:
-    """``--init {affine,rigid,none}``: the affine stage run once per pair (default affine)."""
+def add_init_argument(parser: argparse.ArgumentParser, initial: bool = True) -> None:
+    """``--init {affine,rigid,none}``: the affine stage run once per pair (default affine);
+    with ``initial``, ``--initial-affine FILE`` too."""
     parser.add_argument(
         "--init", choices=("affine", "rigid", "none"), default="affine", help=INIT_HELP
     )
+    if initial:
+        parser.add_argument(
+            "--initial-affine",
+            metavar="FILE",
+            help="initial transform: an ITK .mat/.tfm (ANTs, SimpleITK, or an earlier "
+            "--affine-out), fixed point -> moving point; the affine stage starts from it and "
+            "refines it, or with --init none it is used as is (ANTs' "
+            "--initial-moving-transform)",
+        )
 
 
 def add_affine_out_argument(parser: argparse.ArgumentParser) -> None:

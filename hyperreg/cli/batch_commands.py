@@ -52,7 +52,7 @@ def _add_batch(sub: Any) -> None:
     )
     opts.add_warp_format_argument(batch, "warp.nii.gz")
     opts.add_refine_arguments(batch)
-    opts.add_init_argument(batch)
+    opts.add_init_argument(batch, initial=False)  # per pair: the CSV's initial_affine column
     opts.add_preprocessing_arguments(batch, then="then a failed pair")
     opts.add_npz_geometry_argument(batch)
     batch.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm bar")

@@ -88,7 +88,7 @@ def _add_tune(sub: Any) -> None:
         help="new λ values per refinement round (default 8)",
     )
     opts.add_batching_arguments(tune)
-    opts.add_init_argument(tune)
+    opts.add_init_argument(tune, initial=False)  # per pair: the CSV's initial_affine column
     opts.add_common(tune)
 
 
@@ -109,6 +109,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         amp=args.amp,
         refine=opts.refinement_from(args),
         init=args.init,
+        initial_affine=args.initial_affine,
         lam=args.lam,
         npz_geometry=args.npz_geometry,
         **pair_options(args),

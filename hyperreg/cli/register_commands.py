@@ -99,6 +99,12 @@ def _add_affine(sub: Any) -> None:
         "2D), rigid, or none (resampling through the headers only, e.g. for Dice before)",
     )
     affine.add_argument(
+        "--initial-affine",
+        metavar="FILE",
+        help="start from this ITK .mat/.tfm (ANTs, SimpleITK or an earlier --affine-out) and "
+        "refine it; with --init none it is applied as is",
+    )
+    affine.add_argument(
         "--moved",
         help="moved image, NIfTI, on the fixed grid with the fixed-image affine and header "
         "codes, in the moving image's own intensity units (float32; 0 outside it)",
@@ -225,6 +231,7 @@ def _cmd_register(args: argparse.Namespace) -> int:
         refine=opts.refinement_from(args),
         inverse_warp_out=args.inverse_warp,
         init=args.init,
+        initial_affine=args.initial_affine,
         affine_out=args.affine_out,
         field_out=args.field_out,
         npz_geometry=args.npz_geometry,
@@ -324,6 +331,7 @@ def _cmd_affine(args: argparse.Namespace) -> int:
         args.moving,
         args.fixed,
         init=args.init,
+        initial_affine=args.initial_affine,
         moved=args.moved,
         affine_out=args.affine_out,
         moving_seg=args.moving_seg,

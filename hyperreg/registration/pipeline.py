@@ -12,13 +12,9 @@ label scores 0). ``register``, ``sweep``, ``tune`` and ``batch`` (:mod:`hyperreg
 shells around these two calls that write files and reports. Must not import training, apps or
 cli.
 
-Where the next features plug in: an initial transform read from a file is ``initial_affine`` of
-:func:`load_pair` (today an ``AffineTransform`` used instead of the stage; once
-``geometry.affine`` offers ``load_initial_affine(path, moving, fixed)`` and
-``register_affine(..., initial=...)``, a path read here and a stage started from it); a default
-λ sits beside :data:`DEFAULT_INIT`; choosing λ per pair (``--lambda auto``) is a function of a
-:class:`PreparedPair` and a model that runs :meth:`PreparedPair.register` on a grid and picks
-one result, before the shells write anything.
+An initial transform (``initial_affine``, a transform or an ITK file) starts the affine stage
+or replaces it; λ chosen per pair without labels is
+:func:`hyperreg.registration.autolambda.auto_lambda` of a :class:`PreparedPair`.
 """
 
 from __future__ import annotations
@@ -33,6 +29,7 @@ from hyperreg._checks import check_option
 from hyperreg.geometry.affine import (
     AFFINE_INITS,
     AffineTransform,
+    load_initial_affine,
     register_affine,
     resample_affine,
     world_overlap,
@@ -290,6 +287,18 @@ def load_input(
     return load_volume(value, label=label, assume_identity=True)
 
 
+def _initial_transform(
+    fn: str, initial: AffineTransform | PathLike | None, moving: Volume, fixed: Volume
+) -> AffineTransform | None:
+    """``initial_affine`` as a transform: a file is read and checked against the pair."""
+    if initial is None or isinstance(initial, AffineTransform):
+        return initial
+    try:
+        return load_initial_affine(initial, moving, fixed)
+    except (ValueError, FileNotFoundError) as err:
+        raise InputError(str(err), "initial_affine") from err
+
+
 def load_pair(
     moving: PathLike | Volume,
     fixed: PathLike | Volume,
@@ -298,7 +307,7 @@ def load_pair(
     moving_seg: PathLike | Volume | None = None,
     fixed_seg: PathLike | Volume | None = None,
     init: str = DEFAULT_INIT,
-    initial_affine: AffineTransform | None = None,
+    initial_affine: AffineTransform | PathLike | None = None,
     normalization: str = DEFAULT_NORMALIZATION,
     resample: bool = True,
     seed: int = 0,
@@ -318,9 +327,12 @@ def load_pair(
         fixed_seg: Fixed label map, or None; Dice needs both.
         init: ``"affine"`` (default), ``"rigid"`` or ``"none"``: the affine stage
             (:func:`hyperreg.geometry.affine.register_affine`).
-        initial_affine: A transform to use instead of computing one (fixed world -> moving
-            world, RAS mm; e.g. from a file read by ``hyperreg.geometry.affine.load_affine``);
-            needs ``init="none"`` until the affine stage can start from it.
+        initial_affine: An initial transform (fixed world -> moving world, RAS mm): an
+            :class:`~hyperreg.geometry.affine.AffineTransform`, or an ITK ``.mat``/``.tfm`` file
+            (ANTs', SimpleITK's, or an earlier ``--affine-out``; read and checked against the
+            pair by :func:`~hyperreg.geometry.affine.load_initial_affine`). With
+            ``init="none"`` it is used as is; otherwise the affine stage starts from it and
+            refines it (ANTs' ``--initial-moving-transform``).
         normalization: Intensity normalisation of the model inputs (``"minmax"`` or
             ``"none"``).
         resample: Resample inputs on other grids onto the fixed grid (default True); False
@@ -344,19 +356,15 @@ def load_pair(
     Raises:
         FileNotFoundError: If an input is missing.
         InputError: On 2D with 3D, a model of another dimensionality (``argument`` "model"),
-            ``initial_affine`` with an affine stage, an unknown ``init``, or an npz input
-            without ``npz_geometry`` (``argument`` "npz_geometry").
+            an ``initial_affine`` file that is not an affine of the pair's dimensionality or
+            maps the moving image outside the fixed field of view (``argument``
+            "initial_affine"), an unknown ``init``, or an npz input without ``npz_geometry``
+            (``argument`` "npz_geometry").
         ValueError: On unreadable inputs, differing grids with ``resample=False``, or a failed
             affine stage.
     """
     fn = "load_pair"
     check_option(fn, "init", init, AFFINE_INITS)
-    if initial_affine is not None and init != "none":
-        raise InputError(
-            f"{fn}(): 'initial_affine' replaces the affine stage; give init 'none' with it "
-            f"(got {init!r})",
-            "initial_affine",
-        )
     fixed_v = load_input(fixed, npz_geometry=npz_geometry)
     geometry = dict(npz_geometry=npz_geometry, fixed=fixed_v)
     moving_v = load_input(moving, **geometry)
@@ -375,8 +383,13 @@ def load_pair(
     )
     if not resample:
         check_same_grid(moving_v, fixed_v)
-    if initial_affine is not None:
-        transform, affine = initial_affine, AffineStage.of(initial_affine, "initial")
+    initial = _initial_transform(fn, initial_affine, moving_v, fixed_v)
+    if initial is not None and init == "none":
+        transform, affine = initial, AffineStage.of(initial, "initial")
+        chained = not _is_identity(transform, moving_v, fixed_v)
+    elif initial is not None:
+        transform = register_affine(moving_v, fixed_v, init, seed=seed, initial=initial)
+        affine = AffineStage.of(transform)
         chained = not _is_identity(transform, moving_v, fixed_v)
     else:
         if init == "none" and not world_overlap(moving_v, fixed_v):
