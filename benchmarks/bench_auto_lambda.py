@@ -10,7 +10,8 @@ against the best single λ chosen with labels (global λ*) and the per-pair orac
   mindboggle person (18 pairs) and OAS1_0002 -> OAS1_0001 (neurite-oasis slice, seg24).
 
 With ``--model3d MODEL --pairs3d CSV`` (columns moving, fixed, moving_seg, fixed_seg) the same is
-done in 3D on the pairs listed (the 3D model's validation people), with the gain chosen in 2D.
+done in 3D on the pairs listed (the 3D model's validation people, in their native spaces: the
+default affine stage runs first), with the gain chosen in 2D.
 
 Dice: mean over the labels of the moving and fixed inputs (background excluded), a label that
 vanishes after warping counts 0. Folding: share of voxels with J ≤ 0. Similarity: local NCC
@@ -31,17 +32,6 @@ from _common import DATA_ROOT, log, table
 
 GAINS = (0.5, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98)
 HELD_OUT = ("OASIS-TRT-20-3", "OASIS-TRT-20-9", "OASIS-TRT-20-10")
-
-
-def dice_inputs(moved: np.ndarray, fixed: np.ndarray, moving: np.ndarray) -> float:
-    """Mean Dice over the non-zero labels of the moving and fixed inputs; vanished = 0."""
-    labels = np.union1d(np.unique(moving), np.unique(fixed))
-    scores = []
-    for label in labels[labels != 0]:
-        a, b = moved == label, fixed == label
-        total = a.sum() + b.sum()
-        scores.append(0.0 if total == 0 else 2.0 * (a & b).sum() / total)
-    return float(np.mean(scores)) if scores else float("nan")
 
 
 def mindboggle(root: Path) -> tuple[list[dict], list[dict]]:
@@ -70,21 +60,19 @@ def mindboggle(root: Path) -> tuple[list[dict], list[dict]]:
     return tune, evaluate
 
 
-def sweep(model, pair: dict, lambdas) -> dict:
-    """Dice, similarity and folding of one pair at every λ (one batched sweep)."""
-    from hyperreg.geometry.io import load_volume
-    from hyperreg.registration.lambdas import sweep_lambdas
+def sweep(model, pair: dict, lambdas, init: str = "none") -> dict:
+    """Dice, similarity and folding of one pair at every λ (one batched sweep, after the
+    affine stage ``init``, as ``hyperreg register`` runs it)."""
+    from hyperreg.registration.pipeline import load_pair
 
-    moving, fixed = load_volume(pair["moving"]), load_volume(pair["fixed"])
-    moving_seg = load_volume(pair["moving_seg"], label=True)
-    fixed_seg = load_volume(pair["fixed_seg"], label=True)
+    prepared = load_pair(pair["moving"], pair["fixed"], model=model,
+                         moving_seg=pair["moving_seg"], fixed_seg=pair["fixed_seg"], init=init)
     start = time.perf_counter()
-    results = sweep_lambdas(model, moving, fixed, lambdas, moving_seg=moving_seg,
-                            fixed_seg=fixed_seg, resample=True, ncc=True)
+    results = prepared.register(model, list(lambdas), ncc=True)
     seconds = time.perf_counter() - start
     return {
-        "dice": [dice_inputs(r.moved_seg, fixed_seg.data, moving_seg.data) for r in results],
-        "similarity": [r.extra["ncc"] for r in results],
+        "dice": [float(np.mean(list(r.dice.values()))) for r in results],
+        "similarity": [r.ncc for r in results],
         "folding": [r.folding_fraction for r in results],
         "seconds": seconds,
     }
@@ -169,7 +157,7 @@ def main(argv=None) -> int:
         with open(args.pairs3d) as handle:
             pairs3d = [dict(row, name=f"{Path(row['moving']).name}->{Path(row['fixed']).name}")
                        for row in csv.DictReader(handle)]
-        curves = [sweep(model3d, p, lambdas) for p in pairs3d]
+        curves = [sweep(model3d, p, lambdas, init="affine") for p in pairs3d]
         r = evaluate_rule(curves, lambdas, chosen)
         lines += ["## 3D: the 3D model's validation people", "",
                   table(["pair", "auto λ", "auto Dice", f"global λ* {r['global_lam']:g}", "oracle"],
