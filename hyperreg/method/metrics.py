@@ -94,6 +94,17 @@ def _overlaps(
     }
 
 
+def _ids(seg: np.ndarray) -> list[int]:
+    """The distinct ids of an integer map (``np.unique``; one ``np.bincount`` pass instead of a
+    sort when the ids lie in ``[0, _BINCOUNT_MAX]``)."""
+    if seg.size and seg.dtype.kind in "iu":
+        lo, hi = int(seg.min()), int(seg.max())
+        if 0 <= lo and hi <= _BINCOUNT_MAX:
+            counts = np.bincount(seg.ravel().astype(np.intp, copy=False), minlength=hi + 1)
+            return np.flatnonzero(counts).tolist()
+    return np.unique(seg).tolist()
+
+
 def labels_in_both(moving_seg: object, fixed_seg: object) -> list[int]:
     """The label ids hyperreg scores by default: non-zero ids present in **both** label maps.
 
@@ -109,7 +120,7 @@ def labels_in_both(moving_seg: object, fixed_seg: object) -> list[int]:
     """
     a = _as_numpy_labels("labels_in_both", "moving_seg", moving_seg)
     b = _as_numpy_labels("labels_in_both", "fixed_seg", fixed_seg)
-    return sorted(set(np.unique(a).tolist()) & set(np.unique(b).tolist()) - {0})
+    return sorted(set(_ids(a)) & set(_ids(b)) - {0})
 
 
 def dice_per_label(
@@ -162,7 +173,7 @@ def input_labels(moving_seg: object, fixed_seg: object) -> list[int]:
     """
     a = _as_numpy_labels("input_labels", "moving_seg", moving_seg)
     b = _as_numpy_labels("input_labels", "fixed_seg", fixed_seg)
-    return sorted((set(np.unique(a).tolist()) | set(np.unique(b).tolist())) - {0})
+    return sorted((set(_ids(a)) | set(_ids(b))) - {0})
 
 
 def registration_dice(
