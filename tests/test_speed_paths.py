@@ -155,3 +155,20 @@ def test_label_ids_match_np_unique():
     assert input_labels(a, b) == union == [2, 17, 41, 1000]
     assert labels_in_both(a, b) == [2]
     assert input_labels(a - 5, b) == sorted(({*np.unique(a - 5).tolist()} | {2, 17}) - {0})
+
+
+def test_result_statistics_match_field_summary():
+    from hyperreg.method.metrics import field_summary
+    from hyperreg.method.model import RegistrationOutput
+    from hyperreg.registration.pairs import result_from_output
+
+    rng = np.random.default_rng(4)
+    _, _, fixed, _, _ = _pair(3)
+    disp = torch.from_numpy(1.2 * rng.standard_normal((1, 3, *fixed.spatial_shape))).float()
+    moved = torch.zeros(1, 1, *fixed.spatial_shape)
+    out = RegistrationOutput(moved=moved, disp=disp, velocity=None)
+    result = result_from_output(out, 0, 0.3, None, None, [], moving=fixed)
+    summary = field_summary(disp)
+    assert 0 < summary["folding_fraction"] < 1  # a field that folds somewhere
+    assert result.folding_fraction == summary["folding_fraction"]
+    assert result.log_jacobian_std == summary["log_jacobian_std"]

@@ -26,9 +26,9 @@ from hyperreg.geometry.intensity import normalize_intensity
 from hyperreg.geometry.io import SAVE_SUFFIXES, Volume, check_same_grid, same_grid
 from hyperreg.geometry.resample import conformed_grid, describe_grid, isotropic_grid, resample_to
 from hyperreg.method.losses import gradient_loss
-from hyperreg.method.metrics import field_summary, registration_dice
+from hyperreg.method.metrics import registration_dice
 from hyperreg.method.model import HyperMorph, RegistrationOutput
-from hyperreg.method.spatial import sample_at, warp
+from hyperreg.method.spatial import jacobian_determinant, sample_at, warp
 
 __all__ = [
     "OUTPUT_SUFFIXES",
@@ -355,7 +355,14 @@ def result_from_output(
         seg = torch.from_numpy(moving_seg.data.astype(np.float32))[None, None].to(disp.device)
         moved_seg = warp(seg, disp, mode="nearest", padding="zeros").round().to(torch.int32)
         moved_seg = moved_seg[0, 0].cpu().numpy()
-    summary = field_summary(disp)
+    # one Jacobian for both statistics (field_summary computes it once per statistic); the
+    # same formulas as metrics.folding_fraction and metrics.log_jacobian_std
+    det = jacobian_determinant(disp.float())
+    summary = {
+        "folding_fraction": float((det <= 0).float().mean()),
+        "log_jacobian_std": float(det.clamp_min(1e-9).log().std()),
+    }
+    del det
     dice = None
     if moved_seg is not None and fixed_seg is not None:
         dice = registration_dice(moved_seg, fixed_seg.data, moving_seg.data, labels)
