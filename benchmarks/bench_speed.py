@@ -107,7 +107,16 @@ def _affine_rows(root: Path, seed: int) -> list[list[str]]:
     return rows
 
 
-def _end_to_end(root: Path, lam: float, steps: int, old: bool) -> tuple[list, list, dict]:
+def _describe(steps: int | None) -> str:
+    """The refinement a run used, in words (the library default unless ``--steps``)."""
+    from hyperreg.registration.refine import Refinement
+
+    r = Refinement() if steps is None else Refinement(steps=steps)
+    kind = "default Refinement" if steps is None else f"Refinement(steps={steps})"
+    return f"{kind}: ≤ {r.steps} steps, lr {r.lr:g}, levels {r.levels}"
+
+
+def _end_to_end(root: Path, lam: float, steps: int | None, old: bool) -> tuple[list, list, dict]:
     import hyperreg.registration.pipeline as pipeline
     import hyperreg.registration.refine as refine
     from hyperreg import load_pretrained
@@ -153,8 +162,9 @@ def _end_to_end(root: Path, lam: float, steps: int, old: bool) -> tuple[list, li
     for (module, name), stage in originals.items():
         setattr(module, name, clock.wrap(stage, saved[(module, name)]))
     try:
-        log(f"end to end: register at λ {lam} with {steps} refinement steps per level ...")
-        result = pair.register(model, [lam], Refinement(steps=steps))[0]
+        refinement = Refinement() if steps is None else Refinement(steps=steps)
+        log(f"end to end: register at λ {lam} with {refinement} ...")
+        result = pair.register(model, [lam], refinement)[0]
         with tempfile.TemporaryDirectory() as tmp:
             tic = time.perf_counter()
             save_volume(Path(tmp) / "moved.nii.gz", result.moved, fixed)
@@ -194,7 +204,7 @@ def _end_to_end(root: Path, lam: float, steps: int, old: bool) -> tuple[list, li
     stats = result.refinement
     rows.append(
         [
-            "refinement (default Refinement: fine level, early stop, foreground box)"
+            f"refinement ({_describe(steps)}, early stop, foreground box)"
             + (f": loss {stats.loss_before:.4f} -> {stats.loss_after:.4f}" if stats else ""),
             f"{refine_total - network:.2f}",
         ]
@@ -216,7 +226,7 @@ def _end_to_end(root: Path, lam: float, steps: int, old: bool) -> tuple[list, li
         ["no registration (headers)", f"{pair.dice_before:.4f}", "-", "-"],
         ["affine alone", f"{pair.dice_affine:.4f}", "-", f"{transform.seconds:.1f}"],
         [
-            f"affine + network + refinement (default, ≤ {steps} steps)",
+            f"affine + network + refinement ({_describe(steps)})",
             f"{result.mean_dice:.4f}",
             f"{100 * result.folding_fraction:.3f}",
             f"{refine_total - network:.1f} (refinement)",
@@ -236,7 +246,7 @@ def _end_to_end(root: Path, lam: float, steps: int, old: bool) -> tuple[list, li
     return rows, quality, summary
 
 
-def _two_d(root: Path, lam: float, steps: int) -> list[list[str]]:
+def _two_d(root: Path, lam: float, steps: int | None) -> list[list[str]]:
     from hyperreg import load_pretrained
     from hyperreg.registration.pipeline import load_pair
     from hyperreg.registration.refine import Refinement
@@ -255,7 +265,10 @@ def _two_d(root: Path, lam: float, steps: int) -> list[list[str]]:
     rows = []
     for label, refinement in (
         ("network only", None),
-        (f"refined (≤ {steps} steps per level)", Refinement(steps=steps)),
+        (
+            f"refined ({_describe(steps)})",
+            Refinement() if steps is None else Refinement(steps=steps),
+        ),
     ):
         load_pair(files["moving"], files["fixed"], model=model)  # warm-up (weights, caches)
         tic = time.perf_counter()
@@ -284,7 +297,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DATA_ROOT, help="shared/data folder")
     parser.add_argument("--lambda", dest="lam", type=float, default=0.1)
-    parser.add_argument("--steps", type=int, default=50, help="refinement steps per level")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="refinement steps per level (default: the library's Refinement() as it is)",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch and ITK threads")
     parser.add_argument("--old-refine", action="store_true", help="also today's refinement")
     parser.add_argument("--write", type=Path, default=None, help="also write the section here")

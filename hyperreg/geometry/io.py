@@ -560,7 +560,7 @@ def save_volume(
                 )
         out = arr.astype(_label_dtype(fn, arr))
     else:
-        out = arr.astype(np.float32)
+        out = arr.astype(np.float32, copy=False)  # no copy of a float32 image
         check_finite(fn, "data", out)
     img = to_nifti(out.reshape(like.disk_shape), like)
     atomic_write(path, img.to_filename)

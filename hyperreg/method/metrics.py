@@ -57,6 +57,54 @@ def _label_pair(
     return a, b, labels_in_both(a, b) if labels is None else labels
 
 
+_BINCOUNT_MAX = 1 << 20  # label ids up to this are counted with np.bincount (one pass per count)
+
+
+def _overlaps(
+    a: np.ndarray, b: np.ndarray, labels: Sequence[int]
+) -> dict[int, tuple[int, int, int]]:
+    """``{label: (|A|, |B|, |A∩B|)}`` voxel counts of each label in two integer maps.
+
+    Three ``np.bincount`` passes (sizes in ``a``, in ``b``, and in ``a`` where ``a == b``)
+    instead of three comparisons per label; maps with negative ids or ids above
+    :data:`_BINCOUNT_MAX` fall back to one comparison per label. Counts are exact either way.
+    """
+    labels = [int(label) for label in labels]
+    if not labels:
+        return {}
+    lo = min(int(a.min()) if a.size else 0, int(b.min()) if b.size else 0)
+    hi = max(int(a.max()) if a.size else 0, int(b.max()) if b.size else 0)
+    if lo < 0 or hi > _BINCOUNT_MAX:
+        out = {}
+        for label in labels:
+            in_a, in_b = a == label, b == label
+            out[label] = (int(in_a.sum()), int(in_b.sum()), int((in_a & in_b).sum()))
+        return out
+    flat_a, flat_b = a.ravel().astype(np.intp, copy=False), b.ravel().astype(np.intp, copy=False)
+    size = hi + 1
+    count_a = np.bincount(flat_a, minlength=size)
+    count_b = np.bincount(flat_b, minlength=size)
+    count_both = np.bincount(flat_a[flat_a == flat_b], minlength=size)
+
+    def at(counts: np.ndarray, label: int) -> int:
+        return int(counts[label]) if 0 <= label < size else 0
+
+    return {
+        label: (at(count_a, label), at(count_b, label), at(count_both, label)) for label in labels
+    }
+
+
+def _ids(seg: np.ndarray) -> list[int]:
+    """The distinct ids of an integer map (``np.unique``; one ``np.bincount`` pass instead of a
+    sort when the ids lie in ``[0, _BINCOUNT_MAX]``)."""
+    if seg.size and seg.dtype.kind in "iu":
+        lo, hi = int(seg.min()), int(seg.max())
+        if 0 <= lo and hi <= _BINCOUNT_MAX:
+            counts = np.bincount(seg.ravel().astype(np.intp, copy=False), minlength=hi + 1)
+            return np.flatnonzero(counts).tolist()
+    return np.unique(seg).tolist()
+
+
 def labels_in_both(moving_seg: object, fixed_seg: object) -> list[int]:
     """The label ids hyperreg scores by default: non-zero ids present in **both** label maps.
 
@@ -72,7 +120,7 @@ def labels_in_both(moving_seg: object, fixed_seg: object) -> list[int]:
     """
     a = _as_numpy_labels("labels_in_both", "moving_seg", moving_seg)
     b = _as_numpy_labels("labels_in_both", "fixed_seg", fixed_seg)
-    return sorted(set(np.unique(a).tolist()) & set(np.unique(b).tolist()) - {0})
+    return sorted(set(_ids(a)) & set(_ids(b)) - {0})
 
 
 def dice_per_label(
@@ -98,11 +146,9 @@ def dice_per_label(
     """
     a, b, labels = _label_pair("dice_per_label", moved_seg, fixed_seg, labels)
     scores: dict[int, float] = {}
-    for label in labels:
-        in_a = a == label
-        in_b = b == label
-        total = int(in_a.sum()) + int(in_b.sum())
-        scores[int(label)] = float("nan") if total == 0 else 2.0 * int((in_a & in_b).sum()) / total
+    for label, (size_a, size_b, both) in _overlaps(a, b, labels).items():
+        total = size_a + size_b
+        scores[label] = float("nan") if total == 0 else 2.0 * both / total
     return scores
 
 
@@ -127,7 +173,7 @@ def input_labels(moving_seg: object, fixed_seg: object) -> list[int]:
     """
     a = _as_numpy_labels("input_labels", "moving_seg", moving_seg)
     b = _as_numpy_labels("input_labels", "fixed_seg", fixed_seg)
-    return sorted((set(np.unique(a).tolist()) | set(np.unique(b).tolist())) - {0})
+    return sorted((set(_ids(a)) | set(_ids(b))) - {0})
 
 
 def registration_dice(
@@ -164,10 +210,9 @@ def registration_dice(
     if labels is None:
         labels = input_labels(a if moving_seg is None else moving_seg, b)
     scores: dict[int, float] = {}
-    for label in labels:
-        in_a, in_b = a == label, b == label
-        total = int(in_a.sum()) + int(in_b.sum())
-        scores[int(label)] = 0.0 if total == 0 else 2.0 * int((in_a & in_b).sum()) / total
+    for label, (size_a, size_b, both) in _overlaps(a, b, labels).items():
+        total = size_a + size_b
+        scores[label] = 0.0 if total == 0 else 2.0 * both / total
     return scores
 
 

@@ -181,7 +181,12 @@ def _grid_sample(moving: Tensor, grid: Tensor, mode: str, padding: str, fn: str 
 
 
 def sample_at(
-    moving: Tensor, points: Tensor, mode: str = "bilinear", padding: str = "zeros"
+    moving: Tensor,
+    points: Tensor,
+    mode: str = "bilinear",
+    padding: str = "zeros",
+    *,
+    exact: bool = True,
 ) -> Tensor:
     """Sample ``moving`` at arbitrary voxel coordinates of its own grid (one interpolation).
 
@@ -199,10 +204,14 @@ def sample_at(
         mode: ``"bilinear"`` (trilinear in 3D) for intensities or ``"nearest"`` for label maps.
         padding: Value taken outside the image: ``"zeros"`` (default, as ITK and ANTs
             resample) or ``"border"`` (edge value).
+        exact: Sample in float64 (default). ``False``: the positions are converted to
+            ``grid_sample`` coordinates in float64 and sampling runs in ``moving``'s dtype (at
+            least float32), 2-3x faster on a CPU; positions within ~1e-7 of the image size
+            (about 3e-5 voxels at 256) of the float64 ones.
 
     Returns:
         The sampled image, shape ``(B, C, *T)``, with the dtype and device of ``moving``
-        (sampling itself runs in float64).
+        (sampling itself runs in float64 with ``exact``).
 
     Raises:
         TypeError: If ``moving`` or ``points`` is not a floating-point tensor.
@@ -229,10 +238,11 @@ def sample_at(
         )
     check_option("sample_at", "mode", mode, WARP_MODES)
     check_option("sample_at", "padding", padding, PADDING_MODES)
-    grid = _to_grid_sample_coords(points.to(torch.float64), moving.shape[2:])
+    work = torch.float64 if exact else torch.promote_types(moving.dtype, torch.float32)
+    grid = _to_grid_sample_coords(points.to(torch.float64), moving.shape[2:]).to(work)
     if grid.shape[0] != moving.shape[0]:
         grid = grid.expand(moving.shape[0], *grid.shape[1:])
-    return _grid_sample(moving.to(torch.float64), grid, mode, padding, "sample_at").to(moving.dtype)
+    return _grid_sample(moving.to(work), grid, mode, padding, "sample_at").to(moving.dtype)
 
 
 def integrate_velocity(velocity: Tensor, steps: int = 7) -> Tensor:

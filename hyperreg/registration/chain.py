@@ -74,6 +74,24 @@ def moving_points(
     )
 
 
+def _slab_voxels(disp: np.ndarray | None, shape: tuple[int, ...], rows: slice) -> np.ndarray:
+    """``x + u(x)`` of the fixed voxels of one slab, ``(N, *S')`` float64."""
+    axes = [np.arange(shape[0], dtype=np.float64)[rows]] + [
+        np.arange(n, dtype=np.float64) for n in shape[1:]
+    ]
+    voxels = np.stack(np.meshgrid(*axes, indexing="ij"), 0)
+    if disp is not None:
+        voxels += disp[:, rows]
+    return voxels
+
+
+def _apply(linear: np.ndarray, offset: np.ndarray, voxels: np.ndarray) -> np.ndarray:
+    """``linear @ voxels + offset`` over the channel axis (float64)."""
+    out = np.einsum("rn,n...->r...", linear, voxels)
+    out += offset.reshape((-1,) + (1,) * (voxels.ndim - 1))
+    return out
+
+
 def composed_displacement(
     transform: AffineTransform, disp: np.ndarray | None, fixed: Volume
 ) -> np.ndarray:
@@ -92,15 +110,21 @@ def composed_displacement(
         ``(N, *S)`` float32, voxels of the fixed grid, i/j/k order. 2D: the in-plane part (the
         least-squares fit when the moving point leaves the fixed slice plane).
     """
-    world = moving_points(transform, disp, fixed)
+    ndim = fixed.ndim
     affine = affine_3d(fixed)
-    offset = world - affine[:3, 3].reshape((3,) + (1,) * fixed.ndim)
-    inverse = np.linalg.pinv(affine[:3, : fixed.ndim])
-    voxels = np.einsum("nr,r...->n...", inverse, offset)
-    grid = np.stack(
-        np.meshgrid(*[np.arange(n, dtype=np.float64) for n in fixed.spatial_shape], indexing="ij")
-    )
-    return (voxels - grid).astype(np.float32)
+    matrix = transform.matrix @ affine
+    inverse = np.linalg.pinv(affine[:3, :ndim])
+    # w(x) = P (M A_f (x + u) - t_f) - x, folded into one map of x + u (float64, per slab)
+    linear = inverse @ matrix[:3, :ndim]
+    offset = inverse @ (matrix[:3, 3] - affine[:3, 3])
+    shape = fixed.spatial_shape
+    out = np.empty((ndim, *shape), np.float32)
+    for rows in _slabs(shape):
+        voxels = _slab_voxels(disp, shape, rows)
+        moved = _apply(linear, offset, voxels)
+        moved -= _slab_voxels(None, shape, rows)
+        out[:, rows] = moved
+    return out
 
 
 @torch.no_grad()
@@ -117,7 +141,11 @@ def sample_volume(
 
     One interpolation: linear for images, nearest neighbour for label maps; points outside
     ``volume`` take 0, as ITK and ANTs resample (``padding="border"``: the edge value). Works in
-    slabs of the fixed grid so that a 256³ volume needs well under 1 GB.
+    slabs of the fixed grid so that a 256³ volume needs well under 1 GB. Positions are computed
+    in float64 (one matrix from fixed voxels to ``volume``'s voxels); an image is then sampled
+    in float32 (``sample_at(..., exact=False)``: values within float rounding of float64
+    sampling), a label map is picked from its integer ids with the float64 nearest-voxel rule
+    of ``sample_at(..., "nearest")`` (the same ids).
 
     Args:
         volume: Moving image (float) or label map (integer), any grid; 2D slices must lie in the
@@ -133,21 +161,62 @@ def sample_volume(
         A :class:`Volume` on ``fixed``'s grid (affine, disk shape and header codes), with
         ``volume``'s path.
     """
-    to_voxel = np.linalg.inv(affine_3d(volume))
-    data = torch.from_numpy(volume.data.astype(np.float64))[None, None]
-    out = np.empty(fixed.spatial_shape, np.float64)
-    for rows in _slabs(fixed.spatial_shape):
-        world = moving_points(transform, disp, fixed, rows)
-        voxels = np.einsum("rc,c...->r...", to_voxel[:3, :3], world)
-        voxels += to_voxel[:3, 3].reshape((3,) + (1,) * fixed.ndim)
-        points = torch.from_numpy(np.ascontiguousarray(voxels[: volume.ndim]))[None]
-        sampled = sample_at(data, points, "nearest" if label else "bilinear", padding)
+    to_voxel = np.linalg.inv(affine_3d(volume)) @ transform.matrix @ affine_3d(fixed)
+    linear, offset = to_voxel[: volume.ndim, : fixed.ndim], to_voxel[: volume.ndim, 3]
+    shape = fixed.spatial_shape
+    if label:
+        # nearest neighbour as an exact gather of the integer ids (no float round trip)
+        data = np.ascontiguousarray(volume.data)
+        out = np.zeros(shape, np.int32)
+        for rows in _slabs(shape):
+            points = _apply(linear, offset, _slab_voxels(disp, shape, rows))
+            out[rows] = _nearest(data, points, padding)
+        return Volume(
+            data=out,
+            affine=fixed.affine,
+            disk_shape=fixed.disk_shape,
+            path=volume.path,
+            codes=fixed.codes,
+        )
+    data = torch.from_numpy(volume.data.astype(np.float32))[None, None]
+    out = np.empty(shape, np.float32)
+    for rows in _slabs(shape):
+        points = _apply(linear, offset, _slab_voxels(disp, shape, rows))
+        sampled = sample_at(data, torch.from_numpy(points)[None], "bilinear", padding, exact=False)
         out[rows] = sampled[0, 0].numpy()
-    result = np.rint(out).astype(np.int32) if label else out.astype(np.float32)
     return Volume(
-        data=result,
+        data=out,
         affine=fixed.affine,
         disk_shape=fixed.disk_shape,
         path=volume.path,
         codes=fixed.codes,
     )
+
+
+def _nearest(data: np.ndarray, points: np.ndarray, padding: str) -> np.ndarray:
+    """``data`` at the voxel nearest each point, int32; 0 outside with ``"zeros"``, the edge
+    value with ``"border"``. ``points``: ``(N, *T)``.
+
+    The same float64 arithmetic as ``sample_at(..., "nearest")`` before it (voxel -> [-1, 1]
+    -> voxel as ``grid_sample`` with ``align_corners=True`` computes it, then round half to
+    even), so a point half-way between two voxels picks the same one as that path did.
+    """
+    finite = np.isfinite(points).all(0)
+    inside = finite.copy()
+    index = np.empty_like(points)
+    for axis, size in enumerate(data.shape):
+        normalised = points[axis] * (2.0 / max(size - 1, 1)) - 1.0
+        index[axis] = np.rint((normalised + 1.0) / 2.0 * (size - 1))
+    index[:, ~finite] = 0.0
+    picks = []
+    for axis, size in enumerate(data.shape):
+        if padding == "border":
+            picks.append(np.clip(index[axis], 0, size - 1).astype(np.intp))
+        else:
+            inside &= (index[axis] >= 0) & (index[axis] <= size - 1)
+            picks.append(np.clip(index[axis], 0, size - 1).astype(np.intp))
+    values = data[tuple(picks)]
+    out = (np.rint(values) if values.dtype.kind == "f" else values).astype(np.int32)
+    if padding != "border":
+        out[~inside] = 0
+    return out

@@ -26,9 +26,9 @@ from hyperreg.geometry.intensity import normalize_intensity
 from hyperreg.geometry.io import SAVE_SUFFIXES, Volume, check_same_grid, same_grid
 from hyperreg.geometry.resample import conformed_grid, describe_grid, isotropic_grid, resample_to
 from hyperreg.method.losses import gradient_loss
-from hyperreg.method.metrics import field_summary, registration_dice
+from hyperreg.method.metrics import registration_dice
 from hyperreg.method.model import HyperMorph, RegistrationOutput
-from hyperreg.method.spatial import identity_grid, sample_at, warp
+from hyperreg.method.spatial import jacobian_determinant, sample_at, warp
 
 __all__ = [
     "OUTPUT_SUFFIXES",
@@ -50,6 +50,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike[str]
+_SLAB_VOXELS = 2_000_000  # fixed voxels per slab in NetworkGrid.to_fixed (bounds memory)
 OUTPUT_SUFFIXES = SAVE_SUFFIXES  # what io.save_volume and fields.save_displacement write
 
 
@@ -190,16 +191,26 @@ class NetworkGrid:
         Returns:
             ``(B, N, *S_fixed)`` displacement in fixed voxels, same dtype and device.
         """
-        ndim = len(self.fixed.spatial_shape)
+        shape = tuple(self.fixed.spatial_shape)
+        ndim = len(shape)
         voxel_map = np.linalg.inv(self.grid.affine) @ self.fixed.affine
         linear = torch.as_tensor(voxel_map[:ndim, :ndim], dtype=torch.float64, device=field.device)
         offset = torch.as_tensor(voxel_map[:ndim, 3], dtype=torch.float64, device=field.device)
         view = (1, -1) + (1,) * ndim
-        points = identity_grid(self.fixed.spatial_shape, device=field.device, dtype=torch.float64)
-        points = torch.einsum("ij,bj...->bi...", linear, points) + offset.view(view)
-        fine = sample_at(field.to(torch.float64), points, padding="border")
-        fine = torch.einsum("ij,bj...->bi...", torch.linalg.inv(linear), fine)
-        return fine.to(field.dtype)
+        work = torch.promote_types(field.dtype, torch.float32)
+        back = torch.linalg.inv(linear).to(work)
+        source = field.to(work)
+        out = torch.empty((field.shape[0], ndim, *shape), dtype=field.dtype, device=field.device)
+        # positions in float64, sampling in float32, one slab of fixed axis 0 at a time
+        rows = max(1, _SLAB_VOXELS // max(int(np.prod(shape[1:])), 1))
+        axes = [torch.arange(n, dtype=torch.float64, device=field.device) for n in shape]
+        for start in range(0, shape[0], rows):
+            cut = [axes[0][start : start + rows], *axes[1:]]
+            points = torch.stack(torch.meshgrid(*cut, indexing="ij"))[None]
+            points = torch.einsum("ij,bj...->bi...", linear, points) + offset.view(view)
+            fine = sample_at(source, points, padding="border", exact=False)
+            out[:, :, start : start + rows] = torch.einsum("ij,bj...->bi...", back, fine)
+        return out
 
 
 def network_grid(model: HyperMorph, fixed: Volume) -> NetworkGrid | None:
@@ -344,7 +355,14 @@ def result_from_output(
         seg = torch.from_numpy(moving_seg.data.astype(np.float32))[None, None].to(disp.device)
         moved_seg = warp(seg, disp, mode="nearest", padding="zeros").round().to(torch.int32)
         moved_seg = moved_seg[0, 0].cpu().numpy()
-    summary = field_summary(disp)
+    # one Jacobian for both statistics (field_summary computes it once per statistic); the
+    # same formulas as metrics.folding_fraction and metrics.log_jacobian_std
+    det = jacobian_determinant(disp.float())
+    summary = {
+        "folding_fraction": float((det <= 0).float().mean()),
+        "log_jacobian_std": float(det.clamp_min(1e-9).log().std()),
+    }
+    del det
     dice = None
     if moved_seg is not None and fixed_seg is not None:
         dice = registration_dice(moved_seg, fixed_seg.data, moving_seg.data, labels)
