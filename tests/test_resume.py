@@ -145,3 +145,16 @@ def test_cli_resume_keeps_the_runs_settings(tmp_path: Path) -> None:
     assert (run / "checkpoint_0000003.pt").is_file()  # checkpoints every step, as started
     objective = load_checkpoint(run / "model.pt")[0].objective
     assert (objective.label_loss, objective.label_weight) == ("dice", 0.5)
+
+
+def test_cli_sets_mse_sigma_and_lambda_endpoints() -> None:
+    from hyperreg.cli.run import build_parser
+    from hyperreg.cli.train_commands import _train_config
+    from hyperreg.config import ModelConfig
+
+    args = build_parser().parse_args(
+        ["train", "--data", "d", "--out", "o", "--sim", "mse", "--mse-sigma", "0.1",
+         "--lam-endpoint-fraction", "0.5"]
+    )
+    config = _train_config(args, ModelConfig())
+    assert (config.sim, config.mse_sigma, config.lam_endpoint_fraction) == ("mse", 0.1, 0.5)

@@ -38,6 +38,7 @@ _CONFIG_FLAGS = (
     "steps", "batch_size", "sim", "atlas", "atlas_seg", "checkpoint_every", "keep_checkpoints",
     "val_every", "val_fraction", "test_fraction", "amp", "compile", "spacing", "synth", "seed",
     "device", "label_loss", "label_weight", "max_labels", "label_downsize", "conform",
+    "mse_sigma", "lam_endpoint_fraction",
 )
 _TUPLE_FLAGS = ("val_lambdas", "crop", "holdout", "shape", "synth_labels")
 
@@ -208,6 +209,21 @@ def _add_train_model(train: argparse.ArgumentParser) -> None:
         choices=("ncc", "mse"),
         default="ncc",
         help="similarity: local NCC (window 9) or MSE scaled by 1/σ² (default ncc)",
+    )
+    train.add_argument(
+        "--mse-sigma",
+        type=float,
+        default=0.05,
+        metavar="SIGMA",
+        help="σ of --sim mse: the loss is MSE / σ² on intensities in [0, 1] (default 0.05, as "
+        "voxelmorph's HyperMorph script)",
+    )
+    train.add_argument(
+        "--lam-endpoint-fraction",
+        type=opts.fraction,
+        default=0.2,
+        metavar="FRACTION",
+        help="share of training samples with λ exactly 0 or 1 (the rest U(0, 1); default 0.2)",
     )
     train.add_argument(
         "--parametrization",
