@@ -84,8 +84,8 @@ class Refinement:
 
     The defaults (30 steps at lr 0.15, fine level) need no tuning: on the native OASIS pair
     with the bundled 3D model (λ 0.1) they reach the aseg Dice of 100 steps at lr 0.05 (0.646
-    against 0.645, same affine) in 30 steps instead of 100 (37 s against 114 s, loaded
-    machine), and on the 2D neurite-oasis slices 0.688 in 30 steps as in 100; no folding
+    against 0.645, same affine) in 30 steps instead of 100 (22 s against 67 s at 1 thread), and
+    on the 2D neurite-oasis slices 0.688 in 30 steps as in 100; no folding
     (``benchmarks/RESULTS_speed.md``, "Refinement schedules").
 
     Attributes:
