@@ -143,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--refine", type=int, default=100)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-ants", action="store_true")
+    parser.add_argument("--no-syncc", action="store_true",
+                        help="ANTs SyN only (SyNCC took over 7 minutes on one 2 mm IXI pair)")
     parser.add_argument("--pairs", type=int, default=0, help="only the first N pairs (smoke)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
@@ -150,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["ITK_GLOBAL_DEFAULT_NUMBER_OF_THREADS"] = str(args.threads)
     have_ants = not args.no_ants and importlib.util.find_spec("ants") is not None
     methods = [f"hyperreg λ {args.lam:g}", f"hyperreg λ {args.lam:g} + refine {args.refine}"]
-    methods += ["ANTs SyN", "ANTs SyNCC"] if have_ants else []
+    kinds = ("SyN",) if args.no_syncc else ("SyN", "SyNCC")
+    methods += [f"ANTs {kind}" for kind in kinds] if have_ants else []
     rows, summary = [], {name: [] for name in methods}
     chosen = pairs(args.data)
     for pair in chosen[: args.pairs] if args.pairs else chosen:
@@ -163,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             results[methods[0]] = hyperreg_cli(args.model, pair, args.lam, 0, work)
             results[methods[1]] = hyperreg_cli(args.model, pair, args.lam, args.refine, work)
             if have_ants:
-                for kind in ("SyN", "SyNCC"):
+                for kind in kinds:
                     log(f"{pair['name']}: ANTs {kind} ...")
                     results[f"ANTs {kind}"] = ants_run(pair, kind)
         for name, r in results.items():
@@ -178,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join([
         "# 3D on people the model never saw: hyperreg register beside ANTs", "",
         f"Command: `python benchmarks/bench_3d_heldout.py --model {args.model} --lambda "
-        f"{args.lam:g} --refine {args.refine} --threads {args.threads}`; {args.threads} threads "
+        f"{args.lam:g} --refine {args.refine} --threads {args.threads}"
+        f"{' --no-syncc' if args.no_syncc else ''}`; {args.threads} threads "
         "each; nothing else running unless said below.", "",
         "Pairs: 5 IXI people held out of the 3D model's training (a cycle, heads, DLMUSE) and "
         "OAS1_0002 (held out) -> OAS1_0001 (a training person), FreeSurfer native 256³, aseg.",
