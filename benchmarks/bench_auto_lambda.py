@@ -124,7 +124,7 @@ def main(argv=None) -> int:
     lines = ["# λ chosen per pair without labels", "",
              "Command: `python benchmarks/bench_auto_lambda.py"
              + (f" --model3d {args.model3d} --pairs3d {args.pairs3d}" if args.model3d else "")
-             + "` (2 CPU cores; a 1-thread training job ran beside it).", "",
+             + "` (2 CPU cores; say here what ran beside it).", "",
              f"Grid: λ ∈ {list(lambdas)}. Rule: the largest λ whose local NCC keeps `gain` of "
              "the similarity gain over the grid, folding ≤ 0.1 % "
              "(`hyperreg.registration.autolambda`). Dice: labels of both inputs, vanished = 0.",
