@@ -170,8 +170,8 @@ class NetworkGrid:
     def note(self) -> str:
         """One line for :attr:`RegistrationResult.resampled`."""
         return (
-            f"registered at the model's {self.grid.spacing[0]:g} mm voxels (shape "
-            f"{self.grid.spatial_shape}); the field is upsampled to the fixed grid "
+            f"registered at the model's {self.grid.spacing[0]:g} mm voxels "
+            f"({describe_grid(self.grid)}); the field is brought back to the fixed grid "
             f"({describe_grid(self.fixed)})"
         )
 
