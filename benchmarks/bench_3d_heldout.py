@@ -39,6 +39,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DATA_ROOT, log, table
 
+from hyperreg.method.metrics import mean_registration_dice
+
 IXI_HELD_OUT = ("IXI012-HH-1211", "IXI239-HH-2296", "IXI338-HH-1971", "IXI452-HH-2213",
                 "IXI603-HH-2701")
 
@@ -58,17 +60,6 @@ def pairs(root: Path) -> list[dict]:
                 "fixed": f / "norm.mgz", "moving_seg": m / "aseg.mgz",
                 "fixed_seg": f / "aseg.mgz"})
     return out
-
-
-def dice_inputs(moved: np.ndarray, fixed: np.ndarray, moving: np.ndarray) -> float:
-    """Mean Dice over the non-zero labels of the moving and fixed inputs; vanished = 0."""
-    labels = np.union1d(np.unique(moving), np.unique(fixed))
-    scores = []
-    for label in labels[labels != 0]:
-        a, b = moved == label, fixed == label
-        total = int(a.sum()) + int(b.sum())
-        scores.append(0.0 if total == 0 else 2.0 * int((a & b).sum()) / total)
-    return float(np.mean(scores))
 
 
 def field_metrics(disp_voxels: np.ndarray) -> tuple[float, float]:
@@ -106,7 +97,7 @@ def hyperreg_cli(model: str, pair: dict, lam: float, refine: int, work: Path) ->
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed: {done.stderr.strip()[-400:]}")
     fixed_seg, moving_seg = labels(pair["fixed_seg"]), labels(pair["moving_seg"])
-    dice = dice_inputs(np.asarray(nib.load(moved_seg).dataobj), fixed_seg, moving_seg)
+    dice = mean_registration_dice(np.asarray(nib.load(moved_seg).dataobj), fixed_seg, moving_seg)
     disp = np.moveaxis(np.asarray(nib.load(field).dataobj, dtype=np.float32), -1, 0)
     folding, ndv = field_metrics(disp)
     return {"dice": dice, "folding": folding, "ndv": ndv, "seconds": seconds}
@@ -124,7 +115,7 @@ def ants_run(pair: dict, kind: str) -> dict:
     moved = ants.apply_transforms(fixed, ants.image_read(str(pair["moving_seg"])),
                                   reg["fwdtransforms"], interpolator="genericLabel")
     fixed_seg, moving_seg = labels(pair["fixed_seg"]), labels(pair["moving_seg"])
-    dice = dice_inputs(np.rint(moved.numpy()).astype(np.int32), fixed_seg, moving_seg)
+    dice = mean_registration_dice(np.rint(moved.numpy()).astype(np.int32), fixed_seg, moving_seg)
     warp = next(t for t in reg["fwdtransforms"] if t.endswith((".nii", ".nii.gz")))
     # ANTs' warp: LPS mm on the fixed grid, (I, J, K, 1, 3); as fixed voxels, i/j/k order
     image = nib.load(warp)
@@ -159,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     for pair in chosen[: args.pairs] if args.pairs else chosen:
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp)
-            none = dice_inputs(labels(pair["moving_seg"]), labels(pair["fixed_seg"]),
+            none = mean_registration_dice(labels(pair["moving_seg"]), labels(pair["fixed_seg"]),
                                labels(pair["moving_seg"])) if pair["moving_seg"] else float("nan")
             results = {}
             log(f"{pair['name']}: hyperreg ...")
