@@ -150,8 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     for pair in chosen[: args.pairs] if args.pairs else chosen:
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp)
-            none = mean_registration_dice(labels(pair["moving_seg"]), labels(pair["fixed_seg"]),
-                               labels(pair["moving_seg"])) if pair["moving_seg"] else float("nan")
+            moving_seg = labels(pair["moving_seg"])
+            none = mean_registration_dice(moving_seg, labels(pair["fixed_seg"]), moving_seg)
             results = {}
             log(f"{pair['name']}: hyperreg ...")
             results[methods[0]] = hyperreg_cli(args.model, pair, args.lam, 0, work)
