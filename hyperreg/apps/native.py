@@ -28,7 +28,6 @@ from hyperreg.geometry.affine import (
     TRANSFORM_SUFFIXES,
     AffineTransform,
     load_affine,
-    load_initial_affine,
     register_affine,
     save_affine,
 )
@@ -39,7 +38,7 @@ from hyperreg.geometry.resample import describe_grid, resample_to
 from hyperreg.method.metrics import registration_dice
 from hyperreg.registration.chain import sample_volume
 from hyperreg.registration.pairs import PathLike, check_outputs
-from hyperreg.registration.pipeline import InputError, load_input
+from hyperreg.registration.pipeline import InputError, initial_transform, load_input
 
 __all__ = [
     "AffineResult",
@@ -156,12 +155,7 @@ def affine_files(
         None if seg is None else load_input(seg, label=True, **geometry)
         for seg in (moving_seg, fixed_seg)
     )
-    initial = None
-    if initial_affine is not None:
-        try:
-            initial = load_initial_affine(initial_affine, moving_v, fixed_v)
-        except (ValueError, FileNotFoundError) as err:
-            raise InputError(str(err), "initial_affine") from err
+    initial = initial_transform(initial_affine, moving_v, fixed_v)
     transform = register_affine(moving_v, fixed_v, init, seed=seed, initial=initial)
     moved_v = sample_volume(moving_v, transform, None, fixed_v)
     moved_seg_v = None

@@ -59,6 +59,7 @@ __all__ = [
     "PairResult",
     "PreparedPair",
     "RefineStats",
+    "initial_transform",
     "load_input",
     "load_pair",
 ]
@@ -287,10 +288,11 @@ def load_input(
     return load_volume(value, label=label, assume_identity=True)
 
 
-def _initial_transform(
-    fn: str, initial: AffineTransform | PathLike | None, moving: Volume, fixed: Volume
+def initial_transform(
+    initial: AffineTransform | PathLike | None, moving: Volume, fixed: Volume
 ) -> AffineTransform | None:
-    """``initial_affine`` as a transform: a file is read and checked against the pair."""
+    """``initial_affine`` as a transform: a file read by :func:`load_initial_affine`, whose
+    errors become an :class:`InputError` of argument ``"initial_affine"``."""
     if initial is None or isinstance(initial, AffineTransform):
         return initial
     try:
@@ -356,10 +358,9 @@ def load_pair(
     Raises:
         FileNotFoundError: If an input is missing.
         InputError: On 2D with 3D, a model of another dimensionality (``argument`` "model"),
-            an ``initial_affine`` file that is not an affine of the pair's dimensionality or
-            maps the moving image outside the fixed field of view (``argument``
-            "initial_affine"), an unknown ``init``, or an npz input without ``npz_geometry``
-            (``argument`` "npz_geometry").
+            a bad ``initial_affine`` file (not an affine of the pair's dimensionality, or
+            off the fixed view; ``argument`` "initial_affine"), an unknown ``init``, or an npz
+            input without ``npz_geometry`` (``argument`` "npz_geometry").
         ValueError: On unreadable inputs, differing grids with ``resample=False``, or a failed
             affine stage.
     """
@@ -383,7 +384,7 @@ def load_pair(
     )
     if not resample:
         check_same_grid(moving_v, fixed_v)
-    initial = _initial_transform(fn, initial_affine, moving_v, fixed_v)
+    initial = initial_transform(initial_affine, moving_v, fixed_v)
     if initial is not None and init == "none":
         transform, affine = initial, AffineStage.of(initial, "initial")
         chained = not _is_identity(transform, moving_v, fixed_v)
