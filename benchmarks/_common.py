@@ -12,6 +12,7 @@ Contract every ``bench_*.py`` follows, so that ``run_all.py`` can stitch RESULTS
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import sys
@@ -129,11 +130,13 @@ def hyper_config(
     val_lambdas: Sequence[float] = (0.1, 0.5, 0.9),
     val_max_pairs: int = 16,
     folder: Path | None = None,
+    checkpoint_every: int | None = None,
 ):
     """The training run of one benchmark arm on the people split, in ``work`` (or ``folder``).
 
     bench_mip and bench_accuracy build their HyperMorph runs here, so equal settings give equal
     configs and one ``--work`` lets :func:`train_run` train such a run once for both.
+    ``checkpoint_every`` (default: only the last step) keeps every checkpoint it writes.
     """
     from hyperreg.config import ModelConfig
 
@@ -148,8 +151,8 @@ def hyper_config(
         val_every=val_every,
         val_lambdas=tuple(val_lambdas),
         val_max_pairs=val_max_pairs,
-        checkpoint_every=steps,
-        keep_checkpoints=1,
+        checkpoint_every=checkpoint_every or steps,
+        keep_checkpoints=1 if checkpoint_every is None else steps // checkpoint_every + 1,
         model=ModelConfig(ndim=2, parametrization=parametrization),
     )
 
@@ -226,3 +229,79 @@ def train_run(config, reuse: bool) -> tuple[int | None, float]:
     record = {"diverged_at": diverged_at, "seconds": seconds, "config": to_dict(config)}
     done.write_text(json.dumps(record, indent=1) + "\n")
     return diverged_at, seconds
+
+
+def fixed_model_class():
+    """The fixed-λ model class (built lazily so ``--help`` does not import torch)."""
+    import torch
+    from torch import Tensor, nn
+
+    from hyperreg.method.model import HyperMorph
+
+    class FixedLambdaMorph(HyperMorph):
+        """HyperMorph's pipeline with ordinary U-Net weights in place of the hypernetwork.
+
+        ``generate_weights`` returns the same trainable weights for every λ, so ``forward``,
+        ``register_pair`` and ``evaluate`` run unchanged; λ only enters through the loss the
+        model was trained with. Weights are drawn like ``FixedWeightUNet``'s (``UNet.init_std``).
+        """
+
+        def __init__(self, config) -> None:
+            super().__init__(config)
+            del self.hypernet
+            stds = self.unet.init_std()
+            self.weights = nn.ParameterDict(
+                {
+                    name.replace(".", "_"): nn.Parameter(torch.randn(shape) * stds[name])
+                    for name, shape in self.unet.param_shapes().items()
+                }
+            )
+
+        def generate_weights(self, lam: Tensor) -> dict[str, Tensor]:
+            count = lam.shape[0]
+            return {
+                name: self.weights[name.replace(".", "_")].expand(count, *shape)
+                for name, shape in self.unet.param_shapes().items()
+            }
+
+    return FixedLambdaMorph
+
+
+def train_fixed(config, lam: float):
+    """Train a fixed-λ model as ``train`` trains HyperMorph (``split.json`` in ``config.out``).
+
+    Returns ``(diverged_at, seconds, model)`` (``diverged_at``: the step whose loss was
+    non-finite, else None).
+    """
+
+    import torch
+
+    from hyperreg.training.data import LambdaSampler
+    from hyperreg.training.train import hypermorph_loss, prepare_data
+
+    config = config.resolved()  # as train() runs it (model at the training voxel size)
+    pairs, _, record = prepare_data(config, load_validation=False)
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "split.json").write_text(json.dumps(record, indent=1) + "\n")
+    device = torch.device(config.device)
+    torch.manual_seed(config.seed)
+    generator = torch.Generator().manual_seed(config.seed)
+    model = fixed_model_class()(config.model).to(device)
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, fused=True)
+    lam_sampler = LambdaSampler(config.lam_endpoint_fraction)
+    lam_loss = torch.full((config.batch_size,), lam, device=device)
+    start = time.perf_counter()
+    for step in range(1, config.steps + 1):
+        moving, fixed = pairs.sample(config.batch_size, generator)
+        lam_sampler.sample(config.batch_size, generator)  # keeps train()'s pair stream
+        moving, fixed = moving.to(device), fixed.to(device)
+        output = model(moving, fixed, lam)  # one weight set for the batch: plain convolutions
+        loss, _, _ = hypermorph_loss(output, fixed, lam_loss, config)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if not math.isfinite(float(loss.detach())):
+            return step, time.perf_counter() - start, model
+    return None, time.perf_counter() - start, model

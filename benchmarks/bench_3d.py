@@ -48,12 +48,20 @@ def _files(root: Path, native: bool) -> dict[str, Path]:
     if native:
         folder = root / "oasis1-freesurfer"
         m, f = folder / "OAS1_0002_MR1", folder / "OAS1_0001_MR1"
-        return {"moving": m / "norm.mgz", "fixed": f / "norm.mgz",
-                "moving_seg": m / "aseg.mgz", "fixed_seg": f / "aseg.mgz"}
+        return {
+            "moving": m / "norm.mgz",
+            "fixed": f / "norm.mgz",
+            "moving_seg": m / "aseg.mgz",
+            "fixed_seg": f / "aseg.mgz",
+        }
     folder = root / "neurite-oasis"
     m, f = folder / "OASIS_OAS1_0002_MR1", folder / "OASIS_OAS1_0001_MR1"
-    return {"moving": m / "aligned_norm.nii.gz", "fixed": f / "aligned_norm.nii.gz",
-            "moving_seg": m / "aligned_seg35.nii.gz", "fixed_seg": f / "aligned_seg35.nii.gz"}
+    return {
+        "moving": m / "aligned_norm.nii.gz",
+        "fixed": f / "aligned_norm.nii.gz",
+        "moving_seg": m / "aligned_seg35.nii.gz",
+        "fixed_seg": f / "aligned_seg35.nii.gz",
+    }
 
 
 def _load(files: dict[str, Path]) -> dict:
@@ -70,21 +78,31 @@ def ants_registration(files: dict[str, Path], kind: str, metric: str | None = No
     reg = ants.registration(fixed, moving, type_of_transform=kind, **kwargs)
     seconds = time.perf_counter() - start
     moved_seg = ants.apply_transforms(
-        fixed, ants.image_read(str(files["moving_seg"])), reg["fwdtransforms"],
+        fixed,
+        ants.image_read(str(files["moving_seg"])),
+        reg["fwdtransforms"],
         interpolator="genericLabel",
     )
     fixed_seg = ants.image_read(str(files["fixed_seg"]))
     moving_seg = ants.image_read(str(files["moving_seg"]))
-    dice = mean_registration_dice(np.rint(moved_seg.numpy()).astype(np.int32),
-                                  np.rint(fixed_seg.numpy()).astype(np.int32),
-                                  np.rint(moving_seg.numpy()).astype(np.int32))
+    dice = mean_registration_dice(
+        np.rint(moved_seg.numpy()).astype(np.int32),
+        np.rint(fixed_seg.numpy()).astype(np.int32),
+        np.rint(moving_seg.numpy()).astype(np.int32),
+    )
     warp = next(t for t in reg["fwdtransforms"] if t.endswith((".nii", ".nii.gz")))
     jacobian = ants.create_jacobian_determinant_image(fixed, warp).numpy()
     return {"seconds": seconds, "dice": dice, "folding": 100.0 * float((jacobian <= 0).mean())}
 
 
-def _aligned(model, files: dict[str, Path], lambdas: Sequence[float], steps: int,
-             refine_lam: float | None, syn_cc: bool) -> tuple[list[str], float]:
+def _aligned(
+    model,
+    files: dict[str, Path],
+    lambdas: Sequence[float],
+    steps: int,
+    refine_lam: float | None,
+    syn_cc: bool,
+) -> tuple[list[str], float]:
     from hyperreg.apps.sweep import sweep_lambdas
     from hyperreg.registration.refine import Refinement, refine_pair
 
@@ -98,17 +116,28 @@ def _aligned(model, files: dict[str, Path], lambdas: Sequence[float], steps: int
     seconds = time.perf_counter() - start
     for r in results:
         fold = f"{100 * r.folding_fraction:.3f}"
-        rows.append((f"hyperreg λ={r.lam:g}", f"{r.mean_dice:.4f}", fold,
-                     f"{seconds / len(results):.1f} (mean of one batched pass)"))
+        rows.append(
+            (
+                f"hyperreg λ={r.lam:g}",
+                f"{r.mean_dice:.4f}",
+                fold,
+                f"{seconds / len(results):.1f} (mean of one batched pass)",
+            )
+        )
     best = max(results, key=lambda r: r.mean_dice)
     if steps > 0:
         lam = best.lam if refine_lam is None else refine_lam
         log(f"3D aligned: hyperreg refine {steps} steps at λ={lam:g} ...")
         start = time.perf_counter()
         refined = refine_pair(model, v["moving"], v["fixed"], lam, Refinement(steps=steps), **segs)
-        rows.append((f"hyperreg λ={lam:g} + refine {steps} steps",
-                     f"{refined.mean_dice:.4f}", f"{100 * refined.folding_fraction:.3f}",
-                     f"{time.perf_counter() - start:.1f}"))
+        rows.append(
+            (
+                f"hyperreg λ={lam:g} + refine {steps} steps",
+                f"{refined.mean_dice:.4f}",
+                f"{100 * refined.folding_fraction:.3f}",
+                f"{time.perf_counter() - start:.1f}",
+            )
+        )
     if importlib.util.find_spec("ants") is None:
         rows.append(("ANTs (antspyx not installed)", "not measured", "-", "-"))
     else:
@@ -117,10 +146,14 @@ def _aligned(model, files: dict[str, Path], lambdas: Sequence[float], steps: int
         ):
             log(f"3D aligned: {name} ...")
             out = ants_registration(files, "SyNOnly", metric)
-            rows.append((name, f"{out['dice']:.4f}", f"{out['folding']:.3f}",
-                         f"{out['seconds']:.1f}"))
-    lines = ["### 3D aligned pair: OAS1_0002 -> OAS1_0001 (neurite-oasis, seg35, 1 mm)", "",
-             table(["method", "mean Dice", "folding %", "wall time (s)"], rows)]
+            rows.append(
+                (name, f"{out['dice']:.4f}", f"{out['folding']:.3f}", f"{out['seconds']:.1f}")
+            )
+    lines = [
+        "### 3D aligned pair: OAS1_0002 -> OAS1_0001 (neurite-oasis, seg35, 1 mm)",
+        "",
+        table(["method", "mean Dice", "folding %", "wall time (s)"], rows),
+    ]
     return lines, best.lam
 
 
@@ -135,28 +168,47 @@ def _native(model, files: dict[str, Path], lam: float, steps: int, syn: bool) ->
     pair = load_pair(v["moving"], v["fixed"], model=model, init="affine", **segs)
     result = pair.register(model, [lam])[0]
     seconds = time.perf_counter() - start
-    rows = [("no registration (headers)", f"{result.dice_before:.4f}", "-", "-"),
-            ("hyperreg affine", f"{result.dice_affine:.4f}", "0",
-             f"{pair.transform.seconds:.1f}"),
-            (f"hyperreg affine + λ={lam:g}", f"{result.mean_dice:.4f}",
-             f"{100 * result.folding_fraction:.3f}", f"{seconds:.1f}")]
+    rows = [
+        ("no registration (headers)", f"{result.dice_before:.4f}", "-", "-"),
+        ("hyperreg affine", f"{result.dice_affine:.4f}", "0", f"{pair.transform.seconds:.1f}"),
+        (
+            f"hyperreg affine + λ={lam:g}",
+            f"{result.mean_dice:.4f}",
+            f"{100 * result.folding_fraction:.3f}",
+            f"{seconds:.1f}",
+        ),
+    ]
     if steps > 0:
         log(f"3D native: hyperreg affine + refine {steps} steps ...")
         start = time.perf_counter()
         refined = pair.register(model, [lam], Refinement(steps=steps))[0]
         seconds = time.perf_counter() - start + pair.transform.seconds
-        rows.append((f"hyperreg affine + λ={lam:g} + refine {steps} steps",
-                     f"{refined.mean_dice:.4f}", f"{100 * refined.folding_fraction:.3f}",
-                     f"{seconds:.1f}"))
+        rows.append(
+            (
+                f"hyperreg affine + λ={lam:g} + refine {steps} steps",
+                f"{refined.mean_dice:.4f}",
+                f"{100 * refined.folding_fraction:.3f}",
+                f"{seconds:.1f}",
+            )
+        )
     if syn and importlib.util.find_spec("ants") is not None:
         log("3D native: ANTs SyN (affine + SyN) ...")
         out = ants_registration(files, "SyN")
-        rows.append(("ANTs SyN (affine + SyN)", f"{out['dice']:.4f}", f"{out['folding']:.3f}",
-                     f"{out['seconds']:.1f}"))
+        rows.append(
+            (
+                "ANTs SyN (affine + SyN)",
+                f"{out['dice']:.4f}",
+                f"{out['folding']:.3f}",
+                f"{out['seconds']:.1f}",
+            )
+        )
     else:
         rows.append(("ANTs SyN (affine + SyN)", "not measured (--native-syn)", "-", "-"))
-    return ["### 3D native pair: OAS1_0002 norm.mgz -> OAS1_0001 norm.mgz (aseg)", "",
-            table(["method", "mean Dice", "folding %", "wall time (s)"], rows)]
+    return [
+        "### 3D native pair: OAS1_0002 norm.mgz -> OAS1_0001 norm.mgz (aseg)",
+        "",
+        table(["method", "mean Dice", "folding %", "wall time (s)"], rows),
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -177,16 +229,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"bench_3d.py: '{args.model}' is a {model.config.ndim}D model")
     trained = payload.get("train_config", {})
     step = payload.get("step", "?")
-    lines = [f"Model `{args.model}` (step {step}, {model.config.spacing:g} mm): "
-             f"trained on {trained.get('data', '?')} with people {trained.get('holdout', '?')} "
-             "held out.", ""]
-    aligned, lam = _aligned(model, _files(args.data, False), args.lambdas, args.refine_steps,
-                            args.refine_lambda, args.syn_cc)
+    lines = [
+        f"Model `{args.model}` (step {step}, {model.config.spacing:g} mm): "
+        f"trained on {trained.get('data', '?')} with people {trained.get('holdout', '?')} "
+        "held out.",
+        "",
+    ]
+    aligned, lam = _aligned(
+        model,
+        _files(args.data, False),
+        args.lambdas,
+        args.refine_steps,
+        args.refine_lambda,
+        args.syn_cc,
+    )
     lines += aligned
     if args.native:
         native_lam = lam if args.refine_lambda is None else args.refine_lambda
-        lines += ["", *_native(model, _files(args.data, True), native_lam, args.refine_steps,
-                               args.native_syn)]
+        lines += [
+            "",
+            *_native(
+                model, _files(args.data, True), native_lam, args.refine_steps, args.native_syn
+            ),
+        ]
     print("\n".join(lines))
     return 0
 

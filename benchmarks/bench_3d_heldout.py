@@ -41,8 +41,13 @@ from _common import DATA_ROOT, log, table
 
 from hyperreg.method.metrics import mean_registration_dice
 
-IXI_HELD_OUT = ("IXI012-HH-1211", "IXI239-HH-2296", "IXI338-HH-1971", "IXI452-HH-2213",
-                "IXI603-HH-2701")
+IXI_HELD_OUT = (
+    "IXI012-HH-1211",
+    "IXI239-HH-2296",
+    "IXI338-HH-1971",
+    "IXI452-HH-2213",
+    "IXI603-HH-2701",
+)
 
 
 def pairs(root: Path) -> list[dict]:
@@ -50,15 +55,26 @@ def pairs(root: Path) -> list[dict]:
     out = []
     for i, moving in enumerate(IXI_HELD_OUT):
         fixed = IXI_HELD_OUT[(i + 1) % len(IXI_HELD_OUT)]
-        out.append({"name": f"{moving} -> {fixed}", "moving": ixi / f"{moving}_T1.nii.gz",
-                    "fixed": ixi / f"{fixed}_T1.nii.gz",
-                    "moving_seg": ixi / f"{moving}_DLMUSE.nii.gz",
-                    "fixed_seg": ixi / f"{fixed}_DLMUSE.nii.gz"})
+        out.append(
+            {
+                "name": f"{moving} -> {fixed}",
+                "moving": ixi / f"{moving}_T1.nii.gz",
+                "fixed": ixi / f"{fixed}_T1.nii.gz",
+                "moving_seg": ixi / f"{moving}_DLMUSE.nii.gz",
+                "fixed_seg": ixi / f"{fixed}_DLMUSE.nii.gz",
+            }
+        )
     fs = root / "oasis1-freesurfer"
     m, f = fs / "OAS1_0002_MR1", fs / "OAS1_0001_MR1"
-    out.append({"name": "OAS1_0002 -> OAS1_0001 (256³)", "moving": m / "norm.mgz",
-                "fixed": f / "norm.mgz", "moving_seg": m / "aseg.mgz",
-                "fixed_seg": f / "aseg.mgz"})
+    out.append(
+        {
+            "name": "OAS1_0002 -> OAS1_0001 (256³)",
+            "moving": m / "norm.mgz",
+            "fixed": f / "norm.mgz",
+            "moving_seg": m / "aseg.mgz",
+            "fixed_seg": f / "aseg.mgz",
+        }
+    )
     return out
 
 
@@ -84,11 +100,28 @@ def hyperreg_cli(model: str, pair: dict, lam: float, refine: int, work: Path) ->
     import nibabel as nib
 
     moved_seg, field = work / "moved_seg.nii.gz", work / "field.nii.gz"
-    command = ["hyperreg", "register", "--model", model, "--moving", str(pair["moving"]),
-               "--fixed", str(pair["fixed"]), "--moving-seg", str(pair["moving_seg"]),
-               "--fixed-seg", str(pair["fixed_seg"]), "--lambda", f"{lam:g}",
-               "--moved", str(work / "moved.nii.gz"), "--moved-seg", str(moved_seg),
-               "--field-out", str(field)]
+    command = [
+        "hyperreg",
+        "register",
+        "--model",
+        model,
+        "--moving",
+        str(pair["moving"]),
+        "--fixed",
+        str(pair["fixed"]),
+        "--moving-seg",
+        str(pair["moving_seg"]),
+        "--fixed-seg",
+        str(pair["fixed_seg"]),
+        "--lambda",
+        f"{lam:g}",
+        "--moved",
+        str(work / "moved.nii.gz"),
+        "--moved-seg",
+        str(moved_seg),
+        "--field-out",
+        str(field),
+    ]
     if refine:
         command += ["--refine", str(refine)]
     start = time.perf_counter()
@@ -112,8 +145,12 @@ def ants_run(pair: dict, kind: str) -> dict:
     start = time.perf_counter()
     reg = ants.registration(fixed, moving, type_of_transform=kind)
     seconds = time.perf_counter() - start
-    moved = ants.apply_transforms(fixed, ants.image_read(str(pair["moving_seg"])),
-                                  reg["fwdtransforms"], interpolator="genericLabel")
+    moved = ants.apply_transforms(
+        fixed,
+        ants.image_read(str(pair["moving_seg"])),
+        reg["fwdtransforms"],
+        interpolator="genericLabel",
+    )
     fixed_seg, moving_seg = labels(pair["fixed_seg"]), labels(pair["moving_seg"])
     dice = mean_registration_dice(np.rint(moved.numpy()).astype(np.int32), fixed_seg, moving_seg)
     warp = next(t for t in reg["fwdtransforms"] if t.endswith((".nii", ".nii.gz")))
@@ -134,8 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--refine", type=int, default=100)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-ants", action="store_true")
-    parser.add_argument("--no-syncc", action="store_true",
-                        help="ANTs SyN only (SyNCC took over 7 minutes on one 2 mm IXI pair)")
+    parser.add_argument(
+        "--no-syncc",
+        action="store_true",
+        help="ANTs SyN only (SyNCC took over 7 minutes on one 2 mm IXI pair)",
+    )
     parser.add_argument("--pairs", type=int, default=0, help="only the first N pairs (smoke)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
@@ -162,26 +202,50 @@ def main(argv: list[str] | None = None) -> int:
                     results[f"ANTs {kind}"] = ants_run(pair, kind)
         for name, r in results.items():
             summary[name].append(r)
-            rows.append([pair["name"], name, f"{r['dice']:.4f}", f"{r['folding']:.4f}",
-                         f"{r['ndv']:.4f}", f"{r['seconds']:.1f}"])
+            rows.append(
+                [
+                    pair["name"],
+                    name,
+                    f"{r['dice']:.4f}",
+                    f"{r['folding']:.4f}",
+                    f"{r['ndv']:.4f}",
+                    f"{r['seconds']:.1f}",
+                ]
+            )
         rows.append([pair["name"], "(no registration, voxel to voxel)", f"{none:.4f}", "", "", ""])
-    means = [[name, f"{np.mean([r['dice'] for r in rs]):.4f}",
-              f"{np.mean([r['folding'] for r in rs]):.4f}",
-              f"{np.mean([r['ndv'] for r in rs]):.4f}",
-              f"{np.mean([r['seconds'] for r in rs]):.1f}"] for name, rs in summary.items()]
-    text = "\n".join([
-        "# 3D on people the model never saw: hyperreg register beside ANTs", "",
-        f"Command: `python benchmarks/bench_3d_heldout.py --model {args.model} --lambda "
-        f"{args.lam:g} --refine {args.refine} --threads {args.threads}"
-        f"{' --no-syncc' if args.no_syncc else ''}`; {args.threads} threads "
-        "each; nothing else running unless said below.", "",
-        "Pairs: 5 IXI people held out of the 3D model's training (a cycle, heads, DLMUSE) and "
-        "OAS1_0002 (held out) -> OAS1_0001 (a training person), FreeSurfer native 256³, aseg.",
-        "Dice over the labels of both inputs (vanished = 0).", "",
-        "## Mean over the pairs", "",
-        table(["method", "mean Dice", "folding %", "NDV %", "seconds"], means), "",
-        "## Per pair", "",
-        table(["pair", "method", "Dice", "folding %", "NDV %", "seconds"], rows), ""])
+    means = [
+        [
+            name,
+            f"{np.mean([r['dice'] for r in rs]):.4f}",
+            f"{np.mean([r['folding'] for r in rs]):.4f}",
+            f"{np.mean([r['ndv'] for r in rs]):.4f}",
+            f"{np.mean([r['seconds'] for r in rs]):.1f}",
+        ]
+        for name, rs in summary.items()
+    ]
+    text = "\n".join(
+        [
+            "# 3D on people the model never saw: hyperreg register beside ANTs",
+            "",
+            f"Command: `python benchmarks/bench_3d_heldout.py --model {args.model} --lambda "
+            f"{args.lam:g} --refine {args.refine} --threads {args.threads}"
+            f"{' --no-syncc' if args.no_syncc else ''}`; {args.threads} threads "
+            "each; nothing else running unless said below.",
+            "",
+            "Pairs: 5 IXI people held out of the 3D model's training (a cycle, heads, DLMUSE) and "
+            "OAS1_0002 (held out) -> OAS1_0001 (a training person), FreeSurfer native 256³, aseg.",
+            "Dice over the labels of both inputs (vanished = 0).",
+            "",
+            "## Mean over the pairs",
+            "",
+            table(["method", "mean Dice", "folding %", "NDV %", "seconds"], means),
+            "",
+            "## Per pair",
+            "",
+            table(["pair", "method", "Dice", "folding %", "NDV %", "seconds"], rows),
+            "",
+        ]
+    )
     print(text)
     if args.out:
         args.out.write_text(text)

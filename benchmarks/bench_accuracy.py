@@ -5,8 +5,8 @@ On the people split of the bundled 2D model (:data:`_common.PEOPLE_SOURCES`, 2D 
 :func:`hyperreg.training.train.train` (λ per sample) and, for each ``--lambdas`` value, one model
 of the identical pipeline (padding, U-Net, scaling and squaring at half resolution, resize, warp)
 whose U-Net weights are ordinary trainable parameters initialised from ``UNet.init_std`` (as
-``FixedWeightUNet``), trained at that constant λ by :func:`_train_fixed`, a copy of ``train``'s
-step: the same pairs in the same order (the trainer's sampler from
+``FixedWeightUNet``), trained at that constant λ by :func:`_common.train_fixed`, a copy of
+``train``'s step: the same pairs in the same order (the trainer's sampler from
 :func:`hyperreg.training.train.prepare_data` and generator; the λ draws are made and
 discarded), loss (:func:`hyperreg.training.train.hypermorph_loss`, NCC), fused Adam and default
 ``ModelConfig(ndim=2)``. Every model trains at every lr of ``--lrs``; each is reported at its
@@ -32,7 +32,6 @@ import json
 import math
 import shutil
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -45,88 +44,13 @@ from _common import (
     pyplot,
     run_jobs,
     table,
+    train_fixed,
     train_run,
     verdict,
 )
 
 TOLERANCE = 0.01  # target: HyperMorph Dice >= fixed-λ Dice - TOLERANCE
 GRID = [round(0.05 * i, 2) for i in range(21)]
-
-
-def _fixed_model_class():
-    """The fixed-λ model class (built lazily so ``--help`` does not import torch)."""
-    import torch
-    from torch import Tensor, nn
-
-    from hyperreg.method.model import HyperMorph
-
-    class FixedLambdaMorph(HyperMorph):
-        """HyperMorph's pipeline with ordinary U-Net weights in place of the hypernetwork.
-
-        ``generate_weights`` returns the same trainable weights for every λ, so ``forward``,
-        ``register_pair`` and ``evaluate`` run unchanged; λ only enters through the loss the
-        model was trained with. Weights are drawn like ``FixedWeightUNet``'s (``UNet.init_std``).
-        """
-
-        def __init__(self, config) -> None:
-            super().__init__(config)
-            del self.hypernet
-            stds = self.unet.init_std()
-            self.weights = nn.ParameterDict(
-                {
-                    name.replace(".", "_"): nn.Parameter(torch.randn(shape) * stds[name])
-                    for name, shape in self.unet.param_shapes().items()
-                }
-            )
-
-        def generate_weights(self, lam: Tensor) -> dict[str, Tensor]:
-            count = lam.shape[0]
-            return {
-                name: self.weights[name.replace(".", "_")].expand(count, *shape)
-                for name, shape in self.unet.param_shapes().items()
-            }
-
-    return FixedLambdaMorph
-
-
-def _train_fixed(config, lam: float):
-    """Train a fixed-λ model as ``train`` trains HyperMorph (``split.json`` in ``config.out``).
-
-    Returns ``(diverged_at, seconds, model)`` (``diverged_at``: the step whose loss was
-    non-finite, else None).
-    """
-
-    import torch
-
-    from hyperreg.training.data import LambdaSampler
-    from hyperreg.training.train import hypermorph_loss, prepare_data
-
-    config = config.resolved()  # as train() runs it (model at the training voxel size)
-    pairs, _, record = prepare_data(config, load_validation=False)
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "split.json").write_text(json.dumps(record, indent=1) + "\n")
-    device = torch.device(config.device)
-    torch.manual_seed(config.seed)
-    generator = torch.Generator().manual_seed(config.seed)
-    model = _fixed_model_class()(config.model).to(device)
-    model.train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, fused=True)
-    lam_sampler = LambdaSampler(config.lam_endpoint_fraction)
-    lam_loss = torch.full((config.batch_size,), lam, device=device)
-    start = time.perf_counter()
-    for step in range(1, config.steps + 1):
-        moving, fixed = pairs.sample(config.batch_size, generator)
-        lam_sampler.sample(config.batch_size, generator)  # keeps train()'s pair stream
-        moving, fixed = moving.to(device), fixed.to(device)
-        output = model(moving, fixed, lam)  # one weight set for the batch: plain convolutions
-        loss, _, _ = hypermorph_loss(output, fixed, lam_loss, config)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        if not math.isfinite(float(loss.detach())):
-            return step, time.perf_counter() - start, model
-    return None, time.perf_counter() - start, model
 
 
 def _arm_job(config, arm: str, lam: float | None, lambdas: list[float], reuse: bool) -> dict:
@@ -150,7 +74,7 @@ def _arm_job(config, arm: str, lam: float | None, lambdas: list[float], reuse: b
         if out.exists():
             shutil.rmtree(out)
         log(f"{out.name}: training {config.steps} steps at λ = {lam:g}")
-        diverged_at, seconds, model = _train_fixed(config, lam)
+        diverged_at, seconds, model = train_fixed(config, lam)
     result = {
         "key": key,
         "diverged_at": diverged_at,

@@ -40,23 +40,39 @@ def mindboggle(root: Path) -> tuple[list[dict], list[dict]]:
 
     def files(person: str) -> dict:
         d = folder / person
-        return {"image": d / f"{person}_slice118.nii.gz",
-                "seg": d / f"{person}_DKT31_CMA_labels_slice118.nii.gz"}
+        return {
+            "image": d / f"{person}_slice118.nii.gz",
+            "seg": d / f"{person}_DKT31_CMA_labels_slice118.nii.gz",
+        }
 
     def pair(m: str, f: str) -> dict:
         a, b = files(m), files(f)
-        return {"name": f"{m}->{f}", "moving": a["image"], "fixed": b["image"],
-                "moving_seg": a["seg"], "fixed_seg": b["seg"]}
+        return {
+            "name": f"{m}->{f}",
+            "moving": a["image"],
+            "fixed": b["image"],
+            "moving_seg": a["seg"],
+            "fixed_seg": b["seg"],
+        }
 
     trained = [p for p in people if p not in HELD_OUT]
-    tune = [pair(trained[i], trained[(i + k) % len(trained)])
-            for i in range(len(trained)) for k in (1, 2)]
+    tune = [
+        pair(trained[i], trained[(i + k) % len(trained)])
+        for i in range(len(trained))
+        for k in (1, 2)
+    ]
     evaluate = [pair(m, f) for m in HELD_OUT[1:] for f in people if f != m]
     oasis = root / "neurite-oasis"
     m, f = oasis / "OASIS_OAS1_0002_MR1", oasis / "OASIS_OAS1_0001_MR1"
-    evaluate.append({"name": "OAS1_0002->OAS1_0001", "moving": m / "slice_norm.nii.gz",
-                     "fixed": f / "slice_norm.nii.gz", "moving_seg": m / "slice_seg24.nii.gz",
-                     "fixed_seg": f / "slice_seg24.nii.gz"})
+    evaluate.append(
+        {
+            "name": "OAS1_0002->OAS1_0001",
+            "moving": m / "slice_norm.nii.gz",
+            "fixed": f / "slice_norm.nii.gz",
+            "moving_seg": m / "slice_seg24.nii.gz",
+            "fixed_seg": f / "slice_seg24.nii.gz",
+        }
+    )
     return tune, evaluate
 
 
@@ -65,8 +81,14 @@ def sweep(model, pair: dict, lambdas, init: str = "none") -> dict:
     affine stage ``init``, as ``hyperreg register`` runs it)."""
     from hyperreg.registration.pipeline import load_pair
 
-    prepared = load_pair(pair["moving"], pair["fixed"], model=model,
-                         moving_seg=pair["moving_seg"], fixed_seg=pair["fixed_seg"], init=init)
+    prepared = load_pair(
+        pair["moving"],
+        pair["fixed"],
+        model=model,
+        moving_seg=pair["moving_seg"],
+        fixed_seg=pair["fixed_seg"],
+        init=init,
+    )
     start = time.perf_counter()
     results = prepared.register(model, list(lambdas), ncc=True)
     seconds = time.perf_counter() - start
@@ -121,53 +143,105 @@ def main(argv=None) -> int:
     log(f"2D: {len(tune)} tuning pairs (trained people), {len(held)} evaluation pairs")
     tune_curves = [sweep(model, p, lambdas) for p in tune]
     held_curves = [sweep(model, p, lambdas) for p in held]
-    lines = ["# λ chosen per pair without labels", "",
-             "Command: `python benchmarks/bench_auto_lambda.py"
-             + (f" --model3d {args.model3d} --pairs3d {args.pairs3d}" if args.model3d else "")
-             + "` (2 CPU cores; say here what ran beside it).", "",
-             f"Grid: λ ∈ {list(lambdas)}. Rule: the largest λ whose local NCC keeps `gain` of "
-             "the similarity gain over the grid, folding ≤ 0.1 % "
-             "(`hyperreg.registration.autolambda`). Dice: labels of both inputs, vanished = 0.",
-             "", "## 2D: gain chosen on people the model trained on", ""]
+    lines = [
+        "# λ chosen per pair without labels",
+        "",
+        "Command: `python benchmarks/bench_auto_lambda.py"
+        + (f" --model3d {args.model3d} --pairs3d {args.pairs3d}" if args.model3d else "")
+        + "` (2 CPU cores; say here what ran beside it).",
+        "",
+        f"Grid: λ ∈ {list(lambdas)}. Rule: the largest λ whose local NCC keeps `gain` of "
+        "the similarity gain over the grid, folding ≤ 0.1 % "
+        "(`hyperreg.registration.autolambda`). Dice: labels of both inputs, vanished = 0.",
+        "",
+        "## 2D: gain chosen on people the model trained on",
+        "",
+    ]
     rows = []
     for gain in GAINS:
         r = evaluate_rule(tune_curves, lambdas, gain)
-        rows.append([f"{gain:g}", f"{r['auto']:.4f}", f"{r['global']:.4f} (λ {r['global_lam']:g})",
-                     f"{r['oracle']:.4f}"])
+        rows.append(
+            [
+                f"{gain:g}",
+                f"{r['auto']:.4f}",
+                f"{r['global']:.4f} (λ {r['global_lam']:g})",
+                f"{r['oracle']:.4f}",
+            ]
+        )
     chosen = max(GAINS, key=lambda g: evaluate_rule(tune_curves, lambdas, g)["auto"])
-    lines += [f"Tuning pairs: {len(tune)} (mindboggle people the 2D model trained on, each to the "
-              "next two).", "", table(["gain", "auto-λ Dice", "global λ* Dice", "oracle"], rows),
-              "", f"Chosen gain: **{chosen:g}**.", "",
-              "## 2D: people the model never saw (moving OASIS-TRT-20-9/-10, OAS1_0002)", ""]
+    lines += [
+        f"Tuning pairs: {len(tune)} (mindboggle people the 2D model trained on, each to the "
+        "next two).",
+        "",
+        table(["gain", "auto-λ Dice", "global λ* Dice", "oracle"], rows),
+        "",
+        f"Chosen gain: **{chosen:g}**.",
+        "",
+        "## 2D: people the model never saw (moving OASIS-TRT-20-9/-10, OAS1_0002)",
+        "",
+    ]
     r = evaluate_rule(held_curves, lambdas, chosen)
-    per = [[p["name"], f"{r['picks'][i]:g}", f"{r['per_pair'][i, r['index'][i]]:.4f}",
-            f"{r['per_pair'][i, r['best']]:.4f}", f"{r['per_pair'][i].max():.4f}"]
-           for i, p in enumerate(held)]
-    lines += [table(["pair", "auto λ", "auto Dice", f"global λ* {r['global_lam']:g}", "oracle"],
-                    per), "",
-              table(["", "mean Dice", "mean folding %"],
-                    [["auto-λ", f"{r['auto']:.4f}", f"{100 * r['auto_fold']:.4f}"],
-                     [f"global λ* = {r['global_lam']:g} (chosen with labels on these pairs)",
-                      f"{r['global']:.4f}", f"{100 * r['global_fold']:.4f}"],
-                     ["per-pair oracle", f"{r['oracle']:.4f}", "–"]]), "",
-              f"Target auto ≥ global λ*: **{'met' if r['auto'] >= r['global'] else 'MISSED'}** "
-              f"({r['auto'] - r['global']:+.4f}).", ""]
+    per = [
+        [
+            p["name"],
+            f"{r['picks'][i]:g}",
+            f"{r['per_pair'][i, r['index'][i]]:.4f}",
+            f"{r['per_pair'][i, r['best']]:.4f}",
+            f"{r['per_pair'][i].max():.4f}",
+        ]
+        for i, p in enumerate(held)
+    ]
+    lines += [
+        table(["pair", "auto λ", "auto Dice", f"global λ* {r['global_lam']:g}", "oracle"], per),
+        "",
+        table(
+            ["", "mean Dice", "mean folding %"],
+            [
+                ["auto-λ", f"{r['auto']:.4f}", f"{100 * r['auto_fold']:.4f}"],
+                [
+                    f"global λ* = {r['global_lam']:g} (chosen with labels on these pairs)",
+                    f"{r['global']:.4f}",
+                    f"{100 * r['global_fold']:.4f}",
+                ],
+                ["per-pair oracle", f"{r['oracle']:.4f}", "–"],
+            ],
+        ),
+        "",
+        f"Target auto ≥ global λ*: **{'met' if r['auto'] >= r['global'] else 'MISSED'}** "
+        f"({r['auto'] - r['global']:+.4f}).",
+        "",
+    ]
     if args.model3d and args.pairs3d:
         model3d, _ = load_checkpoint(args.model3d)
         with open(args.pairs3d) as handle:
-            pairs3d = [dict(row, name=f"{Path(row['moving']).name}->{Path(row['fixed']).name}")
-                       for row in csv.DictReader(handle)]
+            pairs3d = [
+                dict(row, name=f"{Path(row['moving']).name}->{Path(row['fixed']).name}")
+                for row in csv.DictReader(handle)
+            ]
         curves = [sweep(model3d, p, lambdas, init="affine") for p in pairs3d]
         r = evaluate_rule(curves, lambdas, chosen)
-        lines += ["## 3D: the 3D model's validation people", "",
-                  table(["pair", "auto λ", "auto Dice", f"global λ* {r['global_lam']:g}", "oracle"],
-                        [[p["name"], f"{r['picks'][i]:g}", f"{r['per_pair'][i, r['index'][i]]:.4f}",
-                          f"{r['per_pair'][i, r['best']]:.4f}", f"{r['per_pair'][i].max():.4f}"]
-                         for i, p in enumerate(pairs3d)]), "",
-                  f"Mean: auto {r['auto']:.4f}, global λ* {r['global']:.4f}, oracle "
-                  f"{r['oracle']:.4f}; target "
-                  f"**{'met' if r['auto'] >= r['global'] else 'MISSED'}**.",
-                  ""]
+        lines += [
+            "## 3D: the 3D model's validation people",
+            "",
+            table(
+                ["pair", "auto λ", "auto Dice", f"global λ* {r['global_lam']:g}", "oracle"],
+                [
+                    [
+                        p["name"],
+                        f"{r['picks'][i]:g}",
+                        f"{r['per_pair'][i, r['index'][i]]:.4f}",
+                        f"{r['per_pair'][i, r['best']]:.4f}",
+                        f"{r['per_pair'][i].max():.4f}",
+                    ]
+                    for i, p in enumerate(pairs3d)
+                ],
+            ),
+            "",
+            f"Mean: auto {r['auto']:.4f}, global λ* {r['global']:.4f}, oracle "
+            f"{r['oracle']:.4f}; target "
+            f"**{'met' if r['auto'] >= r['global'] else 'MISSED'}**.",
+            "",
+        ]
     text = "\n".join(lines)
     print(text)
     if args.out:

@@ -53,17 +53,30 @@ def mindboggle_pairs(root: Path) -> list[dict]:
         for fixed in people:
             if fixed != moving:
                 (m, ms), (f, fs) = files(moving), files(fixed)
-                pairs.append({"set": "mindboggle", "name": f"{moving}->{fixed}", "moving": m,
-                              "fixed": f, "moving_seg": ms, "fixed_seg": fs})
+                pairs.append(
+                    {
+                        "set": "mindboggle",
+                        "name": f"{moving}->{fixed}",
+                        "moving": m,
+                        "fixed": f,
+                        "moving_seg": ms,
+                        "fixed_seg": fs,
+                    }
+                )
     return pairs
 
 
 def oasis_pair(root: Path) -> dict:
     folder = root / "neurite-oasis"
     m, f = folder / "OASIS_OAS1_0002_MR1", folder / "OASIS_OAS1_0001_MR1"
-    return {"set": "oasis", "name": "OAS1_0002->OAS1_0001", "moving": m / "slice_norm.nii.gz",
-            "fixed": f / "slice_norm.nii.gz", "moving_seg": m / "slice_seg24.nii.gz",
-            "fixed_seg": f / "slice_seg24.nii.gz"}
+    return {
+        "set": "oasis",
+        "name": "OAS1_0002->OAS1_0001",
+        "moving": m / "slice_norm.nii.gz",
+        "fixed": f / "slice_norm.nii.gz",
+        "moving_seg": m / "slice_seg24.nii.gz",
+        "fixed_seg": f / "slice_seg24.nii.gz",
+    }
 
 
 def mutual_information(a: np.ndarray, b: np.ndarray, bins: int = 32) -> float:
@@ -83,8 +96,10 @@ def _hyperreg(model, pair: dict, lambdas: Sequence[float]) -> dict:
     moving, fixed = load_volume(pair["moving"]), load_volume(pair["fixed"])
     segs = {}
     if pair.get("moving_seg"):
-        segs = {"moving_seg": load_volume(pair["moving_seg"], label=True),
-                "fixed_seg": load_volume(pair["fixed_seg"], label=True)}
+        segs = {
+            "moving_seg": load_volume(pair["moving_seg"], label=True),
+            "fixed_seg": load_volume(pair["fixed_seg"], label=True),
+        }
     sweep_lambdas(model, moving, fixed, lambdas[:1], resample=True, **segs)  # warm-up
     start = time.perf_counter()
     results = sweep_lambdas(model, moving, fixed, lambdas, resample=True, **segs)
@@ -120,7 +135,9 @@ def ants_syn(pair: dict, metric: str | None) -> dict:
     if pair.get("moving_seg"):
         fixed_seg = _ants_read(pair["fixed_seg"])
         moved_seg = ants.apply_transforms(
-            fixed, _ants_read(pair["moving_seg"]), reg["fwdtransforms"],
+            fixed,
+            _ants_read(pair["moving_seg"]),
+            reg["fwdtransforms"],
             interpolator="genericLabel",
         )
         out["dice"] = mean_registration_dice(
@@ -137,8 +154,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", type=Path, required=True, help="2D hyperreg checkpoint")
     parser.add_argument("--data", type=Path, default=DATA_ROOT, help="shared data folder")
-    parser.add_argument("--lambdas", type=float, nargs="+",
-                        default=[0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9])
+    parser.add_argument(
+        "--lambdas",
+        type=float,
+        nargs="+",
+        default=[0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9],
+    )
     parser.add_argument("--max-pairs", type=int, default=0, help="first N labelled pairs only")
     args = parser.parse_args(argv)
     import torch
@@ -157,15 +178,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         log(f"pair {index + 1}/{len(pairs)}: {pair['name']}")
         ours = _hyperreg(model, pair, args.lambdas)
         syn, syncc = ants_syn(pair, None), ants_syn(pair, "CC")
-        before = mean_registration_dice(load_volume(pair["moving_seg"], label=True).data,
-                                        load_volume(pair["fixed_seg"], label=True).data)
+        before = mean_registration_dice(
+            load_volume(pair["moving_seg"], label=True).data,
+            load_volume(pair["fixed_seg"], label=True).data,
+        )
         rows.append({"pair": pair, "ours": ours, "syn": syn, "syncc": syncc, "before": before})
 
     print("## People never seen in training: bundled 2D model vs ANTs SyN / SyN-CC\n")
-    print(f"Model `{args.model}`; threads: torch {torch.get_num_threads()}, ANTs default (all "
-          "cores). Moving people held out of the model's training: "
-          f"{', '.join(HELD_OUT)} (mindboggle) and OAS1_0002 (OASIS coronal slice); the fixed "
-          "people were in its training set except where the pair is 9↔10.\n")
+    print(
+        f"Model `{args.model}`; threads: torch {torch.get_num_threads()}, ANTs default (all "
+        "cores). Moving people held out of the model's training: "
+        f"{', '.join(HELD_OUT)} (mindboggle) and OAS1_0002 (OASIS coronal slice); the fixed "
+        "people were in its training set except where the pair is 9↔10.\n"
+    )
     for group in ("mindboggle", "oasis"):
         chosen = [r for r in rows if r["pair"]["set"] == group]
         if not chosen:
@@ -177,29 +202,49 @@ def main(argv: Sequence[str] | None = None) -> int:
             grid.append((lam, dice, fold))
         best = max(grid, key=lambda g: g[1])
         print(f"### {group}: {len(chosen)} pair(s)\n")
-        print(table(["λ", "hyperreg mean Dice", "folding %"],
-                    [[f"{lam:g}", f"{d:.4f}", f"{f:.3f}"] for lam, d, f in grid]))
+        print(
+            table(
+                ["λ", "hyperreg mean Dice", "folding %"],
+                [[f"{lam:g}", f"{d:.4f}", f"{f:.3f}"] for lam, d, f in grid],
+            )
+        )
         syn = np.mean([r["syn"]["dice"] for r in chosen])
         syncc = np.mean([r["syncc"]["dice"] for r in chosen])
         none = np.mean([r["before"] for r in chosen])
         t_ours = np.mean([r["ours"]["seconds"] for r in chosen]) / len(args.lambdas)
         print()
-        print(table(
-            ["method", "mean Dice", "folding %", "s / pair"],
-            [["no registration", f"{none:.4f}", "0", "–"],
-             [f"hyperreg at λ* = {best[0]:g} (best on these pairs)", f"{best[1]:.4f}",
-              f"{best[2]:.3f}", f"{t_ours:.3f} (per λ of one batched pass)"],
-             ["ANTs SyNOnly (Mattes MI)", f"{syn:.4f}",
-              f"{np.mean([r['syn']['folding'] for r in chosen]):.3f}",
-              f"{np.mean([r['syn']['seconds'] for r in chosen]):.2f}"],
-             ["ANTs SyNOnly, syn_metric=CC", f"{syncc:.4f}",
-              f"{np.mean([r['syncc']['folding'] for r in chosen]):.3f}",
-              f"{np.mean([r['syncc']['seconds'] for r in chosen]):.2f}"]],
-        ))
+        print(
+            table(
+                ["method", "mean Dice", "folding %", "s / pair"],
+                [
+                    ["no registration", f"{none:.4f}", "0", "–"],
+                    [
+                        f"hyperreg at λ* = {best[0]:g} (best on these pairs)",
+                        f"{best[1]:.4f}",
+                        f"{best[2]:.3f}",
+                        f"{t_ours:.3f} (per λ of one batched pass)",
+                    ],
+                    [
+                        "ANTs SyNOnly (Mattes MI)",
+                        f"{syn:.4f}",
+                        f"{np.mean([r['syn']['folding'] for r in chosen]):.3f}",
+                        f"{np.mean([r['syn']['seconds'] for r in chosen]):.2f}",
+                    ],
+                    [
+                        "ANTs SyNOnly, syn_metric=CC",
+                        f"{syncc:.4f}",
+                        f"{np.mean([r['syncc']['folding'] for r in chosen]):.3f}",
+                        f"{np.mean([r['syncc']['seconds'] for r in chosen]):.2f}",
+                    ],
+                ],
+            )
+        )
         above = best[1] > syn
         within = best[1] >= syncc - 0.02
-        print(f"\nAt λ*: above SyN: {'met' if above else 'MISSED'}; within 0.02 of SyN-CC: "
-              f"{'met' if within else 'MISSED'} ({best[1] - syncc:+.4f}).\n")
+        print(
+            f"\nAt λ*: above SyN: {'met' if above else 'MISSED'}; within 0.02 of SyN-CC: "
+            f"{'met' if within else 'MISSED'} ({best[1] - syncc:+.4f}).\n"
+        )
     _multicontrast(model, args)
     return 0
 
@@ -208,23 +253,38 @@ def _multicontrast(model, args) -> None:
     """S8 T1 -> S8 T2: mutual information gain, hyperreg (λ grid) vs ANTs SyN (Mattes MI)."""
 
     folder = args.data / "multicontrast-2d" / "S8"
-    pair = {"moving": folder / "structInSpaceOfTemplateCoronalSlice.nii.gz",
-            "fixed": folder / "T2_structInSpaceOfTemplateCoronalSlice.nii.gz"}
+    pair = {
+        "moving": folder / "structInSpaceOfTemplateCoronalSlice.nii.gz",
+        "fixed": folder / "T2_structInSpaceOfTemplateCoronalSlice.nii.gz",
+    }
     ours = _hyperreg(model, pair, args.lambdas)
     fixed = _ants_read(pair["fixed"]).numpy()
     moving = _ants_read(pair["moving"]).numpy()
     syn = ants_syn(pair, None)
     before = mutual_information(moving, fixed)
-    gains = [(r.lam, mutual_information(r.moved, ours["fixed"]) - before)
-             for r in ours["results"]]
+    gains = [(r.lam, mutual_information(r.moved, ours["fixed"]) - before) for r in ours["results"]]
     best = max(gains, key=lambda g: g[1])
     syn_gain = mutual_information(syn["moved"], fixed) - before
     print("### multicontrast S8 (held out): T1 → T2 of one person\n")
-    print(table(["method", "MI before (nats)", "MI gain", "s"],
-                [["hyperreg, best λ = " + f"{best[0]:g}", f"{before:.4f}", f"{best[1]:+.4f}",
-                  f"{ours['seconds'] / len(args.lambdas):.3f}"],
-                 ["ANTs SyNOnly (Mattes MI)", f"{before:.4f}", f"{syn_gain:+.4f}",
-                  f"{syn['seconds']:.2f}"]]))
+    print(
+        table(
+            ["method", "MI before (nats)", "MI gain", "s"],
+            [
+                [
+                    "hyperreg, best λ = " + f"{best[0]:g}",
+                    f"{before:.4f}",
+                    f"{best[1]:+.4f}",
+                    f"{ours['seconds'] / len(args.lambdas):.3f}",
+                ],
+                [
+                    "ANTs SyNOnly (Mattes MI)",
+                    f"{before:.4f}",
+                    f"{syn_gain:+.4f}",
+                    f"{syn['seconds']:.2f}",
+                ],
+            ],
+        )
+    )
     print(f"\nMI gain at least ANTs SyN's: {'met' if best[1] >= syn_gain else 'MISSED'}\n")
 
 

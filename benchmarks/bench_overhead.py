@@ -38,6 +38,7 @@ def measure(size: str, repeats: int, device) -> tuple[float, float, float]:
     with torch.no_grad():
         lam = torch.tensor([[0.3]], device=device)
         params = {k: v[0] for k, v in model.generate_weights(lam).items()}
+
         def fresh():
             model.eval()  # drops the reused weights: this call generates them again
             return model(moving, fixed, 0.3)
@@ -73,8 +74,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         ratio = hyper_s / fixed_s
         judged = verdict(ratio <= TARGET)
         rows.append(
-            [size, f"{fixed_s:.4f}", f"{hyper_s:.4f}", f"{ratio:.2f}", judged, f"{fresh_s:.4f}",
-             f"{fresh_s / fixed_s:.2f}"]
+            [
+                size,
+                f"{fixed_s:.4f}",
+                f"{hyper_s:.4f}",
+                f"{ratio:.2f}",
+                judged,
+                f"{fresh_s:.4f}",
+                f"{fresh_s / fixed_s:.2f}",
+            ]
         )
     print(
         "HyperMorph called at λ = 0.3 (`model(moving, fixed, 0.3)`), against the "
@@ -84,8 +92,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"images, device {device}; median "
         f"of {args.repeats} interleaved calls after a warm-up.\n"
     )
-    header = ["size", "fixed-weight U-Net (s)", "HyperMorph (s)", "ratio", f"≤ {TARGET}",
-              "HyperMorph, weights generated in the call (s)", "its ratio"]
+    header = [
+        "size",
+        "fixed-weight U-Net (s)",
+        "HyperMorph (s)",
+        "ratio",
+        f"≤ {TARGET}",
+        "HyperMorph, weights generated in the call (s)",
+        "its ratio",
+    ]
     print(table(header, rows))
     print(
         f"\nTarget: ≤ {TARGET} × (DESIGN.md §5 at 3D 160×192×224; issue 11 in 2D and 3D). "

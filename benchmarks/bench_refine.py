@@ -46,11 +46,14 @@ def _ours(model, pair: dict, lam: float, steps: int, lr: float, sim: str = "ncc"
     moving, fixed = load_volume(pair["moving"]), load_volume(pair["fixed"])
     segs = {}
     if pair.get("moving_seg"):
-        segs = {"moving_seg": load_volume(pair["moving_seg"], label=True),
-                "fixed_seg": load_volume(pair["fixed_seg"], label=True)}
+        segs = {
+            "moving_seg": load_volume(pair["moving_seg"], label=True),
+            "fixed_seg": load_volume(pair["fixed_seg"], label=True),
+        }
     start = time.perf_counter()
-    result = refine_pair(model, moving, fixed, lam, Refinement(steps=steps, sim=sim, lr=lr),
-                         resample=True, **segs)
+    result = refine_pair(
+        model, moving, fixed, lam, Refinement(steps=steps, sim=sim, lr=lr), resample=True, **segs
+    )
     seconds = time.perf_counter() - start
     return {
         "dice": result.mean_dice,
@@ -91,32 +94,57 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     threads = os.environ.get("ITK_GLOBAL_DEFAULT_NUMBER_OF_THREADS", "ITK default (all cores)")
     print("## Test-time refinement vs ANTs SyN-CC\n")
-    print(f"Model `{args.model}`, λ = {args.lam:g}, Adam lr {args.lr:g} voxels/step; torch "
-          f"threads {torch.get_num_threads()}, ANTs threads {threads}; CPU, {os.cpu_count()} "
-          f"cores. {len(rows)} pairs ({len(rows) - 1} mindboggle, 1 OASIS).\n")
+    print(
+        f"Model `{args.model}`, λ = {args.lam:g}, Adam lr {args.lr:g} voxels/step; torch "
+        f"threads {torch.get_num_threads()}, ANTs threads {threads}; CPU, {os.cpu_count()} "
+        f"cores. {len(rows)} pairs ({len(rows) - 1} mindboggle, 1 OASIS).\n"
+    )
     grid = []
     for n in args.steps:
-        grid.append([
-            n,
-            np.mean([r["ours"][n]["dice"] for r in rows]),
-            np.mean([r["ours"][n]["folding"] for r in rows]),
-            np.mean([r["ours"][n]["ndv"] for r in rows]),
-            np.mean([r["ours"][n]["seconds"] for r in rows]),
-        ])
-    syncc = [np.mean([r["syncc"]["dice"] for r in rows]),
-             np.mean([r["syncc"]["folding"] for r in rows]),
-             np.mean([r["syncc"]["seconds"] for r in rows])]
-    body = [[f"hyperreg, {n} steps", f"{d:.4f}", f"{d - grid[0][1]:+.4f}", f"{f:.3f}",
-             f"{v:.4f}", f"{s:.2f}"] for n, d, f, v, s in grid]
-    body.append(["ANTs SyNOnly, syn_metric=CC", f"{syncc[0]:.4f}", "", f"{syncc[1]:.3f}",
-                 "", f"{syncc[2]:.2f}"])
+        grid.append(
+            [
+                n,
+                np.mean([r["ours"][n]["dice"] for r in rows]),
+                np.mean([r["ours"][n]["folding"] for r in rows]),
+                np.mean([r["ours"][n]["ndv"] for r in rows]),
+                np.mean([r["ours"][n]["seconds"] for r in rows]),
+            ]
+        )
+    syncc = [
+        np.mean([r["syncc"]["dice"] for r in rows]),
+        np.mean([r["syncc"]["folding"] for r in rows]),
+        np.mean([r["syncc"]["seconds"] for r in rows]),
+    ]
+    body = [
+        [
+            f"hyperreg, {n} steps",
+            f"{d:.4f}",
+            f"{d - grid[0][1]:+.4f}",
+            f"{f:.3f}",
+            f"{v:.4f}",
+            f"{s:.2f}",
+        ]
+        for n, d, f, v, s in grid
+    ]
+    body.append(
+        [
+            "ANTs SyNOnly, syn_metric=CC",
+            f"{syncc[0]:.4f}",
+            "",
+            f"{syncc[1]:.3f}",
+            "",
+            f"{syncc[2]:.2f}",
+        ]
+    )
     print(table(["method", "mean Dice", "gain", "folding %", "NDV %", "s / pair"], body))
     fits = [g for g in grid if g[4] <= 2.0 and g[2] < 0.5]
     best = max(fits, key=lambda g: g[1]) if fits else None
     if best is not None:
-        print(f"\nBest within 2 s per pair and folding < 0.5 %: {best[0]} steps, Dice "
-              f"{best[1]:.4f} vs SyN-CC {syncc[0]:.4f}: above SyN-CC "
-              f"{verdict(best[1] > syncc[0])} ({best[1] - syncc[0]:+.4f}).\n")
+        print(
+            f"\nBest within 2 s per pair and folding < 0.5 %: {best[0]} steps, Dice "
+            f"{best[1]:.4f} vs SyN-CC {syncc[0]:.4f}: above SyN-CC "
+            f"{verdict(best[1] > syncc[0])} ({best[1] - syncc[0]:+.4f}).\n"
+        )
     else:
         print("\nNo step count ran within 2 s per pair with folding < 0.5 %: MISSED.\n")
     _plot(args.plot_dir / "refine_gain.png", grid, syncc[0])
@@ -142,8 +170,10 @@ def _multicontrast(model, args) -> None:
     import ants
 
     folder = args.data / "multicontrast-2d" / "S8"
-    pair = {"moving": folder / "structInSpaceOfTemplateCoronalSlice.nii.gz",
-            "fixed": folder / "T2_structInSpaceOfTemplateCoronalSlice.nii.gz"}
+    pair = {
+        "moving": folder / "structInSpaceOfTemplateCoronalSlice.nii.gz",
+        "fixed": folder / "T2_structInSpaceOfTemplateCoronalSlice.nii.gz",
+    }
     fixed = ants.image_read(str(pair["fixed"])).numpy()
     moving = ants.image_read(str(pair["moving"])).numpy()
     before = mutual_information(moving, fixed)
@@ -151,17 +181,31 @@ def _multicontrast(model, args) -> None:
     for n in args.steps:
         ours = _ours(model, pair, args.lam, n, args.lr, sim="mi")
         gain = mutual_information(ours["moved"], ours["fixed"]) - before
-        rows.append([f"hyperreg, {n} steps MI", f"{gain:+.4f}", f"{ours['folding']:.3f}",
-                     f"{ours['seconds']:.2f}"])
+        rows.append(
+            [
+                f"hyperreg, {n} steps MI",
+                f"{gain:+.4f}",
+                f"{ours['folding']:.3f}",
+                f"{ours['seconds']:.2f}",
+            ]
+        )
     syn = ants_syn(pair, None)
     syn_gain = mutual_information(syn["moved"], fixed) - before
-    rows.append(["ANTs SyNOnly (Mattes MI)", f"{syn_gain:+.4f}", f"{syn['folding']:.3f}",
-                 f"{syn['seconds']:.2f}"])
+    rows.append(
+        [
+            "ANTs SyNOnly (Mattes MI)",
+            f"{syn_gain:+.4f}",
+            f"{syn['folding']:.3f}",
+            f"{syn['seconds']:.2f}",
+        ]
+    )
     print(f"### multicontrast S8: T1 → T2, MI before {before:.4f} nats\n")
     print(table(["method", "MI gain (nats)", "folding %", "s"], rows))
     best = max(float(r[1]) for r in rows[:-1])
-    print(f"\nRefinement raises MI at least as much as ANTs SyN: {verdict(best >= syn_gain)} "
-          f"({best:+.4f} vs {syn_gain:+.4f}).\n")
+    print(
+        f"\nRefinement raises MI at least as much as ANTs SyN: {verdict(best >= syn_gain)} "
+        f"({best:+.4f} vs {syn_gain:+.4f}).\n"
+    )
 
 
 if __name__ == "__main__":

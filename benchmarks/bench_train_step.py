@@ -147,8 +147,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             fp32 = _run("hyper", size, int(batch), args.repeats, **run)["time"]
             bf16 = _run("hyper-bf16", size, int(batch), args.repeats, **run)["time"]
             ratio = fp32 / bf16
-            bf16_rows.append([f"{size}, {batch}", f"{fp32:.4f}", f"{bf16:.4f}",
-                              f"{ratio:.2f} {verdict(ratio >= BF16_TARGET)}"])
+            bf16_rows.append(
+                [
+                    f"{size}, {batch}",
+                    f"{fp32:.4f}",
+                    f"{bf16:.4f}",
+                    f"{ratio:.2f} {verdict(ratio >= BF16_TARGET)}",
+                ]
+            )
     memory = (
         "`torch.cuda.max_memory_allocated`"
         if args.device.startswith("cuda")
