@@ -62,7 +62,7 @@ def _ours(model, pair: dict, lam: float, steps: int, lr: float, sim: str = "ncc"
         "seconds": seconds,
         "moved": result.moved,
         "fixed": fixed.data,
-        "extra": result.extra,
+        "refinement": result.refinement,
     }
 
 

@@ -119,6 +119,7 @@ def _describe(steps: int | None) -> str:
 def _end_to_end(root: Path, lam: float, steps: int | None, old: bool) -> tuple[list, list, dict]:
     import hyperreg.registration.pipeline as pipeline
     import hyperreg.registration.refine as refine
+    import hyperreg.registration.refine_levels as refine_levels
     from hyperreg import load_pretrained
     from hyperreg.geometry.affine import register_affine
     from hyperreg.geometry.fields import save_displacement
@@ -175,16 +176,16 @@ def _end_to_end(root: Path, lam: float, steps: int | None, old: bool) -> tuple[l
         old_row = None
         if old:
             log("today's refinement (fine level, 100 fixed steps, whole grid) ...")
-            patience, box = refine._PATIENCE, refine._foreground_box
-            refine._PATIENCE = 10**9
-            refine._foreground_box = lambda model, m, f, w: refine._Box(  # type: ignore[assignment]
+            patience, box = refine_levels._PATIENCE, refine.foreground_box
+            refine_levels._PATIENCE = 10**9
+            refine.foreground_box = lambda model, m, f, w: refine_levels.LossBox(  # type: ignore[assignment]
                 (slice(None),) * (m.ndim - 2), (slice(None),) * (m.ndim - 2)
             )
             before = dict(clock.seconds)
             try:
                 old_result = pair.register(model, [lam], Refinement(steps=100, levels=1))[0]
             finally:
-                refine._PATIENCE, refine._foreground_box = patience, box
+                refine_levels._PATIENCE, refine.foreground_box = patience, box
             old_row = (old_result, clock.seconds["refine_flow"] - before["refine_flow"])
             clock.seconds = before
     finally:

@@ -19,12 +19,14 @@ from hyperreg.geometry.io import Volume
 from hyperreg.method.model import HyperMorph, save_checkpoint
 from hyperreg.method.spatial import warp
 from hyperreg.registration.pairs import register_pair
+from hyperreg.registration.pipeline import load_pair
 from hyperreg.registration.refine import (
     Refinement,
     inverse_displacement,
     refine_flow,
     refine_pair,
 )
+from hyperreg.registration.results import RefineStats
 
 CASES = CASES_DIR / "files"
 
@@ -63,10 +65,11 @@ def test_refinement_lowers_the_loss_and_keeps_the_fixed_grid(ndim: int) -> None:
         moving_seg=pair["moving_seg"],
         fixed_seg=pair["fixed_seg"],
     )
-    extra = after.extra
-    assert extra["loss_after"] < extra["loss_before"]
-    assert extra["similarity_after"] > extra["similarity_before"]
-    assert extra["refine_steps"] == 30 and extra["refine_seconds"] > 0
+    stats = after.refinement
+    assert stats is not None
+    assert stats.loss_after < stats.loss_before
+    assert stats.similarity_after > stats.similarity_before
+    assert stats.steps == 30 and stats.seconds > 0
     assert after.disp.shape == before.disp.shape == (ndim, *pair["fixed"].spatial_shape)
     assert after.moved.shape == pair["fixed"].spatial_shape
     assert after.moved_seg is not None and after.moved_seg.shape == pair["fixed"].spatial_shape
@@ -83,7 +86,8 @@ def test_zero_steps_is_the_networks_field() -> None:
     plain = register_pair(model, pair["moving"], pair["fixed"], 0.4)
     refined = refine_pair(model, pair["moving"], pair["fixed"], 0.4, Refinement(steps=0))
     np.testing.assert_allclose(refined.disp, plain.disp, atol=1e-6)
-    assert refined.extra["loss_before"] == refined.extra["loss_after"]
+    assert refined.refinement is not None
+    assert refined.refinement.loss_before == refined.refinement.loss_after
 
 
 def test_mutual_information_refinement_raises_mi() -> None:
@@ -92,8 +96,42 @@ def test_mutual_information_refinement_raises_mi() -> None:
     fixed = pair["fixed"]
     inverted = Volume(1.0 - fixed.data, fixed.affine, fixed.disk_shape)  # another "contrast"
     result = refine_pair(model, pair["moving"], inverted, 0.2, Refinement(steps=25, sim="mi"))
-    assert result.extra["refine_sim"] == 1
-    assert result.extra["similarity_after"] > result.extra["similarity_before"]
+    assert result.refinement is not None and result.refinement.similarity == "mi"
+    assert result.refinement.similarity_after > result.refinement.similarity_before
+
+
+def test_results_carry_typed_statistics_not_an_untyped_dict() -> None:
+    """Issue 21: refinement, dice_before, ncc and smoothness are typed fields of the results
+    (register_pair, refine_pair and the pipeline's PairResult), filled when computed."""
+    model = tiny_model(2)
+    pair = _volumes(2)
+    segs = {"moving_seg": pair["moving_seg"], "fixed_seg": pair["fixed_seg"]}
+    refined = refine_pair(
+        model, pair["moving"], pair["fixed"], 0.2, Refinement(steps=6, levels=2), **segs
+    )
+    assert not hasattr(refined, "extra")
+    stats = refined.refinement
+    assert isinstance(stats, RefineStats)
+    assert stats.steps == 6 and stats.similarity == "ncc" and stats.seconds > 0
+    assert stats.steps_taken[0] > 0 and 0 < stats.steps_taken[1] <= 6  # both levels ran
+    assert isinstance(stats.fell_back, bool) and not stats.fell_back
+    assert stats.loss_after < stats.loss_before
+    assert refined.ncc is not None and 0 < refined.ncc <= 1  # local NCC of the result
+    assert refined.smoothness is not None and refined.smoothness > 0
+    plain = register_pair(model, pair["moving"], pair["fixed"], 0.2, **segs)
+    assert plain.refinement is None and plain.ncc is None
+    assert plain.smoothness is not None and plain.smoothness > 0
+    assert plain.dice_before is not None and 0 <= plain.dice_before < 1
+    assert refined.dice_before == pytest.approx(plain.dice_before)  # the unregistered pair
+    unlabelled = register_pair(model, pair["moving"], pair["fixed"], 0.2)
+    assert unlabelled.dice_before is None
+    prepared = load_pair(pair["moving"], pair["fixed"], init="none", **segs)
+    (through,) = prepared.register(model, [0.2], Refinement(steps=6, levels=2))
+    assert through.refinement is not None and through.refinement.steps == 6
+    assert through.refinement.loss_after == stats.loss_after
+    assert through.dice_before == pytest.approx(plain.dice_before)
+    (network,) = prepared.register(model, [0.2], Refinement(steps=0), inverse=True)
+    assert network.refinement is None  # 0 steps: the network's field, not refined
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-import hyperreg.registration.refine as refine_module
+import hyperreg.registration.refine_levels as levels_module
 from lambda_helpers import blob, tiny_model
 from hyperreg.method.spatial import jacobian_determinant
 from hyperreg.registration.refine import Refinement, refine_flow, refine_pair
@@ -61,7 +61,7 @@ def test_a_nan_loss_falls_back_to_the_networks_field(
     model = tiny_model(2)
     moving, fixed = _pair(2)
     network = model(moving, fixed, 0.3)
-    terms = refine_module._terms
+    terms = levels_module._terms
     calls = {"n": 0}
 
     def diverging(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -69,7 +69,7 @@ def test_a_nan_loss_falls_back_to_the_networks_field(
         calls["n"] += 1
         return (loss * float("nan"), image) if calls["n"] > 4 else (loss, image)
 
-    monkeypatch.setattr(refine_module, "_terms", diverging)
+    monkeypatch.setattr(levels_module, "_terms", diverging)
     with caplog.at_level(logging.WARNING, logger="hyperreg.registration.refine"):
         refined = refine_flow(model, moving, fixed, 0.3, Refinement(steps=20, levels=2))
     assert refined.fell_back and refined.loss_after == refined.loss_before

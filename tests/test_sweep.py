@@ -101,7 +101,7 @@ def test_sweep_equals_single_lambda_calls(ndim: int, chunk: int | None) -> None:
             assert result.dice[label] == pytest.approx(value)
         assert result.folding_fraction == pytest.approx(single.folding_fraction, abs=1e-6)
         assert result.log_jacobian_std == pytest.approx(single.log_jacobian_std, abs=1e-4)
-        assert 0.0 <= result.extra["ncc"] <= 1.0
+        assert result.ncc is not None and 0.0 <= result.ncc <= 1.0
 
 
 def _segs(pair: dict[str, Volume]) -> dict[str, Volume]:
@@ -392,10 +392,11 @@ def test_sweep_reports_dice_before() -> None:
     pair = _pair(SHAPE)
     results = sweep_lambdas(tiny_model(), pair["moving"], pair["fixed"], [0.2, 0.8], **_segs(pair))
     single = register_pair(tiny_model(), pair["moving"], pair["fixed"], 0.2, **_segs(pair))
+    assert single.dice_before is not None
     for result in results:
-        assert result.extra["dice_before"] == pytest.approx(single.extra["dice_before"])
+        assert result.dice_before == pytest.approx(single.dice_before)
     bare = sweep_lambdas(tiny_model(), pair["moving"], pair["fixed"], [0.2])
-    assert "dice_before" not in bare[0].extra
+    assert bare[0].dice_before is None
 
 
 def _rows(*entries: tuple[float, float, bool]) -> list[dict]:

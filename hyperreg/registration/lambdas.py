@@ -67,10 +67,10 @@ def sweep_lambdas(
     plain convolutions sum in a different order). Dice is scored on the non-zero labels of the
     **input** label maps (:func:`~hyperreg.method.metrics.registration_dice`), the same set for
     every λ (a label that vanishes scores 0 instead of dropping out of the mean). With ``ncc``,
-    ``extra["ncc"]`` holds the local NCC similarity
-    (window 9, in [0, 1], float32) between the moved and the fixed image; ``extra["smoothness"]``
+    ``result.ncc`` holds the local NCC similarity
+    (window 9, in [0, 1], float32) between the moved and the fixed image; ``result.smoothness``
     holds the training's smoothness term of the field; with label maps,
-    ``extra["dice_before"]`` holds the mean Dice without registration (same labels), as
+    ``result.dice_before`` holds the mean Dice without registration (same labels), as
     :func:`~hyperreg.registration.pairs.register_pair` reports it.
 
     Args:
@@ -87,7 +87,7 @@ def sweep_lambdas(
         normalization: Intensity normalisation, see
         :func:`hyperreg.geometry.intensity.normalize_intensity`.
         resample: Resample inputs not on the fixed grid onto it (see ``register_pair``).
-        ncc: Also compute ``extra["ncc"]`` per λ (box filters over the whole image; off unless
+        ncc: Also compute ``result.ncc`` per λ (box filters over the whole image; off unless
             asked for: it made a 3D sweep slower than single ``register_pair`` calls).
 
     Returns:
@@ -153,10 +153,10 @@ def sweep_lambdas(
                 moving=moving, grid=grid,
             )
             if similarity is not None:
-                result.extra["ncc"] = float(similarity[index])
-            result.extra["smoothness"] = float(smoothness[index])
+                result.ncc = float(similarity[index])
+            result.smoothness = float(smoothness[index])
             if before is not None:
-                result.extra["dice_before"] = before
+                result.dice_before = before
             results.append(result)
         logger.debug("%s(): λ %d-%d of %d done", fn, start + 1, start + size, count)
     return results

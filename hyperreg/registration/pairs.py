@@ -15,7 +15,7 @@ import math
 import os
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +29,7 @@ from hyperreg.method.losses import gradient_loss
 from hyperreg.method.metrics import registration_dice
 from hyperreg.method.model import HyperMorph, RegistrationOutput
 from hyperreg.method.spatial import jacobian_determinant, sample_at, warp
+from hyperreg.registration.results import RegistrationResult
 
 __all__ = [
     "OUTPUT_SUFFIXES",
@@ -61,51 +62,6 @@ class InputError(ValueError):
     def __init__(self, message: str, argument: str) -> None:
         super().__init__(message)
         self.argument = argument
-
-
-@dataclass
-class RegistrationResult:
-    """Outputs of one registration, on the fixed grid, as numpy arrays.
-
-    Attributes:
-        moved: Moved image, spatial shape of ``fixed``, float32, in the moving image's own
-            intensity units (the model sees normalised intensities; the output does not); 0
-            where the field points outside the moving image, as ANTs and ITK resample.
-        disp: Displacement ``(N, *S)`` in voxels, i/j/k order, ``moved[x] = moving(x + disp(x))``.
-        moved_seg: Moved label map (int32, nearest neighbour) or None.
-        lam: The λ used.
-        dice: ``{label: Dice}`` between moved and fixed label maps, or None.
-        folding_fraction: Share of voxels with Jacobian determinant ≤ 0.
-        log_jacobian_std: Standard deviation of log J.
-        extra: More scalars: ``"smoothness"`` (:func:`~hyperreg.method.losses.gradient_loss` of the
-            field training regularises: the velocity when the model integrates one, else the
-            displacement; voxels², times ``int_downsize`` for a half-resolution velocity, as
-            in the training loss) from :func:`register_pair`, ``"dice_before"`` (mean Dice of
-            the unregistered label maps) when both label maps are given, ``"ncc"`` from sweeps.
-        resampled: One message per input that was resampled onto the fixed grid, e.g.
-            ``"resampled moving 'm.nii.gz' (shape (150, 181), ...) onto the fixed grid (...)"``.
-        inverse_disp: Inverse displacement ``(N, *S)`` in voxels (``exp(−v)``, on the fixed
-            grid), when asked for (:func:`hyperreg.registration.refine.refine_pair`), else None.
-    """
-
-    moved: np.ndarray
-    disp: np.ndarray
-    moved_seg: np.ndarray | None
-    lam: float
-    dice: dict[int, float] | None = None
-    folding_fraction: float = 0.0
-    log_jacobian_std: float = 0.0
-    extra: dict[str, float] = field(default_factory=dict)
-    resampled: list[str] = field(default_factory=list)
-    inverse_disp: np.ndarray | None = None
-
-    @property
-    def mean_dice(self) -> float | None:
-        """Mean Dice over the scored labels, or None without label maps."""
-        if self.dice is None:
-            return None
-        values = [v for v in self.dice.values() if not math.isnan(v)]
-        return float(np.mean(values)) if values else float("nan")
 
 
 def onto_grid(
@@ -433,13 +389,11 @@ def register_pair(
     regularised = out.velocity if out.velocity is not None else out.disp
     # as in training: VoxelMorph's loss_mult = int_downsize for a half-resolution velocity
     scale = model.config.int_downsize if regularised.shape[2] < out.disp.shape[2] else 1
-    result.extra["smoothness"] = scale * float(gradient_loss(regularised.float()))
+    result.smoothness = scale * float(gradient_loss(regularised.float()))
     if result.dice is not None and moving_seg is not None and fixed_seg is not None:
         before = registration_dice(moving_seg.data, fixed_seg.data, labels=list(result.dice))
-        result.extra["dice_before"] = float(np.mean(list(before.values()))) if before else math.nan
+        result.dice_before = float(np.mean(list(before.values()))) if before else math.nan
     return result
-
-
 
 
 def check_outputs(

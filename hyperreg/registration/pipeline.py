@@ -47,7 +47,7 @@ from hyperreg.registration.pairs import (
     RegistrationResult,
     onto_fixed_grid,
 )
-from hyperreg.registration.refine import REFINE_SIMILARITIES, Refinement, refine_pair
+from hyperreg.registration.refine import Refinement, refine_pair
 from hyperreg.registration.results import AffineStage, PairResult, RefineStats, mean_of
 
 __all__ = [
@@ -192,18 +192,7 @@ class PreparedPair:
         dice = None
         if moved_seg is not None and self.fixed_seg is not None:
             dice = registration_dice(moved_seg, self.fixed_seg.data, labels=self.labels)
-        extra = raw.extra
-        stats = None
-        if extra.get("refine_steps"):
-            stats = RefineStats(
-                steps=int(extra["refine_steps"]),
-                similarity=REFINE_SIMILARITIES[int(extra.get("refine_sim", 0))],
-                seconds=extra["refine_seconds"],
-                similarity_before=extra["similarity_before"],
-                similarity_after=extra["similarity_after"],
-                loss_before=extra["loss_before"],
-                loss_after=extra["loss_after"],
-            )
+        stats = raw.refinement if raw.refinement is not None and raw.refinement.steps else None
         return PairResult(
             lam=raw.lam,
             moved=moved,
@@ -215,8 +204,8 @@ class PreparedPair:
             dice_affine=self.dice_affine if dice is not None else None,
             folding_fraction=raw.folding_fraction,
             log_jacobian_std=raw.log_jacobian_std,
-            smoothness=extra.get("smoothness"),
-            ncc=extra.get("ncc"),
+            smoothness=raw.smoothness,
+            ncc=raw.ncc,
             affine=self.affine,
             refinement=stats,
             inverse_disp=raw.inverse_disp,

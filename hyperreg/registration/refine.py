@@ -13,9 +13,11 @@ evaluated on the box of both images' foreground (the flow outside it is left as 
 Each level stops early when its loss stops improving and keeps
 its best flow; a loss that becomes NaN stops the refinement, logs a warning and returns the
 network's field. :func:`refine_pair` is the :func:`~hyperreg.registration.pairs.register_pair`
-counterpart (volumes in, :class:`~hyperreg.registration.pairs.RegistrationResult` out, timings
-and similarities before and after in ``extra``). :func:`inverse_displacement` is the inverse
-field ``exp(−v)``. Must not import training, apps or cli.
+counterpart (volumes in, :class:`~hyperreg.registration.results.RegistrationResult` out, its
+``refinement`` the :class:`~hyperreg.registration.results.RefineStats`: timings, similarities
+and losses before and after). :func:`inverse_displacement` is the inverse field ``exp(−v)``.
+One level's loss and Adam loop are :mod:`hyperreg.registration.refine_levels`'s. Must not
+import training, apps or cli.
 
 References:
     Tian et al., uniGradICON (MICCAI 2024): ``--io_iterations`` instance optimisation after the
@@ -36,7 +38,6 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from hyperreg._checks import as_lambda_tensor, check_option
@@ -45,13 +46,14 @@ from hyperreg.method.losses import gradient_loss, ncc_loss
 from hyperreg.method.metrics import mean_dice
 from hyperreg.method.model import HyperMorph, RegistrationOutput
 from hyperreg.method.objective import Objective
-from hyperreg.method.spatial import integrate_velocity, warp
 from hyperreg.registration.pairs import (
     RegistrationResult,
     network_inputs,
     prepare_pair,
     result_from_output,
 )
+from hyperreg.registration.refine_levels import RefineLevel, foreground_box, optimise_level
+from hyperreg.registration.results import RefineStats
 
 __all__ = [
     "MAX_REFINE_STEPS",
@@ -74,8 +76,6 @@ MAX_REFINE_STEPS = 10000  # more than this is a typo, not a plan (a 2D step take
 
 REFINE_LEVELS = (1, 2)
 _COARSE_LR = 2.0  # the coarse level's Adam rate, times ``lr`` (its steps are 1/8 the cost in 3D)
-_PATIENCE = 5  # steps without a relative improvement of the best loss above _TOLERANCE: stop
-_TOLERANCE = 2e-4
 
 
 @dataclass(frozen=True)
@@ -154,6 +154,20 @@ class RefinedFlow(NamedTuple):
     steps: tuple[int, int] = (0, 0)
     fell_back: bool = False
 
+    def stats(self, refinement: Refinement) -> RefineStats:
+        """The typed statistics of this refinement, run with ``refinement``."""
+        return RefineStats(
+            steps=refinement.steps,
+            similarity=refinement.sim,
+            seconds=self.seconds,
+            similarity_before=self.similarity_before,
+            similarity_after=self.similarity_after,
+            loss_before=self.loss_before,
+            loss_after=self.loss_after,
+            steps_taken=self.steps,
+            fell_back=self.fell_back,
+        )
+
 
 def refine_objective(model: HyperMorph, refinement: Refinement) -> Objective:
     """The objective a refinement minimises: the model's (``model.objective``, as trained),
@@ -165,134 +179,30 @@ def refine_objective(model: HyperMorph, refinement: Refinement) -> Objective:
     return dataclasses.replace(objective, similarity=refinement.sim, label_loss="none")
 
 
-def _terms(
-    objective: Objective, moved: Tensor, fixed: Tensor, field: Tensor, lam: float, shape
-) -> tuple[Tensor, Tensor]:
-    """``(loss, image dissimilarity)`` of one evaluation; ``shape`` is the fine image grid (it
-    sets the regulariser's ``k``, so both levels weigh smoothness alike)."""
-    image = objective.image_term(moved, fixed).float()
-    smooth = objective.smoothness(field, shape).float()
-    return ((1 - lam) * image + lam * smooth).mean(), image.mean()
-
-
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def _pool(image: Tensor) -> Tensor:
-    """Average-pool by 2 (a last odd voxel is averaged alone): size ``ceil(S / 2)``."""
-    pool = F.avg_pool2d if image.ndim == 4 else F.avg_pool3d
-    return pool(image, 2, ceil_mode=True)
-
-
-class _Level:
-    """One level of the optimisation: images and how a flow becomes ``(loss, similarity)``."""
-
-    def __init__(
-        self,
-        model: HyperMorph,
-        objective: Objective,
-        moving: Tensor,
-        fixed: Tensor,
-        lam: float,
-        coarse: bool,
-    ) -> None:
-        self.model, self.objective, self.lam, self.coarse = model, objective, lam, coarse
-        self.shape = tuple(fixed.shape[2:])  # the fine grid
-        self.moving = _pool(moving) if coarse else moving
-        self.fixed = _pool(fixed) if coarse else fixed
-        if coarse and objective.similarity == "ncc":  # the same window in mm on half the voxels
-            window = max(3, (objective.ncc_window // 2) | 1)
-            self.objective = dataclasses.replace(objective, ncc_window=window)
-
-    def __call__(self, flow: Tensor) -> tuple[Tensor, Tensor]:
-        if not self.coarse:
-            out = self.model.flow_to_output(flow, self.moving)
-            field = out.velocity if out.velocity is not None else out.disp
-            return _terms(self.objective, out.moved, self.fixed, field, self.lam, self.shape)
-        # the velocity's own grid: integrated as the model does, no upsampling
-        crop = (slice(None), slice(None), *[slice(0, n) for n in self.moving.shape[2:]])
-        velocity = flow[crop]
-        disp = integrate_velocity(flow, self.model.config.int_steps)[crop]
-        moved = warp(self.moving, disp, exact=False)
-        return _terms(self.objective, moved, self.fixed, velocity, self.lam, self.shape)
-
-
-def _optimise(
-    level: _Level, start: Tensor, lr: float, steps: int
-) -> tuple[Tensor, float, int, bool]:
-    """Adam from ``start`` for at most ``steps``; returns ``(best flow, its loss, steps taken,
-    diverged)``. Stops after :data:`_PATIENCE` steps without a relative gain of
-    :data:`_TOLERANCE` on the best loss; a non-finite loss stops it as diverged."""
-    param = start.detach().clone().requires_grad_(True)
-    optimiser = torch.optim.Adam([param], lr=lr)
-    best, best_loss, stale = start.detach(), math.inf, 0
-    taken = 0
-    with torch.enable_grad():
-        for taken in range(1, steps + 1):
-            loss, _ = level(param)
-            value = float(loss.detach())
-            if not math.isfinite(value):
-                return best, best_loss, taken, True
-            if value < best_loss - _TOLERANCE * abs(best_loss if math.isfinite(best_loss) else 0):
-                best, best_loss, stale = param.detach().clone(), value, 0
-            else:
-                stale += 1
-                if stale >= _PATIENCE:
-                    break
-            optimiser.zero_grad(set_to_none=True)
-            loss.backward()
-            optimiser.step()
-    with torch.no_grad():  # the last step's result has not been scored yet
-        loss, _ = level(param.detach())
-        value = float(loss)
-    if not math.isfinite(value):
-        return best, best_loss, taken, True
-    if value < best_loss:
-        best, best_loss = param.detach().clone(), value
-    return best, best_loss, taken, False
-
-
-_BOX_MARGIN = (
-    8  # fine-grid voxels of background kept around the foreground (plus NCC's half window)
-)
-
-
-class _Box(NamedTuple):
-    """Where the loss is evaluated: image slices and the matching flow slices."""
-
-    image: tuple[slice, ...]
-    flow: tuple[slice, ...]
-
-
-def _foreground_box(model: HyperMorph, moving: Tensor, fixed: Tensor, window: int) -> _Box:
-    """The foreground of either image (above 1 % of its range), dilated by :data:`_BOX_MARGIN`
-    and half the NCC window, grown to a multiple of 16 voxels at an even start per axis (so a
-    crop is a valid model input and its flow is a slice of the full flow); an axis the box
-    would fill is kept whole."""
-    mask = (moving[0].amax(0) > 0.01 * moving.max()) | (fixed[0].amax(0) > 0.01 * fixed.max())
-    divisor = model.unet.divisor
-    margin = _BOX_MARGIN + window // 2
-    image, flow = [], []
-    for axis, size in enumerate(mask.shape):
-        other = tuple(a for a in range(mask.ndim) if a != axis)
-        hits = torch.nonzero(mask.any(dim=other) if other else mask).flatten()
-        if hits.numel() == 0:
-            return _Box((slice(None),) * mask.ndim, (slice(None),) * mask.ndim)
-        low = max(0, int(hits.min()) - margin)
-        high = min(size, int(hits.max()) + 1 + margin)
-        length = -(-(high - low) // divisor) * divisor
-        if length >= size:  # the whole axis
-            image.append(slice(0, size))
-            flow.append(slice(None))
-            continue
-        start = min(low - low % 2, size - length)
-        start -= start % 2
-        image.append(slice(start, start + length))
-        factor = 2 if model.half_res else 1
-        flow.append(slice(start // factor, (start + length) // factor))
-    return _Box(tuple(image), tuple(flow))
+def _coarse_to_fine(
+    model: HyperMorph, fine: RefineLevel, start: Tensor, refinement: Refinement
+) -> tuple[Tensor, tuple[int, int], bool]:
+    """The schedule of :func:`refine_flow` from ``start`` (the flow on ``fine``'s box): Adam on
+    the coarse level at ``2 · lr`` (``levels == 2`` and a half-resolution velocity), then on
+    ``fine`` at ``lr``, unless the coarse level diverged. Returns ``(flow, steps taken per
+    level (coarse, fine), diverged)``."""
+    current, steps, diverged = start, [0, 0], False
+    coarse = refinement.levels == 2 and model.config.int_steps > 0 and model.half_res
+    if refinement.steps > 0 and coarse:
+        level = RefineLevel(model, fine.objective, fine.moving, fine.fixed, fine.lam, coarse=True)
+        current, _, steps[0], diverged = optimise_level(
+            level, current, _COARSE_LR * refinement.lr, refinement.steps
+        )
+    if refinement.steps > 0 and not diverged:
+        current, _, steps[1], diverged = optimise_level(
+            fine, current, refinement.lr, refinement.steps
+        )
+    return current, (steps[0], steps[1]), diverged
 
 
 def refine_flow(
@@ -364,23 +274,15 @@ def refine_flow(
     tic = time.perf_counter()
     # the loss on the foreground's box: NCC of background windows is 0 and the flow outside
     # the box is not changed, so this is the whole objective up to a constant and a factor
-    box = _foreground_box(model, moving, fixed, objective.ncc_window)
+    box = foreground_box(model, moving, fixed, objective.ncc_window)
     batch = (slice(None), slice(None))
-    fine = _Level(
+    fine = RefineLevel(
         model, objective, moving[batch + box.image], fixed[batch + box.image], lam, coarse=False
     )
     with torch.no_grad():
         loss0, image0 = fine(start[batch + box.flow])
     loss_before, similarity_before = float(loss0), -float(image0)
-    current, steps, diverged = start[batch + box.flow], [0, 0], False
-    coarse = refinement.levels == 2 and model.config.int_steps > 0 and model.half_res
-    if refinement.steps > 0 and coarse:
-        level = _Level(model, objective, fine.moving, fine.fixed, lam, coarse=True)
-        current, _, steps[0], diverged = _optimise(
-            level, current, _COARSE_LR * refinement.lr, refinement.steps
-        )
-    if refinement.steps > 0 and not diverged:
-        current, _, steps[1], diverged = _optimise(fine, current, refinement.lr, refinement.steps)
+    current, steps, diverged = _coarse_to_fine(model, fine, start[batch + box.flow], refinement)
     with torch.no_grad():
         loss, image = fine(current)
         pasted = start.clone()
@@ -416,7 +318,7 @@ def refine_flow(
         similarity_before=similarity_before,
         similarity_after=-float(image),
         seconds=seconds,
-        steps=(steps[0], steps[1]),
+        steps=steps,
         fell_back=fell_back,
     )
 
@@ -481,13 +383,10 @@ def refine_pair(
         labels: Label ids scored for Dice; default those in both the moved and fixed maps.
 
     Returns:
-        A :class:`~hyperreg.registration.pairs.RegistrationResult` whose ``extra`` holds
-        ``refine_steps`` (the budget per level), ``refine_steps_coarse`` /
-        ``refine_steps_fine`` (steps taken), ``refine_fell_back`` (1.0 when the network's
-        field was kept: NaN loss or no gain), ``refine_seconds`` (optimisation wall time),
-        ``loss_before`` / ``loss_after`` (the objective), ``similarity_before`` /
-        ``similarity_after`` (NCC or MI, higher is better; ``refine_sim`` 0 for NCC, 1 for
-        MI), ``ncc`` (local NCC of the result), ``smoothness`` and, with label maps,
+        A :class:`~hyperreg.registration.results.RegistrationResult` whose ``refinement`` holds
+        the :class:`~hyperreg.registration.results.RefineStats` (step budget and steps taken,
+        wall time, objective and similarity before and after, whether the network's field was
+        kept), with ``ncc`` (local NCC of the result), ``smoothness`` and, with label maps,
         ``dice_before`` (unregistered).
 
     Raises:
@@ -524,22 +423,11 @@ def refine_pair(
         out, 0, float(lam), moving_seg, fixed_seg, notes, labels, moving=moving, grid=grid
     )
     regularised = out.velocity if out.velocity is not None else out.disp
-    result.extra.update(
-        smoothness=float(gradient_loss(regularised.float())),
-        ncc=-float(ncc_loss(out.moved.float(), fixed_t)),
-        refine_steps=float(refinement.steps),
-        refine_steps_coarse=float(refined.steps[0]),
-        refine_steps_fine=float(refined.steps[1]),
-        refine_fell_back=float(refined.fell_back),
-        refine_seconds=refined.seconds,
-        refine_sim=float(REFINE_SIMILARITIES.index(refinement.sim)),
-        loss_before=refined.loss_before,
-        loss_after=refined.loss_after,
-        similarity_before=refined.similarity_before,
-        similarity_after=refined.similarity_after,
-    )
+    result.smoothness = float(gradient_loss(regularised.float()))
+    result.ncc = -float(ncc_loss(out.moved.float(), fixed_t))
+    result.refinement = refined.stats(refinement)
     if result.dice is not None and moving_seg is not None and fixed_seg is not None:
-        result.extra["dice_before"] = mean_dice(moving_seg.data, fixed_seg.data, list(result.dice))
+        result.dice_before = mean_dice(moving_seg.data, fixed_seg.data, list(result.dice))
     if inverse:
         inv = inverse_displacement(model, refined.flow, moving_t)
         inv = grid.to_fixed(inv) if grid is not None else inv

@@ -1,8 +1,10 @@
 """Typed results of the registration pipeline (:mod:`hyperreg.registration.pipeline`).
 
-:class:`PairResult` is one pair registered at one λ, every output already through the whole
-chain; :class:`AffineStage` and :class:`RefineStats` are the statistics of the affine stage and
-of test-time refinement, as fields rather than entries of an untyped dict. Must not import
+:class:`RegistrationResult` is one model run on a pair on the fixed grid
+(:func:`~hyperreg.registration.pairs.register_pair`, sweeps, refinement); :class:`PairResult` is
+one pair registered at one λ, every output already through the whole chain;
+:class:`AffineStage` and :class:`RefineStats` are the statistics of the affine stage and of
+test-time refinement, as fields rather than entries of an untyped dict. Must not import
 training, apps or cli.
 """
 
@@ -16,7 +18,7 @@ import numpy as np
 
 from hyperreg.geometry.affine import AffineTransform
 
-__all__ = ["AffineStage", "PairResult", "RefineStats", "mean_of"]
+__all__ = ["AffineStage", "PairResult", "RefineStats", "RegistrationResult", "mean_of"]
 
 
 @dataclass(frozen=True)
@@ -56,11 +58,17 @@ class RefineStats:
     """Test-time refinement of one field (:func:`hyperreg.registration.refine.refine_pair`).
 
     Attributes:
-        steps: Adam steps taken.
+        steps: Most Adam steps per level, as asked for
+            (:attr:`~hyperreg.registration.refine.Refinement.steps`; 0: the network's field,
+            not refined); the steps taken are ``steps_taken``.
         similarity: ``"ncc"`` or ``"mi"``.
-        seconds: Optimisation wall time.
-        similarity_before, similarity_after: The similarity (higher is better).
-        loss_before, loss_after: The objective at λ.
+        seconds: Optimisation wall time in seconds (CUDA synchronised).
+        similarity_before, similarity_after: The similarity of the network's field and of the
+            refined one: local NCC in [0, 1] or MI in nats, higher is better.
+        loss_before, loss_after: The objective at λ (dimensionless) of the same two fields.
+        steps_taken: Adam steps taken per level, ``(coarse, fine)``; ``(0, n)`` without a
+            coarse level.
+        fell_back: The network's field was kept: the loss became NaN or did not fall.
     """
 
     steps: int
@@ -70,6 +78,58 @@ class RefineStats:
     similarity_after: float
     loss_before: float
     loss_after: float
+    steps_taken: tuple[int, int] = (0, 0)
+    fell_back: bool = False
+
+
+@dataclass
+class RegistrationResult:
+    """Outputs of one registration, on the fixed grid, as numpy arrays.
+
+    Attributes:
+        moved: Moved image, spatial shape of ``fixed``, float32, in the moving image's own
+            intensity units (the model sees normalised intensities; the output does not); 0
+            where the field points outside the moving image, as ANTs and ITK resample.
+        disp: Displacement ``(N, *S)`` in voxels, i/j/k order, ``moved[x] = moving(x + disp(x))``.
+        moved_seg: Moved label map (int32, nearest neighbour) or None.
+        lam: The λ used.
+        dice: ``{label: Dice}`` between moved and fixed label maps, or None.
+        folding_fraction: Share of voxels with Jacobian determinant ≤ 0.
+        log_jacobian_std: Standard deviation of log J.
+        smoothness: :func:`~hyperreg.method.losses.gradient_loss` of the field training
+            regularises (the velocity when the model integrates one, else the displacement),
+            voxels²; times ``int_downsize`` for a half-resolution velocity, as in the training
+            loss, except from refinement (unscaled). None when not computed.
+        dice_before: Mean Dice of the unregistered label maps (same labels), or None.
+        ncc: Local NCC (squared, window 9, in [0, 1]) of the model's moved image and the
+            fixed image (normalised, network grid), from refinement and from sweeps that ask
+            for it, else None.
+        refinement: The refinement's statistics (from
+            :func:`~hyperreg.registration.refine.refine_pair`), else None.
+        resampled: One message per input that was resampled onto the fixed grid, e.g.
+            ``"resampled moving 'm.nii.gz' (shape (150, 181), ...) onto the fixed grid (...)"``.
+        inverse_disp: Inverse displacement ``(N, *S)`` in voxels (``exp(−v)``, on the fixed
+            grid), when asked for (:func:`hyperreg.registration.refine.refine_pair`), else None.
+    """
+
+    moved: np.ndarray
+    disp: np.ndarray
+    moved_seg: np.ndarray | None
+    lam: float
+    dice: dict[int, float] | None = None
+    folding_fraction: float = 0.0
+    log_jacobian_std: float = 0.0
+    smoothness: float | None = None
+    dice_before: float | None = None
+    ncc: float | None = None
+    refinement: RefineStats | None = None
+    resampled: list[str] = field(default_factory=list)
+    inverse_disp: np.ndarray | None = None
+
+    @property
+    def mean_dice(self) -> float | None:
+        """Mean Dice over the scored labels, or None without label maps."""
+        return None if self.dice is None else mean_of(self.dice.values())
 
 
 @dataclass

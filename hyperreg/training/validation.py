@@ -110,7 +110,7 @@ def evaluate(
                 moved = warp(torch.from_numpy(pair.moving)[None, None], disp, exact=False)
                 fixed = torch.from_numpy(pair.fixed)[None, None]
                 sims.append(float(model.objective.image_term(moved, fixed)[0]))
-                smooths.append(result.extra["smoothness"])
+                smooths.append(result.smoothness)
             dice = float(np.nanmean(dices)) if dices else float("nan")
             similarity, smoothness = float(np.mean(sims)), float(np.mean(smooths))
             loss = (1.0 - lam) * similarity + lam * smoothness

@@ -1,0 +1,175 @@
+"""One level of test-time refinement: where a flow is scored, and the Adam loop that lowers it.
+
+A :class:`RefineLevel` turns a raw flow into ``(loss, image dissimilarity)`` of an objective
+(:func:`hyperreg.registration.refine.refine_objective`): on the network's grid through the
+model's own integration, resizing and cropping, or, coarse, on images average-pooled to the
+velocity's grid. :func:`foreground_box` is where the loss is evaluated (the box of both images'
+foreground, a :class:`LossBox`); :func:`optimise_level` runs Adam on one level, stops early when
+the loss stops improving and keeps the best flow. The coarse-to-fine schedule, the checks and
+the results are :mod:`hyperreg.registration.refine`'s. Must not import training, apps or cli.
+
+References:
+    Siebert, Hansen, Heinrich, ConvexAdam (MICCAI 2021; IEEE TMI 2024): Adam instance
+    optimisation on a coarse grid after a first estimate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from hyperreg.method.model import HyperMorph
+from hyperreg.method.objective import Objective
+from hyperreg.method.spatial import integrate_velocity, warp
+
+__all__ = ["LossBox", "RefineLevel", "foreground_box", "optimise_level"]
+
+_PATIENCE = 5  # steps without a relative improvement of the best loss above _TOLERANCE: stop
+_TOLERANCE = 2e-4
+_BOX_MARGIN = 8  # fine-grid voxels of background kept around the foreground, plus NCC's half window
+
+
+def _terms(
+    objective: Objective, moved: Tensor, fixed: Tensor, field: Tensor, lam: float, shape
+) -> tuple[Tensor, Tensor]:
+    """``(loss, image dissimilarity)`` of one evaluation; ``shape`` is the fine image grid (it
+    sets the regulariser's ``k``, so both levels weigh smoothness alike)."""
+    image = objective.image_term(moved, fixed).float()
+    smooth = objective.smoothness(field, shape).float()
+    return ((1 - lam) * image + lam * smooth).mean(), image.mean()
+
+
+def _pool(image: Tensor) -> Tensor:
+    """Average-pool by 2 (a last odd voxel is averaged alone): size ``ceil(S / 2)``."""
+    pool = F.avg_pool2d if image.ndim == 4 else F.avg_pool3d
+    return pool(image, 2, ceil_mode=True)
+
+
+class RefineLevel:
+    """One level of the optimisation: images and how a flow becomes ``(loss, similarity)``.
+
+    Calling it with a raw flow (as :meth:`~hyperreg.method.model.HyperMorph.predict_flow`
+    returns it, cropped to the loss box) gives ``(loss, image dissimilarity)``, both scalar
+    tensors: ``(1 − λ)·S + λ·k·R`` of ``objective`` and ``S`` alone (lower is better).
+
+    Args:
+        model: The :class:`~hyperreg.method.model.HyperMorph` whose flow is refined.
+        objective: The objective (:func:`~hyperreg.registration.refine.refine_objective`).
+        moving: Normalised moving image ``(1, C, *S)`` on the network's grid (or its box).
+        fixed: Normalised fixed image, same shape; its grid sets the regulariser's ``k``.
+        lam: λ in [0, 1].
+        coarse: The coarse level: images average-pooled by 2 to the velocity's grid, the
+            velocity integrated there (no upsampling), NCC window halved (odd, at least 3) so
+            it spans the same millimetres.
+    """
+
+    def __init__(
+        self,
+        model: HyperMorph,
+        objective: Objective,
+        moving: Tensor,
+        fixed: Tensor,
+        lam: float,
+        coarse: bool,
+    ) -> None:
+        self.model, self.objective, self.lam, self.coarse = model, objective, lam, coarse
+        self.shape = tuple(fixed.shape[2:])  # the fine grid
+        self.moving = _pool(moving) if coarse else moving
+        self.fixed = _pool(fixed) if coarse else fixed
+        if coarse and objective.similarity == "ncc":  # the same window in mm on half the voxels
+            window = max(3, (objective.ncc_window // 2) | 1)
+            self.objective = dataclasses.replace(objective, ncc_window=window)
+
+    def __call__(self, flow: Tensor) -> tuple[Tensor, Tensor]:
+        if not self.coarse:
+            out = self.model.flow_to_output(flow, self.moving)
+            field = out.velocity if out.velocity is not None else out.disp
+            return _terms(self.objective, out.moved, self.fixed, field, self.lam, self.shape)
+        # the velocity's own grid: integrated as the model does, no upsampling
+        crop = (slice(None), slice(None), *[slice(0, n) for n in self.moving.shape[2:]])
+        velocity = flow[crop]
+        disp = integrate_velocity(flow, self.model.config.int_steps)[crop]
+        moved = warp(self.moving, disp, exact=False)
+        return _terms(self.objective, moved, self.fixed, velocity, self.lam, self.shape)
+
+
+def optimise_level(
+    level: RefineLevel, start: Tensor, lr: float, steps: int
+) -> tuple[Tensor, float, int, bool]:
+    """Adam from ``start`` for at most ``steps``; returns ``(best flow, its loss, steps taken,
+    diverged)``. Stops after :data:`_PATIENCE` steps without a relative gain of
+    :data:`_TOLERANCE` on the best loss; a non-finite loss stops it as diverged.
+
+    Only a copy of ``start`` is optimised (``lr`` in voxels of the flow's grid per step); the
+    model's weights receive no gradients."""
+    param = start.detach().clone().requires_grad_(True)
+    optimiser = torch.optim.Adam([param], lr=lr)
+    best, best_loss, stale = start.detach(), math.inf, 0
+    taken = 0
+    with torch.enable_grad():
+        for taken in range(1, steps + 1):
+            loss, _ = level(param)
+            value = float(loss.detach())
+            if not math.isfinite(value):
+                return best, best_loss, taken, True
+            if value < best_loss - _TOLERANCE * abs(best_loss if math.isfinite(best_loss) else 0):
+                best, best_loss, stale = param.detach().clone(), value, 0
+            else:
+                stale += 1
+                if stale >= _PATIENCE:
+                    break
+            optimiser.zero_grad(set_to_none=True)
+            loss.backward()
+            optimiser.step()
+    with torch.no_grad():  # the last step's result has not been scored yet
+        loss, _ = level(param.detach())
+        value = float(loss)
+    if not math.isfinite(value):
+        return best, best_loss, taken, True
+    if value < best_loss:
+        best, best_loss = param.detach().clone(), value
+    return best, best_loss, taken, False
+
+
+class LossBox(NamedTuple):
+    """Where the loss is evaluated: image slices and the matching flow slices (spatial axes)."""
+
+    image: tuple[slice, ...]
+    flow: tuple[slice, ...]
+
+
+def foreground_box(model: HyperMorph, moving: Tensor, fixed: Tensor, window: int) -> LossBox:
+    """The foreground of either image (above 1 % of its range), dilated by :data:`_BOX_MARGIN`
+    and half the NCC window, grown to a multiple of 16 voxels at an even start per axis (so a
+    crop is a valid model input and its flow is a slice of the full flow); an axis the box
+    would fill is kept whole.
+
+    NCC of background windows is 0 and the flow outside the box is not changed, so the loss on
+    the box is the whole objective up to a constant and a factor."""
+    mask = (moving[0].amax(0) > 0.01 * moving.max()) | (fixed[0].amax(0) > 0.01 * fixed.max())
+    divisor = model.unet.divisor
+    margin = _BOX_MARGIN + window // 2
+    image, flow = [], []
+    for axis, size in enumerate(mask.shape):
+        other = tuple(a for a in range(mask.ndim) if a != axis)
+        hits = torch.nonzero(mask.any(dim=other) if other else mask).flatten()
+        if hits.numel() == 0:
+            return LossBox((slice(None),) * mask.ndim, (slice(None),) * mask.ndim)
+        low = max(0, int(hits.min()) - margin)
+        high = min(size, int(hits.max()) + 1 + margin)
+        length = -(-(high - low) // divisor) * divisor
+        if length >= size:  # the whole axis
+            image.append(slice(0, size))
+            flow.append(slice(None))
+            continue
+        start = min(low - low % 2, size - length)
+        start -= start % 2
+        image.append(slice(start, start + length))
+        factor = 2 if model.half_res else 1
+        flow.append(slice(start // factor, (start + length) // factor))
+    return LossBox(tuple(image), tuple(flow))
