@@ -90,6 +90,32 @@ def test_zero_steps_is_the_networks_field() -> None:
     assert refined.refinement.loss_before == refined.refinement.loss_after
 
 
+def test_refined_smoothness_is_the_objectives_term_like_the_networks() -> None:
+    """Refinement reports the smoothness of the model's objective (int_downsize factor for a
+    half-resolution velocity), the same number register_pair reports for the same field."""
+    model = tiny_model(2)
+    assert model.config.int_downsize > 1  # a half-resolution velocity: the factor matters
+    pair = _volumes(2)
+    plain = register_pair(model, pair["moving"], pair["fixed"], 0.4)
+    refined = refine_pair(model, pair["moving"], pair["fixed"], 0.4, Refinement(steps=0))
+    assert plain.smoothness is not None and plain.smoothness > 0
+    assert refined.smoothness == pytest.approx(plain.smoothness, rel=1e-5)
+
+
+def test_field_only_results_skip_the_images() -> None:
+    """images=False (the pipeline's chained path) returns the same field, no moved images."""
+    model = tiny_model(2)
+    pair = _volumes(2)
+    full = refine_pair(model, pair["moving"], pair["fixed"], 0.4, Refinement(steps=2))
+    field = refine_pair(
+        model, pair["moving"], pair["fixed"], 0.4, Refinement(steps=2), images=False
+    )
+    np.testing.assert_allclose(field.disp, full.disp, atol=1e-6)
+    assert field.moved is None and field.moved_seg is None and field.dice is None
+    assert full.moved is not None
+    assert field.folding_fraction == full.folding_fraction
+
+
 def test_mutual_information_refinement_raises_mi() -> None:
     model = tiny_model(2)
     pair = _volumes(2)

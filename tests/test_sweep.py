@@ -19,6 +19,7 @@ from hyperreg.cli import main
 from hyperreg.config import ModelConfig
 from hyperreg.registration.pairs import register_pair
 from hyperreg.geometry.io import Volume
+from hyperreg.method.objective import Objective
 from hyperreg.method.model import RegistrationOutput
 from hyperreg.method.spatial import warp
 from hyperreg.apps.inputs import parse_lambdas
@@ -302,6 +303,7 @@ class _KnownModel(nn.Module):
     def __init__(self, fold: bool = False) -> None:
         super().__init__()
         self.config = ModelConfig(ndim=2)
+        self.objective = Objective(int_downsize=1)  # HyperMorph carries its objective too
         self.anchor = nn.Parameter(torch.zeros(()))  # gives the model a device
         self.fold = fold
 

@@ -21,7 +21,7 @@ import torch
 
 from hyperreg._checks import as_lambda_tensor
 from hyperreg.geometry.io import Volume
-from hyperreg.method.losses import gradient_loss, ncc_loss
+from hyperreg.method.losses import ncc_loss
 from hyperreg.method.metrics import input_labels, registration_dice
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.pairs import (
@@ -29,6 +29,7 @@ from hyperreg.registration.pairs import (
     network_inputs,
     prepare_pair,
     result_from_output,
+    smoothness_of,
 )
 
 __all__ = ["labels_scored", "sweep_lambdas"]
@@ -58,6 +59,7 @@ def sweep_lambdas(
     normalization: str = "minmax",
     resample: bool = False,
     ncc: bool = False,
+    images: bool = True,
 ) -> list[RegistrationResult]:
     """Register one pair at every λ of ``lambdas`` in batched forward passes.
 
@@ -89,6 +91,8 @@ def sweep_lambdas(
         resample: Resample inputs not on the fixed grid onto it (see ``register_pair``).
         ncc: Also compute ``result.ncc`` per λ (box filters over the whole image; off unless
             asked for: it made a 3D sweep slower than single ``register_pair`` calls).
+        images: False returns each field and its statistics only (see
+            :func:`~hyperreg.registration.pairs.result_from_output`).
 
     Returns:
         One :class:`~hyperreg.registration.pairs.RegistrationResult` per λ, in the order given.
@@ -143,14 +147,11 @@ def sweep_lambdas(
         similarity = None
         if ncc:
             similarity = -ncc_loss(out.moved.float(), fixed_t.expand(shape), reduction="none")
-        regularised = (out.velocity if out.velocity is not None else out.disp).float()
-        # as in training: VoxelMorph's loss_mult = int_downsize for a half-resolution velocity
-        scale = model.config.int_downsize if regularised.shape[2] < out.disp.shape[2] else 1
-        smoothness = scale * gradient_loss(regularised, reduction="none")
+        smoothness = smoothness_of(model, out)
         for index in range(size):
             result = result_from_output(
                 out, index, float(lam[index]), moving_seg, fixed_seg, notes, labels,
-                moving=moving, grid=grid,
+                moving=moving, grid=grid, images=images,
             )
             if similarity is not None:
                 result.ncc = float(similarity[index])

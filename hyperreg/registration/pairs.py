@@ -25,7 +25,6 @@ from hyperreg._checks import as_lambda_tensor
 from hyperreg.geometry.intensity import normalize_intensity
 from hyperreg.geometry.io import SAVE_SUFFIXES, Volume, check_same_grid, same_grid
 from hyperreg.geometry.resample import conformed_grid, describe_grid, isotropic_grid, resample_to
-from hyperreg.method.losses import gradient_loss
 from hyperreg.method.metrics import registration_dice
 from hyperreg.method.model import HyperMorph, RegistrationOutput
 from hyperreg.method.spatial import jacobian_determinant, sample_at, warp
@@ -46,6 +45,7 @@ __all__ = [
     "prepare_pair",
     "register_pair",
     "result_from_output",
+    "smoothness_of",
 ]
 
 logger = logging.getLogger(__name__)
@@ -286,28 +286,31 @@ def result_from_output(
     labels: Sequence[int] | None = None,
     moving: Volume | None = None,
     grid: NetworkGrid | None = None,
+    images: bool = True,
 ) -> RegistrationResult:
     """The :class:`RegistrationResult` of sample ``index`` of a model output (fixed grid).
 
     With ``moving`` (on the fixed grid), ``moved`` is ``moving`` warped in its own intensity
     units, as ANTs and VoxelMorph write it; otherwise the model's normalised moved image (which
     needs ``grid`` None). With ``grid`` (from :func:`network_inputs`), the displacement is
-    brought from the network's grid to the fixed grid first.
+    brought from the network's grid to the fixed grid first. ``images=False`` returns the field
+    and its statistics only (``moved`` and ``moved_seg`` None, no Dice): for a caller that
+    samples the original files through an affine + field chain itself.
     """
     disp = out.disp[index : index + 1].float()
     if grid is not None:
-        if moving is None:
+        if moving is None and images:
             raise ValueError(
                 "result_from_output(): a field on a network grid needs 'moving' to warp"
             )
         disp = grid.to_fixed(disp)
-    if moving is not None:
+    moved = moved_seg = None
+    if images and moving is not None:
         raw = torch.from_numpy(moving.data.astype(np.float32))[None, None].to(disp.device)
         moved = warp(raw, disp, padding="zeros")[0, 0].cpu().numpy()
-    else:
+    elif images:
         moved = out.moved[index, 0].float().cpu().numpy()
-    moved_seg = None
-    if moving_seg is not None:
+    if images and moving_seg is not None:
         seg = torch.from_numpy(moving_seg.data.astype(np.float32))[None, None].to(disp.device)
         moved_seg = warp(seg, disp, mode="nearest", padding="zeros").round().to(torch.int32)
         moved_seg = moved_seg[0, 0].cpu().numpy()
@@ -332,6 +335,15 @@ def result_from_output(
         log_jacobian_std=summary["log_jacobian_std"],
         resampled=list(notes),
     )
+
+
+def smoothness_of(model: HyperMorph, out: RegistrationOutput) -> torch.Tensor:
+    """``(B,)`` the smoothness term of the model's objective for each field of ``out``: Grad-l2
+    of the velocity (the displacement for a model without integration), in voxels², times
+    ``int_downsize`` for a half-resolution velocity, as in training
+    (:meth:`hyperreg.method.objective.Objective.smoothness`)."""
+    field = out.velocity if out.velocity is not None else out.disp
+    return model.objective.smoothness(field.float(), tuple(out.disp.shape[2:])).detach()
 
 
 @torch.no_grad()
@@ -386,10 +398,7 @@ def register_pair(
     result = result_from_output(
         out, 0, float(lam_t.item()), moving_seg, fixed_seg, notes, moving=moving, grid=grid
     )
-    regularised = out.velocity if out.velocity is not None else out.disp
-    # as in training: VoxelMorph's loss_mult = int_downsize for a half-resolution velocity
-    scale = model.config.int_downsize if regularised.shape[2] < out.disp.shape[2] else 1
-    result.smoothness = scale * float(gradient_loss(regularised.float()))
+    result.smoothness = float(smoothness_of(model, out)[0])
     if result.dice is not None and moving_seg is not None and fixed_seg is not None:
         before = registration_dice(moving_seg.data, fixed_seg.data, labels=list(result.dice))
         result.dice_before = float(np.mean(list(before.values()))) if before else math.nan

@@ -150,7 +150,13 @@ class PreparedPair:
                 "e.g. by 'hyperreg affine')",
                 "inverse",
             )
-        segs = dict(moving_seg=self.aligned_seg, fixed_seg=self.fixed_seg)
+        # with an affine in the chain, _finish samples the original files through affine +
+        # field: the model's own moved image, label map and Dice would be discarded
+        segs = dict(
+            moving_seg=None if self.chained else self.aligned_seg,
+            fixed_seg=None if self.chained else self.fixed_seg,
+            images=not self.chained,
+        )
         if (refinement is not None and refinement.steps > 0) or inverse:
             raw = [
                 refine_pair(

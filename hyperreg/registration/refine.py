@@ -42,7 +42,7 @@ from torch import Tensor
 
 from hyperreg._checks import as_lambda_tensor, check_option
 from hyperreg.geometry.io import Volume
-from hyperreg.method.losses import gradient_loss, ncc_loss
+from hyperreg.method.losses import ncc_loss
 from hyperreg.method.metrics import mean_dice
 from hyperreg.method.model import HyperMorph, RegistrationOutput
 from hyperreg.method.objective import Objective
@@ -51,6 +51,7 @@ from hyperreg.registration.pairs import (
     network_inputs,
     prepare_pair,
     result_from_output,
+    smoothness_of,
 )
 from hyperreg.registration.refine_levels import RefineLevel, foreground_box, optimise_level
 from hyperreg.registration.results import RefineStats
@@ -367,6 +368,7 @@ def refine_pair(
     resample: bool = False,
     inverse: bool = False,
     labels: Sequence[int] | None = None,
+    images: bool = True,
 ) -> RegistrationResult:
     """Register ``moving`` to ``fixed`` at λ, refining the network's field for this pair.
 
@@ -381,6 +383,8 @@ def refine_pair(
         refinement: Steps, similarity, learning rate; default :class:`Refinement` ().
         inverse: Also compute the inverse displacement (``result.inverse_disp``).
         labels: Label ids scored for Dice; default those in both the moved and fixed maps.
+        images: False returns the field and its statistics only (see
+            :func:`~hyperreg.registration.pairs.result_from_output`).
 
     Returns:
         A :class:`~hyperreg.registration.results.RegistrationResult` whose ``refinement`` holds
@@ -420,10 +424,10 @@ def refine_pair(
     refined = refine_flow(model, moving_t, fixed_t, lam, refinement)
     out = refined.output
     result = result_from_output(
-        out, 0, float(lam), moving_seg, fixed_seg, notes, labels, moving=moving, grid=grid
+        out, 0, float(lam), moving_seg, fixed_seg, notes, labels, moving=moving, grid=grid,
+        images=images,
     )
-    regularised = out.velocity if out.velocity is not None else out.disp
-    result.smoothness = float(gradient_loss(regularised.float()))
+    result.smoothness = float(smoothness_of(model, out)[0])
     result.ncc = -float(ncc_loss(out.moved.float(), fixed_t))
     result.refinement = refined.stats(refinement)
     if result.dice is not None and moving_seg is not None and fixed_seg is not None:

@@ -89,7 +89,8 @@ class RegistrationResult:
     Attributes:
         moved: Moved image, spatial shape of ``fixed``, float32, in the moving image's own
             intensity units (the model sees normalised intensities; the output does not); 0
-            where the field points outside the moving image, as ANTs and ITK resample.
+            where the field points outside the moving image, as ANTs and ITK resample. None
+            when the caller asked for the field only (``images=False``).
         disp: Displacement ``(N, *S)`` in voxels, i/j/k order, ``moved[x] = moving(x + disp(x))``.
         moved_seg: Moved label map (int32, nearest neighbour) or None.
         lam: The λ used.
@@ -99,7 +100,7 @@ class RegistrationResult:
         smoothness: :func:`~hyperreg.method.losses.gradient_loss` of the field training
             regularises (the velocity when the model integrates one, else the displacement),
             voxels²; times ``int_downsize`` for a half-resolution velocity, as in the training
-            loss, except from refinement (unscaled). None when not computed.
+            loss. None when not computed.
         dice_before: Mean Dice of the unregistered label maps (same labels), or None.
         ncc: Local NCC (squared, window 9, in [0, 1]) of the model's moved image and the
             fixed image (normalised, network grid), from refinement and from sweeps that ask
@@ -112,7 +113,7 @@ class RegistrationResult:
             grid), when asked for (:func:`hyperreg.registration.refine.refine_pair`), else None.
     """
 
-    moved: np.ndarray
+    moved: np.ndarray | None
     disp: np.ndarray
     moved_seg: np.ndarray | None
     lam: float
