@@ -193,7 +193,7 @@ def test_identity_kept_says_why_and_shows_no_mi_change() -> None:
 
 
 def test_label_names_auto_knows_the_freesurfer_hypointensity_ids() -> None:
-    from hyperreg.apps.structures import structure_names
+    from hyperreg.geometry.structures import structure_names
 
     names = structure_names([4, 43, 78, 79, 80, 81, 82])
     assert names[78] == "Left-WM-hypointensities" and names[82] == "Right-non-WM-hypointensities"
