@@ -15,7 +15,8 @@ Conventions (fixed for the whole package):
 
 Layers (each imports only those before it; ``tests/test_layout.py`` enforces it):
 ``_checks``, ``_files``, ``config`` → :mod:`hyperreg.method` (the method: warp, losses,
-hypernetwork, U-Net, model) and :mod:`hyperreg.geometry` (files and geometry) →
+hypernetwork, U-Net, model), :mod:`hyperreg.geometry` (files and geometry) and
+:mod:`hyperreg.pretrained` (the bundled models) →
 :mod:`hyperreg.registration` (a model on one prepared pair) → :mod:`hyperreg.training` →
 :mod:`hyperreg.apps` (files, sweeps, λ tuning, batches, demo) → :mod:`hyperreg.cli`.
 
@@ -59,8 +60,8 @@ _EXPORTS = {
     "PairResult": "hyperreg.registration.pipeline",
     "resolve_model": "hyperreg.apps.models",
     "train": "hyperreg.training.train",
-    "load_pretrained": "hyperreg.apps.pretrained",
-    "bundled_models": "hyperreg.apps.pretrained",
+    "load_pretrained": "hyperreg.pretrained",
+    "bundled_models": "hyperreg.pretrained",
     "register_files": "hyperreg.apps.inference",
     "warp_file": "hyperreg.apps.inference",
     "sweep_files": "hyperreg.apps.sweep",

@@ -17,7 +17,7 @@ from hyperreg.apps.models import (
     model_default_lambda,
     resolve_model,
 )
-from hyperreg.apps.pretrained import default_model
+from hyperreg.pretrained import default_model
 from hyperreg.cli import main
 from hyperreg.registration.autolambda import AUTO_GRID
 from hyperreg.registration.pipeline import InputError

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from hyperreg._checks import resolve_device
 from hyperreg._files import atomic_text, write_csv
-from hyperreg.apps.pretrained import default_model
+from hyperreg.pretrained import default_model
 from hyperreg.apps.plotting import (
     checkerboard,
     edge_mask,
@@ -394,7 +394,7 @@ def run_demo(
     """Register held-back pairs at λ ∈ {0.1, 0.3, 0.5, 0.7, 0.9} and write the report.
 
     With ``steps=0`` (the default) the pairs are registered with the bundled pretrained 2D
-    model (:func:`hyperreg.apps.pretrained.default_model`), which never saw them: seconds on a
+    model (:func:`hyperreg.pretrained.default_model`), which never saw them: seconds on a
     CPU. With ``steps > 0`` a new 2D model is trained on the demo data first (the original
     train-then-register demo) and saved in ``out/model/model.pt``.
 
