@@ -285,7 +285,7 @@ def sweep_files(
     image's affine, and the figures say so. With ``save_fields``, per λ also
     ``moved_lam<λ>.nii.gz``, ``warp_lam<λ>.nii.gz`` (voxel format, see
     :func:`hyperreg.geometry.fields.save_displacement`) and ``moved_seg_lam<λ>.nii.gz``, each with
-    the fixed image's affine: what :func:`hyperreg.apps.inference.register_files` writes at that
+    the fixed image's affine: what :func:`hyperreg.apps.register.register_files` writes at that
     λ with the same options, so with an affine stage the warp is the **composed** transform
     (affine then deformable field, :func:`hyperreg.registration.chain.composed_displacement`)
     and the moved image and label map are sampled once from the original files through it.
@@ -304,7 +304,7 @@ def sweep_files(
         amp: See :func:`sweep_lambdas`.
         normalization: Intensity normalisation.
         resample: Resample inputs on other grids onto the fixed grid (default True, as in
-            :func:`hyperreg.apps.inference.register_files`).
+            :func:`hyperreg.apps.register.register_files`).
         refine: Test-time refinement of each λ's field
             (:func:`hyperreg.registration.refine.refine_pair`, one optimisation per λ, after
             the batched pass); None or 0 steps: the network's fields.

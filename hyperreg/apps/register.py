@@ -8,7 +8,7 @@ moving image (or label map) on another grid is first resampled onto it through b
 (:func:`hyperreg.geometry.resample.resample_to`), unless resampling is turned off, in which case
 differing grids are an error. :func:`warp_file` applies a saved displacement field (either
 on-disk format) to another image or label map (one file through
-:func:`hyperreg.apps.native.warp_files`, one interpolation); :func:`jacobian_file` writes its
+:func:`hyperreg.apps.transforms.warp_files`, one interpolation); :func:`jacobian_file` writes its
 Jacobian determinant map. Must not import train or cli.
 """
 
@@ -44,7 +44,7 @@ from hyperreg.registration.pipeline import (
     load_pair,
 )
 from hyperreg.apps.models import check_lambda, pair_lambda
-from hyperreg.apps.native import check_transform_path, warp_files
+from hyperreg.apps.transforms import check_transform_path, warp_files
 from hyperreg.registration.refine import Refinement, check_refinement
 
 __all__ = [
@@ -299,7 +299,7 @@ def warp_file(
 ) -> WarpResult:
     """Apply a saved displacement field to an image or label map and write the result.
 
-    One file through :func:`hyperreg.apps.native.warp_files` (which this calls): the field
+    One file through :func:`hyperreg.apps.transforms.warp_files` (which this calls): the field
     (either on-disk format, see :func:`hyperreg.geometry.fields.load_displacement`) lives on the
     fixed grid, ``moved[x] = moving(x + u(x))`` with ``u`` in voxels, and a ``moving`` file on
     another grid is sampled **once**, through both affines at those points (not resampled onto
