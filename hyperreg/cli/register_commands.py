@@ -306,7 +306,7 @@ def _cmd_warp(args: argparse.Namespace) -> int:
 
 def _cmd_jacobian(args: argparse.Namespace) -> int:
     folders = new_folders(args.out)
-    from hyperreg.apps.register import jacobian_file
+    from hyperreg.apps.transforms import jacobian_file
 
     result = jacobian_file(args.warp, args.out)
     print(f"wrote {args.out}: Jacobian determinant, shape {result.jacobian.shape}")
