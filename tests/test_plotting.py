@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from nibabel.orientations import apply_orientation, axcodes2ornt, inv_ornt_aff, ornt_transform
 
-from hyperreg.apps.plotting import (
+from hyperreg.figures.slices import (
     DISPLAY_CONVENTION,
     alignment_figure,
     checkerboard,

@@ -31,7 +31,7 @@ from torch import Tensor
 from hyperreg._checks import resolve_device
 from hyperreg._files import atomic_text, write_csv
 from hyperreg.pretrained import default_model
-from hyperreg.apps.plotting import (
+from hyperreg.figures.slices import (
     checkerboard,
     edge_mask,
     label_boundaries,

@@ -20,7 +20,7 @@ import numpy as np
 
 from hyperreg._files import write_csv
 from hyperreg.apps.models import ChosenLambda, check_lambda, pair_lambda
-from hyperreg.apps.plotting import (
+from hyperreg.figures.slices import (
     checkerboard,
     edge_mask,
     oriented_slice,
@@ -100,7 +100,7 @@ def _sweep_figures(
     moved_units: tuple[float, float] = (0.0, 1.0),
 ) -> list[Path]:
     """Write sweep_curves.png, sweep_montage.png and sweep_qc.png; slices are shown in
-    :data:`~hyperreg.apps.plotting.DISPLAY_CONVENTION` from the fixed image's affine.
+    :data:`~hyperreg.figures.slices.DISPLAY_CONVENTION` from the fixed image's affine.
     ``moving`` (the pair's moving image on the fixed grid, after the affine stage when one
     ran, and the panels say so) and ``fixed`` are normalised; ``moved_units`` ``(low, high)``
     maps the results' moved images (in the moving image's own units) to the same scale for the
@@ -281,7 +281,7 @@ def sweep_files(
     with a colour bar in voxels; for 3D the middle slice of the plane normal to the last array
     axis) and ``sweep_qc.png`` (checkerboard, fixed-image edges and difference before and after
     registration at the λ with the best mean Dice, or the middle λ without label maps). Slices
-    are shown in :data:`~hyperreg.apps.plotting.DISPLAY_CONVENTION`, oriented from the fixed
+    are shown in :data:`~hyperreg.figures.slices.DISPLAY_CONVENTION`, oriented from the fixed
     image's affine, and the figures say so. With ``save_fields``, per λ also
     ``moved_lam<λ>.nii.gz``, ``warp_lam<λ>.nii.gz`` (voxel format, see
     :func:`hyperreg.geometry.fields.save_displacement`) and ``moved_seg_lam<λ>.nii.gz``, each with
