@@ -30,24 +30,17 @@ from torch import Tensor
 
 from hyperreg._checks import resolve_device
 from hyperreg._files import atomic_text, write_csv
-from hyperreg.pretrained import default_model
-from hyperreg.figures.slices import (
-    checkerboard,
-    edge_mask,
-    label_boundaries,
-    oriented_slice,
-    overlay_edges,
-    pyplot,
-    save_figure,
-    show_slice,
-)
 from hyperreg.config import ModelConfig, TrainConfig
+from hyperreg.figures.backend import pyplot, save_figure
+from hyperreg.figures.overlays import edge_mask, label_boundaries, overlay_edges
+from hyperreg.figures.slices import checkerboard, oriented_slice, show_slice
 from hyperreg.geometry.fields import save_displacement
 from hyperreg.geometry.intensity import normalize_intensity
 from hyperreg.geometry.io import Volume, load_volume, save_volume
 from hyperreg.method.metrics import field_summary, mean_dice
 from hyperreg.method.model import HyperMorph, load_checkpoint
 from hyperreg.method.spatial import integrate_velocity, warp
+from hyperreg.pretrained import default_model
 from hyperreg.training.data import PairSampler, find_scans
 from hyperreg.training.train import train
 

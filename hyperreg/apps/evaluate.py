@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from hyperreg._files import read_csv, write_csv
-from hyperreg.figures.slices import pyplot, save_figure
+from hyperreg.figures.backend import pyplot, save_figure
 from hyperreg.geometry.fields import load_displacement
 from hyperreg.geometry.io import load_volume
 from hyperreg.geometry.structures import structure_names

@@ -117,7 +117,7 @@ def register_files(
         npz_geometry: Geometry of npz inputs (no header): ``"fixed"``, ``"identity"`` or None
             (an npz input is an error), see :func:`hyperreg.registration.pipeline.load_input`.
         figure: Output PNG of the alignment check
-            (:func:`hyperreg.figures.slices.alignment_figure`: before and after rows with the
+            (:func:`hyperreg.figures.alignment.alignment_figure`: before and after rows with the
             fixed image's edges, a checkerboard, the difference, and label borders when both
             label maps are given), or None.
 
@@ -196,10 +196,10 @@ def register_files(
 
 def alignment_png(path: PathLike, pair: PreparedPair, result: PairResult) -> None:
     """Write the alignment check of one registration (``register --figure``) with
-    :func:`hyperreg.figures.slices.alignment_figure`: the moving image on the fixed grid (after
+    :func:`hyperreg.figures.alignment.alignment_figure`: the moving image on the fixed grid (after
     the affine stage when one ran; the panel says which) and the moved image against the fixed
     image, all min-max scaled with the moving image's range (the fixed with its own)."""
-    from hyperreg.figures.slices import alignment_figure
+    from hyperreg.figures.alignment import alignment_figure
     from hyperreg.geometry.intensity import normalize_intensity
     from hyperreg.registration.chain import sample_volume
 

@@ -20,16 +20,10 @@ import numpy as np
 
 from hyperreg._files import write_csv
 from hyperreg.apps.models import ChosenLambda, check_lambda, pair_lambda
-from hyperreg.figures.slices import (
-    checkerboard,
-    edge_mask,
-    oriented_slice,
-    overlay_edges,
-    plot_lambda_curves,
-    pyplot,
-    save_figure,
-    show_slice,
-)
+from hyperreg.figures.backend import pyplot, save_figure
+from hyperreg.figures.curves import plot_lambda_curves
+from hyperreg.figures.overlays import edge_mask, overlay_edges
+from hyperreg.figures.slices import checkerboard, oriented_slice, show_slice
 from hyperreg.geometry.affine import AffineTransform
 from hyperreg.geometry.fields import save_displacement
 from hyperreg.geometry.io import save_volume
