@@ -128,7 +128,7 @@ def _multicontrast(root: Path, model: str | None, lam: float, syn: bool) -> list
     moved = sample_volume(moving, t, None, fixed).data
     rows.append(("hyperreg affine", _ncc(moved, fixed.data), f"{t.seconds:.2f}"))
     if model:
-        from hyperreg.apps.inference import register_files
+        from hyperreg.apps.register import register_files
         from hyperreg.method.model import load_checkpoint
 
         net, _ = load_checkpoint(model)
@@ -187,7 +187,7 @@ def _aligned(root: Path, model: str | None, lam: float) -> list[str]:
     lines.append(f"Affine stage alone: {kept} ({t.seconds:.2f} s).")
     if not model:
         return [*lines, "", "Deformable Dice not measured (give --model)."]
-    from hyperreg.apps.inference import register_files
+    from hyperreg.apps.register import register_files
     from hyperreg.method.model import load_checkpoint
 
     net, _ = load_checkpoint(model)

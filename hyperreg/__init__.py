@@ -14,10 +14,12 @@ Conventions (fixed for the whole package):
   carries the fixed image's affine; label maps are warped with nearest-neighbour interpolation.
 
 Layers (each imports only those before it; ``tests/test_layout.py`` enforces it):
-``_checks``, ``_files``, ``config`` → :mod:`hyperreg.method` (the method: warp, losses,
-hypernetwork, U-Net, model) and :mod:`hyperreg.geometry` (files and geometry) →
-:mod:`hyperreg.registration` (a model on one prepared pair) → :mod:`hyperreg.training` →
-:mod:`hyperreg.apps` (files, sweeps, λ tuning, batches, demo) → :mod:`hyperreg.cli`.
+``_checks``, ``_files``, ``config`` and :mod:`hyperreg.figures` (matplotlib figures) →
+:mod:`hyperreg.method` (the method: warp, losses, hypernetwork, U-Net, model),
+:mod:`hyperreg.geometry` (files and geometry) and :mod:`hyperreg.pretrained` (the bundled
+models) → :mod:`hyperreg.registration` (a model on one prepared pair) →
+:mod:`hyperreg.training` → :mod:`hyperreg.apps` (files, sweeps, λ tuning, batches, demo) →
+:mod:`hyperreg.cli`.
 
 The names in ``__all__`` are the curated API, importable from ``hyperreg`` directly
 (``from hyperreg import HyperMorph, load_checkpoint, register_files``). They are loaded on first
@@ -59,10 +61,10 @@ _EXPORTS = {
     "PairResult": "hyperreg.registration.pipeline",
     "resolve_model": "hyperreg.apps.models",
     "train": "hyperreg.training.train",
-    "load_pretrained": "hyperreg.apps.pretrained",
-    "bundled_models": "hyperreg.apps.pretrained",
-    "register_files": "hyperreg.apps.inference",
-    "warp_file": "hyperreg.apps.inference",
+    "load_pretrained": "hyperreg.pretrained",
+    "bundled_models": "hyperreg.pretrained",
+    "register_files": "hyperreg.apps.register",
+    "warp_file": "hyperreg.apps.transforms",
     "sweep_files": "hyperreg.apps.sweep",
     "sweep_lambdas": "hyperreg.registration.lambdas",
     "tune_lambda": "hyperreg.apps.tune",

@@ -46,5 +46,5 @@ hyperreg train "${common[@]}" --synth 0.2 --init "$PREP/init_step1250_lr1e-3.pt"
     --steps 8000 --seed 1 --out runs/bundled3d_b "${resume[@]}"
 
 # 5. the bundled file: float16 weights of the best validation checkpoint
-python -c "from hyperreg.apps.pretrained import export_model; \
+python -c "from hyperreg.pretrained import export_model; \
 export_model('runs/bundled3d_b/best.pt', 'hyperreg/pretrained/hypermorph-3d.pt')"

@@ -17,7 +17,7 @@ from hyperreg.apps.models import (
     model_default_lambda,
     resolve_model,
 )
-from hyperreg.apps.pretrained import default_model
+from hyperreg.pretrained import default_model
 from hyperreg.cli import main
 from hyperreg.registration.autolambda import AUTO_GRID
 from hyperreg.registration.pipeline import InputError
@@ -69,7 +69,7 @@ def test_check_lambda_accepts_numpy_numbers() -> None:
 
 
 def test_register_files_without_lambda_uses_the_default(pair: dict[str, Path]) -> None:
-    from hyperreg.apps.inference import register_files
+    from hyperreg.apps.register import register_files
 
     model = resolve_model("hypermorph-2d").model
     result = register_files(model, pair["moving"], pair["fixed"], init="none")

@@ -12,7 +12,7 @@ import pytest
 
 from shared_paths import OASIS, needs_data
 from hyperreg.apps.demo import DEMO_LAMBDAS, _slice_affine, run_demo
-from hyperreg.apps.plotting import pyplot
+from hyperreg.figures.backend import pyplot
 
 
 def test_slice_affine_maps_slice_voxels_to_volume_world() -> None:

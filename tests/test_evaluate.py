@@ -10,10 +10,10 @@ import torch
 
 from lambda_helpers import write_nifti
 from hyperreg.apps.evaluate import evaluate_csv, evaluate_pair
-from hyperreg.apps.structures import structure_names
 from hyperreg.cli import main
 from hyperreg.geometry.fields import save_displacement
 from hyperreg.geometry.io import load_volume
+from hyperreg.geometry.structures import structure_names
 from hyperreg.method.diffeomorphism import non_diffeomorphic_map, non_diffeomorphic_volume
 
 AFFINE_2MM = np.diag([2.0, 2.0, 2.0, 1.0])

@@ -9,7 +9,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-from hyperreg.apps.native import affine_files, check_transform_path, warp_files
+from hyperreg.apps.transforms import affine_files, check_transform_path, warp_files
 from hyperreg.apps.sweep import sweep_files
 from hyperreg.cli import main
 from hyperreg.registration.pipeline import InputError

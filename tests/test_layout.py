@@ -3,9 +3,11 @@
 Layers, lowest first (a module may import its own layer and the layers below it):
 
 0. base: ``hyperreg._checks``, ``hyperreg._files``, ``hyperreg.config``, ``hyperreg`` (the
-   version only; the package's lazy re-exports are not imports)
+   version only; the package's lazy re-exports are not imports), and ``hyperreg.figures``
+   (matplotlib figures; it needs nothing but ``hyperreg._files``)
 1. ``hyperreg.method`` (the method) and ``hyperreg.geometry`` (files and geometry), side by side
-   and independent of each other
+   and independent of each other; ``hyperreg.pretrained`` (the bundled models, loaded through
+   ``hyperreg.method.model``)
 2. ``hyperreg.registration`` (running a model on a prepared pair)
 3. ``hyperreg.training``
 4. ``hyperreg.apps`` (register files, sweep, tune, batch, demo)
@@ -28,8 +30,10 @@ LAYERS = {
     "hyperreg._checks": 0,
     "hyperreg._files": 0,
     "hyperreg.config": 0,
+    "hyperreg.figures": 0,
     "hyperreg.method": 1,
     "hyperreg.geometry": 1,
+    "hyperreg.pretrained": 1,
     "hyperreg.registration": 2,
     "hyperreg.training": 3,
     "hyperreg.apps": 4,

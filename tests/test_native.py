@@ -19,8 +19,7 @@ import SimpleITK as sitk
 import torch
 
 import hyperreg.geometry.affine as affine_module
-from hyperreg.apps.inference import warp_file
-from hyperreg.apps.native import affine_files, warp_files
+from hyperreg.apps.transforms import affine_files, warp_file, warp_files
 from hyperreg.cli import main
 from hyperreg.config import ModelConfig
 from hyperreg.geometry.affine import (

@@ -48,7 +48,7 @@ def test_every_command_scores_dice_over_the_labels_of_the_inputs(
 ) -> None:
     """register, sweep, tune and evaluate agree, and a label only the fixed map holds counts 0
     (the old convention, labels present in both maps, dropped it and reported a higher mean)."""
-    from hyperreg.apps.inference import register_files
+    from hyperreg.apps.register import register_files
     from hyperreg.apps.evaluate import evaluate_csv
 
     files = _pair_with_a_fixed_only_label(tmp_path / "data")
@@ -93,7 +93,7 @@ def test_every_command_scores_dice_over_the_labels_of_the_inputs(
 
 
 def test_python_and_command_line_share_the_affine_default() -> None:
-    from hyperreg.apps.inference import register_files
+    from hyperreg.apps.register import register_files
     from hyperreg.apps.sweep import sweep_files
     from hyperreg.apps.tune import tune_lambda
     from hyperreg.cli.run import build_parser
@@ -193,7 +193,7 @@ def test_identity_kept_says_why_and_shows_no_mi_change() -> None:
 
 
 def test_label_names_auto_knows_the_freesurfer_hypointensity_ids() -> None:
-    from hyperreg.apps.structures import structure_names
+    from hyperreg.geometry.structures import structure_names
 
     names = structure_names([4, 43, 78, 79, 80, 81, 82])
     assert names[78] == "Left-WM-hypointensities" and names[82] == "Right-non-WM-hypointensities"

@@ -7,17 +7,11 @@ import numpy as np
 import pytest
 from nibabel.orientations import apply_orientation, axcodes2ornt, inv_ornt_aff, ornt_transform
 
-from hyperreg.apps.plotting import (
-    DISPLAY_CONVENTION,
-    alignment_figure,
-    checkerboard,
-    edge_mask,
-    label_boundaries,
-    oriented_slice,
-    plot_lambda_curves,
-    pyplot,
-    show_slice,
-)
+from hyperreg.figures.alignment import alignment_figure
+from hyperreg.figures.backend import pyplot
+from hyperreg.figures.curves import plot_lambda_curves
+from hyperreg.figures.overlays import edge_mask, label_boundaries
+from hyperreg.figures.slices import DISPLAY_CONVENTION, checkerboard, oriented_slice, show_slice
 
 SHAPE = (5, 6, 7)  # odd and even lengths: the middle slice must not depend on the flip
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from lambda_helpers import write_pair
 
-from hyperreg.apps.pretrained import bundled_models, default_model, load_pretrained
+from hyperreg.pretrained import bundled_models, default_model, load_pretrained
 from hyperreg.cli import main
 
 
@@ -72,7 +72,7 @@ def test_export_model_stores_float16_weights_that_load_as_float32(tmp_path: Path
     import torch
     from lambda_helpers import save_tiny_model
 
-    from hyperreg.apps.pretrained import export_model
+    from hyperreg.pretrained import export_model
     from hyperreg.method.model import load_checkpoint
 
     full = save_tiny_model(tmp_path / "full.pt")

@@ -2,7 +2,7 @@
 
 :func:`read_pairs` reads a pair CSV (columns ``moving``, ``fixed``, optional ``moving_seg``,
 ``fixed_seg``, ``lambda``; relative paths are relative to the CSV). :func:`batch_register` runs
-:func:`hyperreg.apps.inference.register_files` on each pair of one shard and keeps a per-pair
+:func:`hyperreg.apps.register.register_files` on each pair of one shard and keeps a per-pair
 record on disk, so a rerun skips finished pairs and a bad pair is recorded while the rest go on.
 :func:`merge_records` turns the records into ``summary.csv`` and ``failures.csv``.
 :func:`run_batch` is the whole job, one process of possibly several (``torchrun``: rank ``r`` of
@@ -113,7 +113,7 @@ def batch_register(
     For each pair: if ``pairs/<name>/record.json`` matches the pair (same files and λ) and its
     outputs exist, skip it. Otherwise check its label maps
     (:func:`hyperreg.apps.inputs.check_label_map`: integer ids, not an intensity image) and
-    call :func:`hyperreg.apps.inference.register_files`, which
+    call :func:`hyperreg.apps.register.register_files`, which
     writes ``moved.nii.gz``, ``warp.nii.gz`` (and ``moved_seg.nii.gz`` with a moving label map)
     atomically, then write the record (the pair's summary row) atomically. Any exception of one
     pair is stored in ``pairs/<name>/failure.json`` (type, message, traceback) and the loop goes
@@ -138,7 +138,7 @@ def batch_register(
             settings redoes the pair), or None.
         init: ``"affine"``, ``"rigid"`` or ``"none"``; None (default) is the pipeline's default
             (:data:`hyperreg.registration.pipeline.DEFAULT_INIT`, ``"affine"``): the affine
-            stage of :func:`~hyperreg.apps.inference.register_files`, once per pair; its
+            stage of :func:`~hyperreg.apps.register.register_files`, once per pair; its
             transform is written as ``affine.mat`` and ``warp.nii.gz`` holds the composed
             transform. Part of a pair's identity.
         npz_geometry: Geometry of npz inputs (:func:`~hyperreg.registration.pipeline.load_input`).
@@ -258,8 +258,8 @@ def _register_pair(
 ) -> Any:
     """Check a pair's label maps and register it with its outputs in ``folder``: the
     :class:`~hyperreg.registration.pipeline.PairResult` of
-    :func:`~hyperreg.apps.inference.register_files`."""
-    from hyperreg.apps.inference import register_files
+    :func:`~hyperreg.apps.register.register_files`."""
+    from hyperreg.apps.register import register_files
     from hyperreg.apps.inputs import check_label_map
 
     for column in ("moving_seg", "fixed_seg"):

@@ -30,24 +30,17 @@ from torch import Tensor
 
 from hyperreg._checks import resolve_device
 from hyperreg._files import atomic_text, write_csv
-from hyperreg.apps.pretrained import default_model
-from hyperreg.apps.plotting import (
-    checkerboard,
-    edge_mask,
-    label_boundaries,
-    oriented_slice,
-    overlay_edges,
-    pyplot,
-    save_figure,
-    show_slice,
-)
 from hyperreg.config import ModelConfig, TrainConfig
+from hyperreg.figures.backend import pyplot, save_figure
+from hyperreg.figures.overlays import edge_mask, label_boundaries, overlay_edges
+from hyperreg.figures.slices import checkerboard, oriented_slice, show_slice
 from hyperreg.geometry.fields import save_displacement
 from hyperreg.geometry.intensity import normalize_intensity
 from hyperreg.geometry.io import Volume, load_volume, save_volume
 from hyperreg.method.metrics import field_summary, mean_dice
 from hyperreg.method.model import HyperMorph, load_checkpoint
 from hyperreg.method.spatial import integrate_velocity, warp
+from hyperreg.pretrained import default_model
 from hyperreg.training.data import PairSampler, find_scans
 from hyperreg.training.train import train
 
@@ -394,7 +387,7 @@ def run_demo(
     """Register held-back pairs at λ ∈ {0.1, 0.3, 0.5, 0.7, 0.9} and write the report.
 
     With ``steps=0`` (the default) the pairs are registered with the bundled pretrained 2D
-    model (:func:`hyperreg.apps.pretrained.default_model`), which never saw them: seconds on a
+    model (:func:`hyperreg.pretrained.default_model`), which never saw them: seconds on a
     CPU. With ``steps > 0`` a new 2D model is trained on the demo data first (the original
     train-then-register demo) and saved in ``out/model/model.pt``.
 

@@ -29,10 +29,10 @@ import numpy as np
 import torch
 
 from hyperreg._files import read_csv, write_csv
-from hyperreg.apps.plotting import pyplot, save_figure
-from hyperreg.apps.structures import structure_names
+from hyperreg.figures.backend import pyplot, save_figure
 from hyperreg.geometry.fields import load_displacement
 from hyperreg.geometry.io import load_volume
+from hyperreg.geometry.structures import structure_names
 from hyperreg.method.diffeomorphism import non_diffeomorphic_volume
 from hyperreg.method.metrics import (
     field_summary,
@@ -244,7 +244,7 @@ def evaluate_csv(pairs_csv: PathLike, out: PathLike, *, naming: str = "auto") ->
         pairs_csv: CSV (:func:`read_evaluation_csv`).
         out: Output folder (created).
         naming: Structure names: ``"auto"``, ``"freesurfer"`` or ``"none"``
-            (:func:`hyperreg.apps.structures.structure_names`).
+            (:func:`hyperreg.geometry.structures.structure_names`).
 
     Returns:
         An :class:`EvaluationReport`. Rows that failed are in ``failures``, never raised.

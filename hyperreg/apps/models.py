@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hyperreg.apps.pretrained import BundledModel, bundled_models, default_model
+from hyperreg.pretrained import BundledModel, bundled_models, default_model
 from hyperreg.registration.pipeline import InputError
 
 __all__ = [
@@ -131,7 +131,7 @@ def checkpoint_default_lambda(
     """The default λ of the checkpoint ``path`` whose contents are ``payload``.
 
     In this order: the payload's ``"default_lambda"``; for a bundled model (the file is one of
-    :func:`~hyperreg.apps.pretrained.bundled_models`), ``default_lambda`` of its entry in
+    :func:`~hyperreg.pretrained.bundled_models`), ``default_lambda`` of its entry in
     ``index.json`` (from its model card); for a training run's ``best.pt``/``model.pt``, the λ
     of best mean Dice in the payload's ``"validation"`` row (keys ``dice_<λ>``); else
     :data:`FALLBACK_LAMBDA`, said to be the fallback.

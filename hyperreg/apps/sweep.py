@@ -20,16 +20,10 @@ import numpy as np
 
 from hyperreg._files import write_csv
 from hyperreg.apps.models import ChosenLambda, check_lambda, pair_lambda
-from hyperreg.apps.plotting import (
-    checkerboard,
-    edge_mask,
-    oriented_slice,
-    overlay_edges,
-    plot_lambda_curves,
-    pyplot,
-    save_figure,
-    show_slice,
-)
+from hyperreg.figures.backend import pyplot, save_figure
+from hyperreg.figures.curves import plot_lambda_curves
+from hyperreg.figures.overlays import edge_mask, overlay_edges
+from hyperreg.figures.slices import checkerboard, oriented_slice, show_slice
 from hyperreg.geometry.affine import AffineTransform
 from hyperreg.geometry.fields import save_displacement
 from hyperreg.geometry.io import save_volume
@@ -100,7 +94,7 @@ def _sweep_figures(
     moved_units: tuple[float, float] = (0.0, 1.0),
 ) -> list[Path]:
     """Write sweep_curves.png, sweep_montage.png and sweep_qc.png; slices are shown in
-    :data:`~hyperreg.apps.plotting.DISPLAY_CONVENTION` from the fixed image's affine.
+    :data:`~hyperreg.figures.slices.DISPLAY_CONVENTION` from the fixed image's affine.
     ``moving`` (the pair's moving image on the fixed grid, after the affine stage when one
     ran, and the panels say so) and ``fixed`` are normalised; ``moved_units`` ``(low, high)``
     maps the results' moved images (in the moving image's own units) to the same scale for the
@@ -281,11 +275,11 @@ def sweep_files(
     with a colour bar in voxels; for 3D the middle slice of the plane normal to the last array
     axis) and ``sweep_qc.png`` (checkerboard, fixed-image edges and difference before and after
     registration at the λ with the best mean Dice, or the middle λ without label maps). Slices
-    are shown in :data:`~hyperreg.apps.plotting.DISPLAY_CONVENTION`, oriented from the fixed
+    are shown in :data:`~hyperreg.figures.slices.DISPLAY_CONVENTION`, oriented from the fixed
     image's affine, and the figures say so. With ``save_fields``, per λ also
     ``moved_lam<λ>.nii.gz``, ``warp_lam<λ>.nii.gz`` (voxel format, see
     :func:`hyperreg.geometry.fields.save_displacement`) and ``moved_seg_lam<λ>.nii.gz``, each with
-    the fixed image's affine: what :func:`hyperreg.apps.inference.register_files` writes at that
+    the fixed image's affine: what :func:`hyperreg.apps.register.register_files` writes at that
     λ with the same options, so with an affine stage the warp is the **composed** transform
     (affine then deformable field, :func:`hyperreg.registration.chain.composed_displacement`)
     and the moved image and label map are sampled once from the original files through it.
@@ -304,7 +298,7 @@ def sweep_files(
         amp: See :func:`sweep_lambdas`.
         normalization: Intensity normalisation.
         resample: Resample inputs on other grids onto the fixed grid (default True, as in
-            :func:`hyperreg.apps.inference.register_files`).
+            :func:`hyperreg.apps.register.register_files`).
         refine: Test-time refinement of each λ's field
             (:func:`hyperreg.registration.refine.refine_pair`, one optimisation per λ, after
             the batched pass); None or 0 steps: the network's fields.

@@ -21,7 +21,8 @@ import torch
 
 from hyperreg._files import write_json
 from hyperreg.apps.inputs import PairSpec, parse_lambdas
-from hyperreg.apps.plotting import plot_lambda_curves, pyplot, save_figure
+from hyperreg.figures.backend import pyplot, save_figure
+from hyperreg.figures.curves import plot_lambda_curves
 from hyperreg.geometry.affine import AffineTransform
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.pairs import PathLike

@@ -201,7 +201,7 @@ def _add_jacobian(sub: Any) -> None:
 def _cmd_register(args: argparse.Namespace) -> int:
     outputs = (args.moved, args.warp, args.moved_seg, args.inverse_warp, args.affine_out)
     folders = new_folders(*outputs, args.field_out, args.figure)
-    from hyperreg.apps.inference import register_files
+    from hyperreg.apps.register import register_files
 
     if not (
         args.moved
@@ -278,7 +278,7 @@ def _print_field_summary(folding_fraction: float, log_jacobian_std: float) -> No
 
 def _cmd_warp(args: argparse.Namespace) -> int:
     folders = new_folders(*args.moved)
-    from hyperreg.apps.native import warp_files
+    from hyperreg.apps.transforms import warp_files
 
     if not (args.warp or args.affine):
         raise ValueError("nothing to apply: give --warp and/or --affine")
@@ -306,7 +306,7 @@ def _cmd_warp(args: argparse.Namespace) -> int:
 
 def _cmd_jacobian(args: argparse.Namespace) -> int:
     folders = new_folders(args.out)
-    from hyperreg.apps.inference import jacobian_file
+    from hyperreg.apps.transforms import jacobian_file
 
     result = jacobian_file(args.warp, args.out)
     print(f"wrote {args.out}: Jacobian determinant, shape {result.jacobian.shape}")
@@ -316,7 +316,7 @@ def _cmd_jacobian(args: argparse.Namespace) -> int:
 
 
 def _cmd_affine(args: argparse.Namespace) -> int:
-    from hyperreg.apps.native import affine_files
+    from hyperreg.apps.transforms import affine_files
     from hyperreg.cli.inputs import check_label_maps, created_folders, new_folders
 
     if not (args.moved or args.affine_out or args.moved_seg or args.fixed_seg):

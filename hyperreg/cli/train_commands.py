@@ -386,7 +386,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
-    from hyperreg.apps.pretrained import PRETRAINED_DIR, bundled_models
+    from hyperreg.pretrained import PRETRAINED_DIR, bundled_models
 
     models = bundled_models()
     if not models:

@@ -30,7 +30,7 @@ __all__ = [
     "spacing_warning",
 ]
 
-MAX_LABEL_IDS = 2000  # more distinct values than this: an intensity image (as apps.inference)
+MAX_LABEL_IDS = 2000  # more distinct values than this: an intensity image (as apps.register)
 _INTEGER_TOL = 1e-3  # |x - rint(x)| at most this everywhere: integer-valued
 _SAME_NEIGHBOUR = 0.5  # label maps measured 0.73-0.85, images 0.06-0.16
 _WORK_MM = 2.0  # resolution of the skull check (mm), by striding

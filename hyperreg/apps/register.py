@@ -6,33 +6,22 @@ validates every input first, registers, and only then writes the outputs (each a
 bad input never leaves half-written files. Registration is voxel-to-voxel on the fixed grid: a
 moving image (or label map) on another grid is first resampled onto it through both affines
 (:func:`hyperreg.geometry.resample.resample_to`), unless resampling is turned off, in which case
-differing grids are an error. :func:`warp_file` applies a saved displacement field (either
-on-disk format) to another image or label map (one file through
-:func:`hyperreg.apps.native.warp_files`, one interpolation); :func:`jacobian_file` writes its
-Jacobian determinant map. Must not import train or cli.
+differing grids are an error. Applying or inspecting a saved field afterwards is
+:mod:`hyperreg.apps.transforms`. Must not import train or cli.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import NamedTuple
-
-import numpy as np
-import torch
 
 from hyperreg._checks import check_option
-from hyperreg.geometry.fields import (
-    DISPLACEMENT_FORMATS,
-    check_itk_grid,
-    load_displacement,
-    save_displacement,
-)
-from hyperreg.geometry.io import Volume, save_volume
-from hyperreg.method.metrics import field_summary
-from hyperreg.method.model import HyperMorph
+from hyperreg.apps.models import check_lambda, pair_lambda
+from hyperreg.apps.transforms import check_transform_path
 from hyperreg.geometry.affine import AffineTransform, save_affine
-from hyperreg.method.spatial import jacobian_determinant
+from hyperreg.geometry.fields import DISPLACEMENT_FORMATS, check_itk_grid, save_displacement
+from hyperreg.geometry.io import save_volume
+from hyperreg.method.model import HyperMorph
 from hyperreg.registration.pairs import PathLike, check_outputs
 from hyperreg.registration.pipeline import (
     DEFAULT_INIT,
@@ -43,21 +32,16 @@ from hyperreg.registration.pipeline import (
     load_input,
     load_pair,
 )
-from hyperreg.apps.models import check_lambda, pair_lambda
-from hyperreg.apps.native import check_transform_path, warp_files
 from hyperreg.registration.refine import Refinement, check_refinement
 
 __all__ = [
-    "JacobianResult",
-    "WarpResult",
     "alignment_png",
-    "jacobian_file",
     "register_files",
-    "warp_file",
     "write_result",
 ]
 
 logger = logging.getLogger(__name__)
+
 
 def register_files(
     model: HyperMorph,
@@ -133,7 +117,7 @@ def register_files(
         npz_geometry: Geometry of npz inputs (no header): ``"fixed"``, ``"identity"`` or None
             (an npz input is an error), see :func:`hyperreg.registration.pipeline.load_input`.
         figure: Output PNG of the alignment check
-            (:func:`hyperreg.apps.plotting.alignment_figure`: before and after rows with the
+            (:func:`hyperreg.figures.alignment.alignment_figure`: before and after rows with the
             fixed image's edges, a checkerboard, the difference, and label borders when both
             label maps are given), or None.
 
@@ -212,10 +196,10 @@ def register_files(
 
 def alignment_png(path: PathLike, pair: PreparedPair, result: PairResult) -> None:
     """Write the alignment check of one registration (``register --figure``) with
-    :func:`hyperreg.apps.plotting.alignment_figure`: the moving image on the fixed grid (after
+    :func:`hyperreg.figures.alignment.alignment_figure`: the moving image on the fixed grid (after
     the affine stage when one ran; the panel says which) and the moved image against the fixed
     image, all min-max scaled with the moving image's range (the fixed with its own)."""
-    from hyperreg.apps.plotting import alignment_figure
+    from hyperreg.figures.alignment import alignment_figure
     from hyperreg.geometry.intensity import normalize_intensity
     from hyperreg.registration.chain import sample_volume
 
@@ -272,104 +256,3 @@ def write_result(
         save_displacement(inverse_warp_out, result.inverse_disp, fixed, format=warp_format)
     if moved_seg is not None and result.moved_seg is not None:
         save_volume(moved_seg, result.moved_seg, fixed, label=True)
-
-
-class WarpResult(NamedTuple):
-    """Output of :func:`warp_file`.
-
-    Attributes:
-        moved: The warped image (float32) or label map (int32), on the field's grid.
-        grid: The field's (fixed) grid; ``moved`` was written with its affine and layout.
-        resampled: Message if the input lay on another grid (sampled once onto the field's
-            grid through both affines), else None.
-    """
-
-    moved: np.ndarray
-    grid: Volume
-    resampled: str | None
-
-
-def warp_file(
-    moving: PathLike,
-    warp_field: PathLike,
-    moved: PathLike,
-    *,
-    nearest: bool = False,
-    resample: bool = True,
-) -> WarpResult:
-    """Apply a saved displacement field to an image or label map and write the result.
-
-    One file through :func:`hyperreg.apps.native.warp_files` (which this calls): the field
-    (either on-disk format, see :func:`hyperreg.geometry.fields.load_displacement`) lives on the
-    fixed grid, ``moved[x] = moving(x + u(x))`` with ``u`` in voxels, and a ``moving`` file on
-    another grid is sampled **once**, through both affines at those points (not resampled onto
-    the field's grid first and then warped). Intensities are not normalised. Samples outside the
-    image take 0, as ITK and ANTs resample (and as ``register`` writes an affine chain).
-
-    Args:
-        moving: Image or label map to warp (NIfTI, MGZ or npz).
-        warp_field: Displacement field written by ``hyperreg register --warp`` (voxel or ITK).
-        moved: Output NIfTI, written atomically with the field's affine and layout: float32 for
-            images; for label maps (``nearest``) the smallest integer type, unscaled.
-        nearest: Treat ``moving`` as a label map: read with rounding to integers, warp with
-            nearest neighbour (only input label ids appear), write as integers.
-        resample: Accept a ``moving`` on another grid (default); False makes that an error.
-
-    Returns:
-        A :class:`WarpResult`.
-
-    Raises:
-        FileNotFoundError: If an input is missing.
-        ValueError: If an input is unreadable or invalid, ``moved`` has a wrong suffix, the
-            dimensionality of ``moving`` and the field differ, or the grids differ with
-            ``resample=False``.
-    """
-    written = warp_files(
-        [moving], [moved], warp_field=warp_field, nearest=nearest, resample=resample
-    )[0]
-    return WarpResult(moved=written.data, grid=written.grid, resampled=written.resampled)
-
-
-class JacobianResult(NamedTuple):
-    """Output of :func:`jacobian_file`.
-
-    Attributes:
-        jacobian: Jacobian determinant of ``φ(x) = x + u(x)``, shape of the fixed grid, float32.
-        folding_fraction: Share of voxels with ``J <= 0``, in [0, 1].
-        log_jacobian_std: Standard deviation of ``log J`` (J clipped at 1e-9).
-    """
-
-    jacobian: np.ndarray
-    folding_fraction: float
-    log_jacobian_std: float
-
-
-@torch.no_grad()
-def jacobian_file(warp_field: PathLike, out: PathLike) -> JacobianResult:
-    """Write the Jacobian determinant map of a saved displacement field.
-
-    Args:
-        warp_field: Displacement field (voxel or ITK format, see
-            :func:`hyperreg.geometry.fields.load_displacement`).
-        out: Output NIfTI: float32 determinants (dimensionless, per voxel of the fixed grid,
-            :func:`hyperreg.method.spatial.jacobian_determinant`), fixed affine and layout, atomic.
-
-    Returns:
-        A :class:`JacobianResult` with the map and its folding summary.
-
-    Raises:
-        FileNotFoundError: If ``warp_field`` is missing.
-        ValueError: If the field is unreadable or invalid, a grid size is below 2, or ``out``
-            has a wrong suffix.
-    """
-    check_outputs("jacobian_file", (warp_field,), out=out)
-    field_ = load_displacement(warp_field)
-    disp = torch.from_numpy(field_.disp)[None]
-    summary = field_summary(disp)
-    jacobian = jacobian_determinant(disp)[0, 0].numpy().astype(np.float32)
-    save_volume(out, jacobian, field_.grid)
-    return JacobianResult(
-        jacobian=jacobian,
-        folding_fraction=summary["folding_fraction"],
-        log_jacobian_std=summary["log_jacobian_std"],
-    )

@@ -1,11 +1,12 @@
 """Pretrained models shipped inside the package, so registration needs no training run first.
 
-The files live in ``hyperreg/pretrained/``: one checkpoint (``<name>.pt``, written by
-``hyperreg train``) and one model card (``<name>.md``: command, data and people, steps, λ
-distribution, validation Dice against λ on people held out of training) per model, listed in
-``index.json``. :func:`bundled_models` lists them, :func:`default_model` picks the one for a
-dimensionality (what ``register``, ``sweep``, ``tune`` and ``batch`` use without ``--model``).
-Must not import cli.
+The files live beside this module, in ``hyperreg/pretrained/``: one checkpoint (``<name>.pt``,
+written by ``hyperreg train``) and one model card (``<name>.md``: command, data and people,
+steps, λ distribution, validation Dice against λ on people held out of training) per model,
+listed in ``index.json``. :func:`bundled_models` lists them, :func:`default_model` picks the
+one for a dimensionality (what ``register``, ``sweep``, ``tune`` and ``batch`` use without
+``--model``).
+Imports :mod:`hyperreg.method.model` (lazily, to load a checkpoint) and nothing above it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ __all__ = [
     "load_pretrained",
 ]
 
-PRETRAINED_DIR = Path(__file__).resolve().parents[1] / "pretrained"
+PRETRAINED_DIR = Path(__file__).resolve().parent
 _INDEX = "index.json"
 
 
