@@ -2,8 +2,8 @@
 
 Layers, lowest first (a module may import its own layer and the layers below it):
 
-0. base: ``hyperreg._checks``, ``hyperreg._files``, ``hyperreg.config``, ``hyperreg`` (the
-   version only; the package's lazy re-exports are not imports)
+0. base: ``hyperreg._checks``, ``hyperreg._errors``, ``hyperreg._files``, ``hyperreg.config``,
+   ``hyperreg`` (the version only; the package's lazy re-exports are not imports)
 1. ``hyperreg.method`` (the method) and ``hyperreg.geometry`` (files and geometry), side by side
    and independent of each other
 2. ``hyperreg.registration`` (running a model on a prepared pair)
@@ -26,6 +26,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "hyperreg"
 LAYERS = {
     "hyperreg": 0,
     "hyperreg._checks": 0,
+    "hyperreg._errors": 0,
     "hyperreg._files": 0,
     "hyperreg.config": 0,
     "hyperreg.method": 1,
