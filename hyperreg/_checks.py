@@ -1,6 +1,8 @@
 """Shared input validation for the public boundaries (private).
 
 Messages follow one format: ``"<function>(): '<arg>' must be <expectation>, got <actual>"``.
+An error about one argument is an :class:`~hyperreg._errors.InputError`, which keeps that format
+for Python callers and carries its parts as data.
 Must not import anything from hyperreg except nothing; torch only.
 """
 
@@ -12,13 +14,16 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-OPTIONS_MSG = "{fn}(): '{arg}' must be one of {choices}, got {value!r}"
+from hyperreg._errors import InputError
+
+
+OPTIONS_MSG = "{0} must be one of {choices}, got {value!r}"
 
 
 def check_option(fn: str, arg: str, value: object, choices: Sequence[object]) -> None:
-    """Raise ValueError if ``value`` is not one of ``choices``."""
+    """Raise InputError (a ValueError) if ``value`` is not one of ``choices``."""
     if value not in choices:
-        raise ValueError(OPTIONS_MSG.format(fn=fn, arg=arg, choices=tuple(choices), value=value))
+        raise InputError(fn, OPTIONS_MSG, arg, choices=tuple(choices), value=value)
 
 
 def check_float_tensor(fn: str, arg: str, x: object) -> None:
@@ -99,11 +104,12 @@ def as_lambda_tensor(
     bad = ~torch.isfinite(lam_t) | (lam_t < 0) | (lam_t > 1)
     if bool(bad.any()):
         values = [v for v in lam_t.flatten().tolist() if not (0.0 <= v <= 1.0) or math.isnan(v)]
-        raise ValueError(f"{fn}(): 'lam' must lie in [0, 1], got {values[:4]}")
+        raise InputError(fn, "{0} must lie in [0, 1], got {values}", "lam", values=values[:4])
     return lam_t
 
 
 DEVICE_CHOICES = "auto, cpu, cuda or cuda:N"
+_DEVICE_MSG = "{0} must be " + DEVICE_CHOICES + ", got {device!r}"
 
 
 def resolve_device(fn: str, device: str | torch.device) -> torch.device:
@@ -121,9 +127,11 @@ def resolve_device(fn: str, device: str | torch.device) -> torch.device:
     try:
         resolved = torch.device(device)
     except RuntimeError as err:
-        raise ValueError(f"{fn}(): 'device' must be {DEVICE_CHOICES}, got {device!r}") from err
+        raise InputError(fn, _DEVICE_MSG, "device", device=device) from err
     if resolved.type not in ("cpu", "cuda"):
-        raise ValueError(f"{fn}(): 'device' must be {DEVICE_CHOICES}, got {device!r}")
+        raise InputError(fn, _DEVICE_MSG, "device", device=device)
     if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"{fn}(): 'device' is {device!r} but CUDA is not available here; use cpu")
+        raise InputError(
+            fn, "{0} is {device!r} but CUDA is not available here; use cpu", "device", device=device
+        )
     return resolved

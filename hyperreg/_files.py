@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from hyperreg._errors import MissingInputError
+
 __all__ = ["atomic_text", "atomic_write", "write_csv", "write_json"]
 
 
@@ -95,7 +97,7 @@ def read_csv(fn: str, path: Path) -> tuple[list[str], list[dict[str, str]]]:
         FileNotFoundError: If ``path`` does not exist (the message starts with ``fn``).
     """
     if not path.is_file():
-        raise FileNotFoundError(f"{fn}(): no such file: '{path}'")
+        raise MissingInputError(fn, "no such file: '{path}'", "path", path=path)
     with path.open(newline="") as handle:
         reader = csv.DictReader(handle)
         header = [h.strip() for h in (reader.fieldnames or [])]

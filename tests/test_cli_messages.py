@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 from lambda_helpers import blob, save_tiny_model, write_nifti, write_pair
 
+from hyperreg._errors import InputError, MissingInputError, passed_as
 from hyperreg.apps.inputs import MAX_LABELS, check_label_map
 from hyperreg.cli import build_parser, main
 from hyperreg.cli.args import subparser
-from hyperreg.cli.messages import UserWords
+from hyperreg.cli.messages import error_text, options_of
 
 
 @pytest.fixture()
@@ -125,7 +126,8 @@ def test_missing_input_names_its_option(
 ) -> None:
     missing = pair["out"].parent / "nope.nii.gz"
     assert main(_register(pair, "--moved", str(pair["out"] / "m.nii.gz"), moving=missing)) == 2
-    assert f"no such file: --moving '{missing}'" in _one_line_error(capsys, "register")
+    err = _one_line_error(capsys, "register")
+    assert f"error: argument --moving: no such file: '{missing}'" in err
 
 
 def test_device_message_names_the_option(
@@ -144,7 +146,8 @@ def test_warnings_and_log_lines_name_no_function(
     args = _register(pair, "--moved", str(pair["out"] / "m.nii.gz"), fixed=constant)
     assert main(args) == 0
     err = capsys.readouterr().err
-    assert f"hyperreg register: warning: --fixed '{constant}' is constant" in err
+    # warnings print as the library wrote them (naming the file), one line each
+    assert f"hyperreg register: warning: '{constant}' is constant (all voxels = 0.0)" in err
     assert "(): " not in err
     # tune logs its refinement rounds; batch logs a failed pair
     assert main(_tune(pair, "--refine-rounds", "1", "--refine-points", "2")) == 0
@@ -158,19 +161,66 @@ def test_warnings_and_log_lines_name_no_function(
     assert "(): " not in err
 
 
-def test_user_words_maps_arguments_to_options() -> None:
-    parser = build_parser()
-    args = ["register", "--model", "run", "--moving", "m.nii.gz", "--fixed", "f"]
-    words = UserWords(parser, parser.parse_args([*args, "--lambda", "0.5"]))
-    assert words("register_files(): 'warp_out' and 'moved' are the same file 'x.nii.gz'") == (
-        "--warp and --moved are the same file 'x.nii.gz'"
+def test_errors_name_options_through_dest() -> None:
+    """An error's argument (data, not text) is mapped to its option by argparse's ``dest``."""
+    options = options_of(build_parser(), "register")
+    assert options["warp_out"] == "--warp" and options["lam"] == "--lambda"  # dest = argument
+    err = InputError(
+        "register_files", "{0} and {1} are the same file '{out}'", "warp_out", "moved", out="x"
     )
-    assert words("as_lambda_tensor(): 'lam' must lie in\n[0, 1]") == "--lambda must lie in [0, 1]"
-    # a path the user gave is named by its option (not twice when the message names it)
-    assert words("load_volume(): no such file: 'm.nii.gz'") == "no such file: --moving 'm.nii.gz'"
-    assert words("load_checkpoint(): cannot read 'run'") == "cannot read --model 'run'"
-    assert words("f(): 'model' is 'run'") == "--model is 'run'"
-    assert words("'moving_seg' and 'unknown' stay") == "--moving-seg and 'unknown' stay"
+    assert str(err) == "register_files(): 'warp_out' and 'moved' are the same file 'x'"
+    assert err.detail == "'warp_out' and 'moved' are the same file 'x'"
+    assert error_text(err, options) == "argument --warp: --warp and --moved are the same file 'x'"
+    lam = InputError("as_lambda_tensor", "{0} must lie in\n[0, 1], got {v}", "lam", v=[2.0])
+    assert error_text(lam, options) == "argument --lambda: --lambda must lie in [0, 1], got [2.0]"
+    # a low-level argument renamed by the caller that knows which of its own fed it
+    missing = MissingInputError("load_volume", "no such file: '{path}'", "path", path="m{1}.nii")
+    with pytest.raises(FileNotFoundError) as info, passed_as(path="moving"):
+        raise missing
+    assert info.value.argument == "moving" and str(info.value).startswith("load_volume(): ")
+    assert error_text(missing, options) == "argument --moving: no such file: 'm{1}.nii'"
+    # an argument that no option feeds: the message unchanged, not garbled
+    other = InputError("f", "{0} needs {1}, got '{value}'", "renamed", "moving", value="a {b}")
+    assert error_text(other, options) == "f(): 'renamed' needs 'moving', got 'a {b}'"
+    # an argument no option feeds among the named ones stays quoted
+    seg = InputError("f", "{0} needs {1}", "moved_seg", "unknown")
+    assert error_text(seg, options) == "argument --moved-seg: --moved-seg needs 'unknown'"
+    # an error without structured data: its message unchanged, on one line
+    assert error_text(ValueError("f(): 'moving' is\nbad"), options) == "f(): 'moving' is bad"
+
+
+def test_input_errors_pickle_with_their_data() -> None:
+    import pickle
+
+    err = MissingInputError("f", "no such file: '{path}'", "path", path="a.nii")
+    with pytest.raises(MissingInputError), passed_as(path="fixed"):
+        raise err
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is MissingInputError and isinstance(back, FileNotFoundError)
+    assert (str(back), back.argument, back.detail) == (str(err), "fixed", err.detail)
+
+
+def test_cli_maps_an_input_error_to_its_option(
+    pair: dict[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hyperreg.cli import register_commands
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise InputError("register_files", "{0} is wrong: '{path}'", "moving", path="m.nii")
+
+    monkeypatch.setattr("hyperreg.apps.register.register_files", fail)
+    args = _register(pair, "--moved", str(pair["out"] / "m.nii.gz"))
+    assert register_commands is not None and main(args) == 2
+    err = _one_line_error(capsys, "register")
+    assert err == "hyperreg register: error: argument --moving: --moving is wrong: 'm.nii'"
+
+    def renamed(*args: object, **kwargs: object) -> None:
+        raise InputError("register_files", "{0} is wrong", "no_such_dest")
+
+    monkeypatch.setattr("hyperreg.apps.register.register_files", renamed)
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "hyperreg register: error: register_files(): 'no_such_dest' is wrong"
 
 
 # --- 2 and 3. --model: a run folder, a folder without model.pt, a file that is no checkpoint ----
@@ -363,3 +413,39 @@ def test_shared_options_have_one_help_text() -> None:
     for option, commands in shared.items():
         texts = {helps(command)[option] for command in commands}
         assert len(texts) == 1, (option, texts)
+
+
+def test_file_errors_name_the_option_that_gave_the_file(
+    pair: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A low-level reader's argument (``load_volume``'s ``path``) is renamed by the caller that
+    knows which of its own fed it, so the line names the option without parsing the message."""
+    missing = pair["out"].parent / "nope.nii.gz"
+    out = str(pair["out"] / "m.nii.gz")
+    # no --model: the bundled model is chosen from the fixed image's header
+    args = ["register", "--moving", str(pair["moving"]), "--fixed", str(missing), "--moved", out]
+    assert main([*args, "--device", "cpu"]) == 2
+    err = _one_line_error(capsys, "register")
+    assert err == f"hyperreg register: error: argument --fixed: no such file: '{missing}'"
+    args = ["warp", "--moving", str(pair["moving"]), "--warp", str(missing), "--moved", out]
+    assert main(args) == 2
+    err = _one_line_error(capsys, "warp")
+    assert err == f"hyperreg warp: error: argument --warp: no such file: '{missing}'"
+    args = ["warp", "--moving", str(pair["moving"]), "--fixed", str(pair["fixed"])]
+    args += ["--affine", str(missing.with_suffix(".mat"))]  # outputs are checked first
+    assert main([*args, "--moved", str(pair["out"] / "m.txt")]) == 2
+    err = _one_line_error(capsys, "warp")
+    assert err.startswith("hyperreg warp: error: argument --moved: --moved must end in ")
+
+
+def test_no_cli_module_parses_messages() -> None:
+    """Errors name their argument as data; no command-line module rewrites text (issue 21)."""
+    import ast
+
+    import hyperreg.cli
+
+    for path in Path(hyperreg.cli.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            module = node.module if isinstance(node, ast.ImportFrom) else None
+            assert "re" not in names and module != "re", f"{path.name} imports re"

@@ -2,9 +2,9 @@
 
 Layers, lowest first (a module may import its own layer and the layers below it):
 
-0. base: ``hyperreg._checks``, ``hyperreg._files``, ``hyperreg.config``, ``hyperreg`` (the
-   version only; the package's lazy re-exports are not imports), and ``hyperreg.figures``
-   (matplotlib figures; it needs nothing but ``hyperreg._files``)
+0. base: ``hyperreg._checks``, ``hyperreg._errors``, ``hyperreg._files``, ``hyperreg.config``,
+   ``hyperreg`` (the version only; the package's lazy re-exports are not imports), and
+   ``hyperreg.figures`` (matplotlib figures; it needs nothing but ``hyperreg._files``)
 1. ``hyperreg.method`` (the method) and ``hyperreg.geometry`` (files and geometry), side by side
    and independent of each other; ``hyperreg.pretrained`` (the bundled models, loaded through
    ``hyperreg.method.model``)
@@ -28,6 +28,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "hyperreg"
 LAYERS = {
     "hyperreg": 0,
     "hyperreg._checks": 0,
+    "hyperreg._errors": 0,
     "hyperreg._files": 0,
     "hyperreg.config": 0,
     "hyperreg.figures": 0,

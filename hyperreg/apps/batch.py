@@ -188,7 +188,7 @@ def batch_register(
             raise
         except Exception as err:  # one bad pair must not stop the batch
             report.failed += 1
-            logger.warning("%s(): %s failed: %s", fn, pair.name, err)
+            logger.warning("%s failed: %s", pair.name, _error_text(err))
             failure = {**identity, "error": _error_text(err), "traceback": traceback.format_exc()}
             write_json(folder / FAILURE, failure)
             continue
@@ -295,9 +295,9 @@ def _scores(result: Any) -> dict[str, Any]:
 
 
 def _error_text(err: BaseException) -> str:
-    """The message of a failed pair for ``failures.csv``: the library's own words; the exception
-    type only when the message is empty, or for an unexpected error (not a bad input)."""
-    text = " ".join(str(err).split())
+    """The message of a failed pair for ``failures.csv``: the library's own words (an InputError's
+    ``detail``); the exception type only when the message is empty, or for an unexpected error."""
+    text = " ".join(str(getattr(err, "detail", err)).split())
     if isinstance(err, (ValueError, TypeError, OSError)) and text:
         return text
     return f"{type(err).__name__}: {text}" if text else type(err).__name__

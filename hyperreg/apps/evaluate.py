@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hyperreg._errors import InputError
 from hyperreg._files import read_csv, write_csv
 from hyperreg.figures.backend import pyplot, save_figure
 from hyperreg.geometry.fields import load_displacement
@@ -135,18 +136,26 @@ def read_evaluation_csv(path: PathLike) -> list[EvaluationRow]:
     path = Path(path)
     header, rows = read_csv(fn, path)
     if "moved_seg" not in header or "fixed_seg" not in header:
-        raise ValueError(
-            f"{fn}(): '{path}' must have columns ('moved_seg', 'fixed_seg') (optional 'warp', "
-            f"'name'), got {tuple(header)}"
+        raise InputError(
+            fn,
+            "'{path}' must have columns ('moved_seg', 'fixed_seg') (optional 'warp', 'name'), "
+            "got {header}",
+            "path",
+            path=path,
+            header=tuple(header),
         )
     if not rows:
-        raise ValueError(f"{fn}(): '{path}' has a header but no rows")
+        raise InputError(fn, "'{path}' has a header but no rows", "path", path=path)
     out = []
     for index, row in enumerate(rows):
         if not row.get("moved_seg") or not row.get("fixed_seg"):
-            raise ValueError(
-                f"{fn}(): '{path}' row {index} (line {index + 2}) must name both 'moved_seg' "
-                "and 'fixed_seg'"
+            raise InputError(
+                fn,
+                "'{path}' row {index} (line {line}) must name both 'moved_seg' and 'fixed_seg'",
+                "path",
+                path=path,
+                index=index,
+                line=index + 2,
             )
         warp, moving_seg = row.get("warp", ""), row.get("moving_seg", "")
         out.append(

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from hyperreg._errors import InputError, passed_as
 from hyperreg._files import read_csv
 
 if TYPE_CHECKING:
@@ -89,12 +90,18 @@ def read_pairs(path: PathLike, *, require_segs: bool = False) -> list[PairSpec]:
     header, rows = read_csv(fn, path)
     missing = [c for c in ("moving", "fixed") if c not in header]
     if missing:
-        raise ValueError(
-            f"{fn}(): '{path}' must have a header with columns {PAIR_COLUMNS[:2]} (optional "
-            f"{PAIR_COLUMNS[2:]}), got {tuple(header)}"
+        raise InputError(
+            fn,
+            "'{path}' must have a header with columns {required} (optional {optional}), got "
+            "{header}",
+            "path",
+            path=path,
+            required=PAIR_COLUMNS[:2],
+            optional=PAIR_COLUMNS[2:],
+            header=tuple(header),
         )
     if not rows:
-        raise ValueError(f"{fn}(): '{path}' has a header but no pairs")
+        raise InputError(fn, "'{path}' has a header but no pairs", "path", path=path)
     base = path.parent
 
     def resolve(text: str) -> Path | None:
@@ -104,7 +111,7 @@ def read_pairs(path: PathLike, *, require_segs: bool = False) -> list[PairSpec]:
     for index, row in enumerate(rows):
         where = f"'{path}' row {index} (line {index + 2})"
         if not row.get("moving") or not row.get("fixed"):
-            raise ValueError(f"{fn}(): {where} must name both 'moving' and 'fixed'")
+            raise InputError(fn, "{where} must name both 'moving' and 'fixed'", "path", where=where)
         lam = None
         if row.get("lambda"):
             try:
@@ -112,8 +119,12 @@ def read_pairs(path: PathLike, *, require_segs: bool = False) -> list[PairSpec]:
             except ValueError:
                 lam = math.nan
             if math.isnan(lam) or not 0.0 <= lam <= 1.0:
-                raise ValueError(
-                    f"{fn}(): {where}: 'lambda' must be a number in [0, 1], got {row['lambda']!r}"
+                raise InputError(
+                    fn,
+                    "{where}: 'lambda' must be a number in [0, 1], got {lam!r}",
+                    "path",
+                    where=where,
+                    lam=row["lambda"],
                 )
         spec = PairSpec(
             index=index,
@@ -125,7 +136,9 @@ def read_pairs(path: PathLike, *, require_segs: bool = False) -> list[PairSpec]:
             initial_affine=resolve(row.get("initial_affine", "")),
         )
         if require_segs and (spec.moving_seg is None or spec.fixed_seg is None):
-            raise ValueError(f"{fn}(): {where} must name 'moving_seg' and 'fixed_seg'")
+            raise InputError(
+                fn, "{where} must name 'moving_seg' and 'fixed_seg'", "path", where=where
+            )
         pairs.append(spec)
     return pairs
 
@@ -172,16 +185,23 @@ def check_label_map(fn: str, name: str, path: PathLike) -> None:
     with warnings.catch_warnings():  # e.g. "constant" for an empty label map: not a concern
         warnings.simplefilter("ignore")
         # float32, finite, 2D or 3D; only the values matter here, so an npz needs no geometry
-        data = load_volume(path, assume_identity=True).data
+        with passed_as(path=name):  # the file's errors name the argument that gave it
+            data = load_volume(path, assume_identity=True).data
     if not data.size:
         return
     ids = np.rint(data)
     deviation = float(np.max(np.abs(data - ids)))
     if deviation > LABEL_TOLERANCE:
-        raise ValueError(
-            f"{fn}(): '{name}' must be a label map of integer ids, but '{path}' has values up "
-            f"to {deviation:.3g} away from an integer (range [{data.min():g}, {data.max():g}]); "
-            "is it an intensity image?"
+        raise InputError(
+            fn,
+            "{0} must be a label map of integer ids, but '{path}' has values up to "
+            "{deviation:.3g} away from an integer (range [{lo:g}, {hi:g}]); is it an intensity "
+            "image?",
+            name,
+            path=path,
+            deviation=deviation,
+            lo=data.min(),
+            hi=data.max(),
         )
     ids = ids.astype(np.int64).ravel()
     if ids.min() >= 0 and ids.max() < 2**20:
@@ -189,9 +209,14 @@ def check_label_map(fn: str, name: str, path: PathLike) -> None:
     else:
         count = len(np.unique(ids))
     if count > MAX_LABELS:
-        raise ValueError(
-            f"{fn}(): '{name}' must be a label map (at most {MAX_LABELS} distinct ids), but "
-            f"'{path}' has {count} distinct values; is it an intensity image?"
+        raise InputError(
+            fn,
+            "{0} must be a label map (at most {limit} distinct ids), but '{path}' has {count} "
+            "distinct values; is it an intensity image?",
+            name,
+            limit=MAX_LABELS,
+            path=path,
+            count=count,
         )
 
 
@@ -220,17 +245,23 @@ def parse_lambdas(text: str) -> list[float]:
             start, stop = float(parts[0]), float(parts[1])
             count = int(parts[2])
             if count < 1:
-                raise ValueError(f"{fn}(): 'count' must be a positive integer, got {parts[2]!r}")
+                raise InputError(
+                    fn, "'count' must be a positive integer, got {count!r}", "text", count=parts[2]
+                )
             if start > stop:
-                raise ValueError(f"{fn}(): 'start' must be <= 'stop', got {text!r}")
+                raise InputError(fn, "'start' must be <= 'stop', got {text!r}", "text", text=text)
             values = np.linspace(start, stop, count).tolist() if count > 1 else [start]
         else:
             values = [float(item) for item in text.split(",")]
-    except ValueError as err:
-        if str(err).startswith(fn):
-            raise
-        raise ValueError(f"{fn}(): λ list must be {usage}, got {text!r}") from None
+    except InputError:
+        raise
+    except ValueError:
+        raise InputError(
+            fn, "λ list must be {usage}, got {text!r}", "text", usage=usage, text=text
+        ) from None
     bad = [v for v in values if math.isnan(v) or not 0.0 <= v <= 1.0]
     if bad:
-        raise ValueError(f"{fn}(): every λ must lie in [0, 1], got {bad[:4]} in {text!r}")
+        raise InputError(
+            fn, "every λ must lie in [0, 1], got {bad} in {text!r}", "text", bad=bad[:4], text=text
+        )
     return [round(v, 10) for v in values]

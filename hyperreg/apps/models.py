@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hyperreg._errors import InputError, passed_as
 from hyperreg.pretrained import BundledModel, bundled_models, default_model
-from hyperreg.registration.pipeline import InputError
 
 __all__ = [
     "AUTO",
@@ -69,14 +69,21 @@ def model_file(spec: str | os.PathLike[str], argument: str = "model") -> Path:
         found = sorted(p.name for p in path.glob("*.pt"))
         hint = f"; it holds {', '.join(found[:3])}: give one of them" if found else ""
         raise InputError(
-            f"{fn}(): folder '{spec}' holds no {MODEL_FILE} (the checkpoint 'hyperreg train' "
-            f"writes){hint}",
+            fn,
+            "folder '{spec}' holds no {file} (the checkpoint 'hyperreg train' writes){hint}",
             argument,
+            spec=spec,
+            file=MODEL_FILE,
+            hint=hint,
         )
     if not path.exists():
         names = ", ".join(m.name for m in bundled_models())
         raise InputError(
-            f"{fn}(): no such file or folder: '{spec}' (nor a bundled model: {names})", argument
+            fn,
+            "no such file or folder: '{spec}' (nor a bundled model: {names})",
+            argument,
+            spec=spec,
+            names=names,
         )
     return path
 
@@ -97,9 +104,13 @@ def _load(path: Path, device: Any, argument: str) -> tuple[Any, dict[str, Any]]:
         else:
             reason = "torch.load cannot read it"
         raise InputError(
-            f"resolve_model(): '{path}' is not a hyperreg checkpoint ({reason}); give the "
-            f"{MODEL_FILE} that 'hyperreg train' wrote, or its folder",
+            "resolve_model",
+            "'{path}' is not a hyperreg checkpoint ({reason}); give the {file} that 'hyperreg "
+            "train' wrote, or its folder",
             argument,
+            path=path,
+            reason=reason,
+            file=MODEL_FILE,
         ) from err
     return model, payload
 
@@ -198,8 +209,7 @@ def check_lambda(fn: str, lam: Any, argument: str = "lam") -> None:
         return
     if isinstance(lam, bool) or not isinstance(lam, numbers.Real) or not 0.0 <= lam <= 1.0:
         raise InputError(
-            f"{fn}(): '{argument}' must be a number in [0, 1], 'auto' or None, got {lam!r}",
-            argument,
+            fn, "{0} must be a number in [0, 1], 'auto' or None, got {lam!r}", argument, lam=lam
         )
 
 
@@ -287,15 +297,19 @@ def resolve_model(
     bundled = None
     if spec is None:
         if image is None:
-            raise InputError("resolve_model(): give a model, or an image to pick one for", argument)
-        ndim = _image_ndim(image)
+            raise InputError("resolve_model", "give a model, or an image to pick one for", argument)
+        with passed_as(path="image"):  # the file's errors name this function's argument
+            ndim = _image_ndim(image)
         try:
             bundled = default_model(ndim)
         except ValueError as err:
             raise InputError(
-                f"resolve_model(): no bundled model registers {ndim}D images like '{image}'; "
-                "give a model trained with 'hyperreg train'",
+                "resolve_model",
+                "no bundled model registers {ndim}D images like '{image}'; give a model trained "
+                "with 'hyperreg train'",
                 argument,
+                ndim=ndim,
+                image=image,
             ) from err
         path = bundled.path
     else:
@@ -344,9 +358,13 @@ def model_architecture(source: str | os.PathLike[str] | None, **given: Any) -> A
     for key, value in asked.items():
         if getattr(config, key) != value:
             raise InputError(
-                f"model_architecture(): '{source}' was trained with {key} "
-                f"{getattr(config, key)}, but {key} {value} was asked for; drop it or pass "
-                "that value",
+                "model_architecture",
+                "'{source}' was trained with {key} {trained}, but {key} {value} was asked for; "
+                "drop it or pass that value",
                 key,
+                source=source,
+                key=key,
+                trained=getattr(config, key),
+                value=value,
             )
     return config

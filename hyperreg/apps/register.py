@@ -16,6 +16,7 @@ import logging
 from pathlib import Path
 
 from hyperreg._checks import check_option
+from hyperreg._errors import InputError
 from hyperreg.apps.models import check_lambda, pair_lambda
 from hyperreg.apps.transforms import check_transform_path
 from hyperreg.geometry.affine import AffineTransform, save_affine
@@ -26,7 +27,6 @@ from hyperreg.registration.pairs import PathLike, check_outputs
 from hyperreg.registration.pipeline import (
     DEFAULT_INIT,
     DEFAULT_NORMALIZATION,
-    InputError,
     PairResult,
     PreparedPair,
     load_input,
@@ -139,9 +139,7 @@ def register_files(
     fn = "register_files"
     check_lambda(fn, lam)
     if moved_seg is not None and moving_seg is None:
-        raise InputError(
-            f"{fn}(): 'moved_seg' needs 'moving_seg' (the label map to warp)", "moved_seg"
-        )
+        raise InputError(fn, "{0} needs {1} (the label map to warp)", "moved_seg", "moving_seg")
     check_option(fn, "warp_format", warp_format, DISPLACEMENT_FORMATS)
     outputs = dict(
         moved=moved,
@@ -153,20 +151,24 @@ def register_files(
     check_outputs(fn, (moving, fixed, moving_seg, fixed_seg), **outputs)
     check_transform_path(fn, "affine_out", affine_out)
     if figure is not None and not str(figure).lower().endswith(".png"):
-        raise InputError(f"{fn}(): 'figure' must end in .png, got '{figure}'", "figure")
+        raise InputError(fn, "{0} must end in .png, got '{figure}'", "figure", figure=figure)
     if inverse_warp_out is not None and (init != "none" or initial_affine is not None):
         raise InputError(
-            f"{fn}(): 'inverse_warp_out' inverts only the deformable field; with 'init' "
-            f"{init!r} the transform also holds an affine: use 'init' 'none' (for a pair that is "
-            "already aligned, e.g. by 'hyperreg affine')",
+            fn,
+            "{0} inverts only the deformable field; with {1} {init!r} the transform also holds "
+            "an affine: use {1} 'none' (for a pair that is already aligned, e.g. by 'hyperreg "
+            "affine')",
             "inverse_warp_out",
+            "init",
+            init=init,
         )
     if refine is not None:
         check_refinement(fn, refine)
     if inverse_warp_out is not None and model.config.int_steps == 0:
         raise InputError(
-            f"{fn}(): 'inverse_warp_out' needs a model with a velocity field; this is a model "
-            "without a velocity field (int_steps 0), whose displacement has no exact inverse",
+            fn,
+            "{0} needs a model with a velocity field; this is a model without a velocity field "
+            "(int_steps 0), whose displacement has no exact inverse",
             "inverse_warp_out",
         )
     # each input is read once (and warned about once)

@@ -327,9 +327,11 @@ def sweep_files(
     repeated = sorted({float(v) for v in lambdas if list(lambdas).count(v) > 1})
     if save_fields and repeated:
         raise InputError(
-            f"{fn}(): 'lambdas' repeats {repeated}; with save_fields each λ needs its own "
-            "file names",
+            fn,
+            "{0} repeats {repeated}; with {1} each λ needs its own file names",
             "lambdas",
+            "save_fields",
+            repeated=repeated,
         )
     if refine is not None:
         check_refinement(fn, refine)

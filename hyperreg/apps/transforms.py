@@ -41,7 +41,8 @@ from hyperreg.method.metrics import field_summary, registration_dice
 from hyperreg.method.spatial import jacobian_determinant
 from hyperreg.registration.chain import sample_volume
 from hyperreg.registration.pairs import PathLike, check_outputs
-from hyperreg.registration.pipeline import InputError, initial_transform, load_input
+from hyperreg._errors import InputError, passed_as
+from hyperreg.registration.pipeline import initial_transform, load_input
 
 __all__ = [
     "AffineResult",
@@ -62,9 +63,11 @@ def check_transform_path(fn: str, name: str, path: PathLike | None) -> None:
     """Raise unless ``path`` (an output) ends in one of ``TRANSFORM_SUFFIXES``."""
     if path is not None and not str(path).lower().endswith(TRANSFORM_SUFFIXES):
         raise InputError(
-            f"{fn}(): '{name}' must end in one of {TRANSFORM_SUFFIXES} (an ITK transform file), "
-            f"got '{path}'",
+            fn,
+            "{0} must end in one of {suffixes} (an ITK transform file), got '{path}'",
             name,
+            suffixes=TRANSFORM_SUFFIXES,
+            path=path,
         )
 
 
@@ -141,11 +144,15 @@ def affine_files(
     """
     fn = "affine_files"
     if init not in AFFINE_INITS:
-        raise InputError(f"{fn}(): 'init' must be one of {AFFINE_INITS}, got {init!r}", "init")
-    if moved_seg is not None and moving_seg is None:
         raise InputError(
-            f"{fn}(): 'moved_seg' needs 'moving_seg' (the label map to warp)", "moved_seg"
+            fn,
+            "{0} must be one of {choices}, got {init!r}",
+            "init",
+            choices=AFFINE_INITS,
+            init=init,
         )
+    if moved_seg is not None and moving_seg is None:
+        raise InputError(fn, "{0} needs {1} (the label map to warp)", "moved_seg", "moving_seg")
     inputs = (moving, fixed, moving_seg, fixed_seg)
     check_outputs(fn, inputs, moved=moved, moved_seg=moved_seg)
     check_transform_path(fn, "affine_out", affine_out)
@@ -153,14 +160,16 @@ def affine_files(
         Path(p).resolve() for p in inputs if p is not None
     }:
         raise InputError(
-            f"{fn}(): 'affine_out' would overwrite the input '{affine_out}'", "affine_out"
+            fn, "{0} would overwrite the input '{path}'", "affine_out", path=affine_out
         )
-    fixed_v = load_input(fixed, npz_geometry=npz_geometry)
-    moving_v = load_input(moving, npz_geometry=npz_geometry, fixed=fixed_v)
+    with passed_as(path="fixed"):
+        fixed_v = load_input(fixed, npz_geometry=npz_geometry)
+    with passed_as(path="moving"):
+        moving_v = load_input(moving, npz_geometry=npz_geometry, fixed=fixed_v)
     geometry = dict(npz_geometry=npz_geometry, fixed=fixed_v)
     moving_seg_v, fixed_seg_v = (
-        None if seg is None else load_input(seg, label=True, **geometry)
-        for seg in (moving_seg, fixed_seg)
+        None if seg is None else _load_seg(seg, name, geometry)
+        for seg, name in ((moving_seg, "moving_seg"), (fixed_seg, "fixed_seg"))
     )
     initial = initial_transform(initial_affine, moving_v, fixed_v)
     transform = register_affine(moving_v, fixed_v, init, seed=seed, initial=initial)
@@ -206,17 +215,21 @@ class WarpedFile(NamedTuple):
     resampled: str | None
 
 
+def _load_seg(seg: PathLike, name: str, geometry: dict) -> Volume:
+    with passed_as(path=name):  # errors of the file name the argument that gave it
+        return load_input(seg, label=True, **geometry)
+
+
 def _check_fill(fn: str, fill: str | float, labels: Sequence[bool]) -> None:
     """``fill`` is a valid background, and has an image to apply to when it is not 0."""
-    try:
-        outside_fill(np.zeros(1, np.float32), fill)
-    except ValueError as err:
-        raise InputError(f"{fn}(): {str(err).split(': ', 1)[1]}", "fill") from None
+    outside_fill(np.zeros(1, np.float32), fill)  # InputError of argument "fill"
     if all(labels) and fill != "zero":
         raise InputError(
-            f"{fn}(): 'fill' {fill!r} applies to images; label maps always take 0 (the "
-            "background) outside the moving file",
+            fn,
+            "{0} {fill!r} applies to images; label maps always take 0 (the background) outside "
+            "the moving file",
             "fill",
+            fill=fill,
         )
 
 
@@ -294,48 +307,66 @@ def warp_files(
     """
     fn = "warp_files"
     if warp_field is None and affine is None:
-        raise InputError(
-            f"{fn}(): give 'warp_field' and/or 'affine' (the transform to apply)", "warp_field"
-        )
+        raise InputError(fn, "give {0} and/or {1} (the transform to apply)", "warp_field", "affine")
     labels = [bool(nearest)] * len(moving) if isinstance(nearest, bool) else list(nearest)
     if not (len(moving) == len(moved) == len(labels)) or not moving:
         raise InputError(
-            f"{fn}(): 'moving' and 'moved' must list the same number of files (at least one), "
-            f"got {len(moving)} and {len(moved)}"
-            + ("" if len(labels) == len(moving) else f" ({len(labels)} 'nearest' flags)"),
+            fn,
+            "{1} and {0} must list the same number of files (at least one), got {m} and {n}"
+            + ("" if len(labels) == len(moving) else " ({k} 'nearest' flags)"),
             "moved",
+            "moving",
+            m=len(moving),
+            n=len(moved),
+            k=len(labels),
         )
     if warp_field is None and fixed is None:
         raise InputError(
-            f"{fn}(): 'fixed' is needed to give the output grid when there is no field", "fixed"
+            fn, "{0} is needed to give the output grid when there is no field", "fixed"
         )
     _check_fill(fn, fill, labels)
     sources = (*moving, warp_field, affine, fixed)
-    check_outputs(fn, sources, **{f"moved[{n}]": path for n, path in enumerate(moved)})
-    transform = load_affine(affine) if affine is not None else AffineTransform.identity()
+    names = {f"moved[{n}]": "moved" for n in range(len(moved))}  # each one of 'moved'
+    with passed_as(**names):
+        check_outputs(fn, sources, **{name: path for name, path in zip(names, moved)})
+    with passed_as(path="affine"):
+        transform = load_affine(affine) if affine is not None else AffineTransform.identity()
     disp = None
     if warp_field is not None:
-        field = load_displacement(warp_field)
+        with passed_as(path="warp_field"):
+            field = load_displacement(warp_field)
         grid = field.grid
         disp = field.disp
         if fixed is not None:
-            fixed_v = load_input(fixed, npz_geometry=npz_geometry)
+            with passed_as(path="fixed"):
+                fixed_v = load_input(fixed, npz_geometry=npz_geometry)
             if not same_grid(fixed_v, grid):
                 raise InputError(
-                    f"{fn}(): 'fixed' '{fixed}' must lie on the grid of the field '{warp_field}' "
-                    "(the field defines the output grid); drop 'fixed' or give the matching one",
+                    fn,
+                    "{0} '{fixed}' must lie on the grid of the field {1} '{field}' (the field "
+                    "defines the output grid); drop {0} or give the matching one",
                     "fixed",
+                    "warp_field",
+                    fixed=fixed,
+                    field=warp_field,
                 )
     else:
-        grid = load_input(fixed, npz_geometry=npz_geometry)
+        with passed_as(path="fixed"):
+            grid = load_input(fixed, npz_geometry=npz_geometry)
     volumes = []
     for path, label in zip(moving, labels):
-        volume = load_input(path, label=label, npz_geometry=npz_geometry, fixed=grid)
+        with passed_as(path="moving"):
+            volume = load_input(path, label=label, npz_geometry=npz_geometry, fixed=grid)
         if volume.ndim != grid.ndim:
             raise InputError(
-                f"{fn}(): '{path}' is {volume.ndim}D but the target grid is {grid.ndim}D "
-                f"(shape {grid.spatial_shape}); both must be 2D or both 3D",
+                fn,
+                "'{path}' is {n}D but the target grid is {m}D (shape {shape}); both must be 2D "
+                "or both 3D",
                 "moving",
+                path=path,
+                n=volume.ndim,
+                m=grid.ndim,
+                shape=grid.spatial_shape,
             )
         if affine is None and not resample:
             check_same_grid(volume, grid)
@@ -443,7 +474,8 @@ def jacobian_file(warp_field: PathLike, out: PathLike) -> JacobianResult:
             has a wrong suffix.
     """
     check_outputs("jacobian_file", (warp_field,), out=out)
-    field_ = load_displacement(warp_field)
+    with passed_as(path="warp_field"):
+        field_ = load_displacement(warp_field)
     disp = torch.from_numpy(field_.disp)[None]
     summary = field_summary(disp)
     jacobian = jacobian_determinant(disp)[0, 0].numpy().astype(np.float32)

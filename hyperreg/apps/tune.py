@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from hyperreg._errors import InputError
 from hyperreg._files import write_json
 from hyperreg.apps.inputs import PairSpec, parse_lambdas
 from hyperreg.figures.backend import pyplot, save_figure
@@ -283,15 +284,24 @@ def _check_tune(
     grid = parse_lambdas("0:1:11") if lambdas is None else [float(v) for v in lambdas]
     grid = sorted(set(grid))
     if len(grid) < 2 or any(math.isnan(v) or not 0 <= v <= 1 for v in grid):
-        raise ValueError(
-            f"{fn}(): 'lambdas' must hold at least 2 distinct values in [0, 1], got {grid}"
+        raise InputError(
+            fn,
+            "{0} must hold at least 2 distinct values in [0, 1], got {grid}",
+            "lambdas",
+            grid=grid,
         )
     if max_folding is not None and (math.isnan(max_folding) or max_folding < 0):
-        raise ValueError(f"{fn}(): 'max_folding' must be a percentage >= 0, got {max_folding}")
+        raise InputError(
+            fn, "{0} must be a percentage >= 0, got {value}", "max_folding", value=max_folding
+        )
     if refine_rounds < 0 or refine_points < 1:
-        raise ValueError(
-            f"{fn}(): 'refine_rounds' must be >= 0 and 'refine_points' >= 1, got "
-            f"{refine_rounds} and {refine_points}"
+        raise InputError(
+            fn,
+            "{0} must be >= 0 and {1} >= 1, got {rounds} and {points}",
+            "refine_rounds" if refine_rounds < 0 else "refine_points",
+            "refine_points" if refine_rounds < 0 else "refine_rounds",
+            rounds=refine_rounds,
+            points=refine_points,
         )
     return grid
 
@@ -391,7 +401,7 @@ def tune_lambda(
         ]
         if not new:
             break
-        logger.info("%s(): round %d refines λ in [%.4g, %.4g]", fn, round_, lo, hi)
+        logger.info("round %d refines λ in [%.4g, %.4g]", round_, lo, hi)
         refined, _ = _evaluate(model, pairs, new, f"refine{round_}", **options)  # type: ignore[arg-type]
         rows += feasible(refined)
     rows.sort(key=lambda r: r["lambda"])
@@ -399,7 +409,7 @@ def tune_lambda(
     met = bool(best["feasible"])
     if not met:
         warnings.warn(
-            f"{fn}(): no evaluated λ keeps mean folding <= {max_folding} %; λ* = "
+            f"no evaluated λ keeps mean folding <= {max_folding} %; λ* = "
             f"{best['lambda']:.4g} has the least ({best['folding_percent']:.3f} %)",
             stacklevel=2,
         )

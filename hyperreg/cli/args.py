@@ -134,12 +134,13 @@ def add_common(parser: argparse.ArgumentParser, *, device: bool = True, seed: bo
 
 def lambda_list(text: str) -> list[float]:
     """A λ grid: ``0:1:11`` (start:stop:count) or ``0.1,0.3,0.5``."""
+    from hyperreg._errors import InputError
     from hyperreg.apps.inputs import parse_lambdas
 
     try:
         return parse_lambdas(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err).replace("parse_lambdas(): ", "")) from None
+    except InputError as err:  # argparse names the option; the detail says what is wrong
+        raise argparse.ArgumentTypeError(err.detail) from None
 
 
 def fill_value(text: str) -> str | float:
@@ -404,16 +405,16 @@ def refinement_from(args: Any) -> Any:
     """The :class:`~hyperreg.registration.refine.Refinement` of ``args``, or None for 0 steps.
 
     Raises:
-        ValueError: If ``--refine-lr`` is not in (0, 100).
+        InputError (a ValueError): If ``--refine-lr`` is not in (0, 100); its ``argument`` is the
+            ``dest`` of the option that fed the field of ``Refinement``.
     """
     if not getattr(args, "refine", 0):
         return None
+    from hyperreg._errors import passed_as
     from hyperreg.registration.refine import Refinement, check_refinement
 
     options = {} if args.refine_lr is None else {"lr": args.refine_lr}
     refinement = Refinement(steps=args.refine, sim=args.refine_sim, **options)
-    try:
+    with passed_as(steps="refine", sim="refine_sim", lr="refine_lr"):  # field -> dest
         check_refinement("refine", refinement)
-    except ValueError as err:
-        raise ValueError(f"argument --refine-lr: {str(err).split(': ', 1)[1]}") from None
     return refinement

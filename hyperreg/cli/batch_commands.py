@@ -87,9 +87,13 @@ def _add_evaluate(sub: Any) -> None:
 
 
 def _cmd_batch(args: argparse.Namespace) -> int:
+    from hyperreg._errors import passed_as
     from hyperreg.apps.batch import run_batch
+    from hyperreg.apps.inputs import read_pairs
 
     check_out_folder(args.out)
+    with passed_as(path="pairs"):  # a malformed CSV is exit 2 before any work
+        read_pairs(args.pairs)
     run = run_batch(
         args.model,
         args.pairs,
@@ -124,10 +128,12 @@ def _cmd_batch(args: argparse.Namespace) -> int:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from hyperreg._errors import passed_as
     from hyperreg.apps.evaluate import evaluate_csv, read_evaluation_csv
 
     check_out_folder(args.out)
-    read_evaluation_csv(args.pairs)  # a malformed CSV is exit 2 before anything is written
+    with passed_as(path="pairs"):  # a malformed CSV is exit 2 before anything is written
+        read_evaluation_csv(args.pairs)
     report = evaluate_csv(args.pairs, args.out, naming=args.label_names)
     for index, name, error in report.failures:
         print(f"{opts.PROG} evaluate: row {index} ({name}) failed: {error}", file=sys.stderr)

@@ -31,15 +31,20 @@ def model_for(args: Any) -> Any:
     (``--fixed``, or the first row of ``--pairs``), and which one is printed. ``args.model``
     becomes the checkpoint file."""
     from hyperreg._checks import resolve_device
+    from hyperreg._errors import passed_as
     from hyperreg.apps.models import resolve_model
 
     device = resolve_device(args.command, args.device)
     image = getattr(args, "fixed", None)
+    source = "fixed"  # the dest that gave ``image``
     if image is None and args.model is None:
         from hyperreg.apps.inputs import read_pairs
 
-        image = read_pairs(args.pairs)[0].fixed
-    resolved = resolve_model(args.model, device, image=image)
+        with passed_as(path="pairs"):
+            image = read_pairs(args.pairs)[0].fixed
+        source = "pairs"
+    with passed_as(image=source):
+        resolved = resolve_model(args.model, device, image=image)
     if resolved.bundled is not None:
         name, card = resolved.bundled.name, resolved.bundled.card
         print(f"hyperreg {args.command}: using the bundled model {name} (card: {card})")

@@ -138,18 +138,19 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from hyperreg.apps.inputs import read_pairs
-    from hyperreg.apps.inputs import check_label_map
+    from hyperreg._errors import InputError, passed_as
+    from hyperreg.apps.inputs import check_label_map, read_pairs
     from hyperreg.apps.tune import tune_lambda, write_tune_report
 
     check_out_folder(args.out)
-    pairs = read_pairs(args.pairs, require_segs=True)
+    with passed_as(path="pairs"):  # read_pairs(path) is fed by --pairs
+        pairs = read_pairs(args.pairs, require_segs=True)
     for pair in pairs:  # before any work: an intensity image in a label column is bad input
         for column in ("moving_seg", "fixed_seg"):
             try:
                 check_label_map("tune", column, getattr(pair, column))
-            except ValueError as err:
-                raise ValueError(f"row {pair.index} of --pairs: {err}") from err
+            except InputError as err:  # the column's name, not an option: the detail as is
+                raise ValueError(f"row {pair.index} of --pairs: {err.detail}") from err
     result = tune_lambda(
         model_for(args),
         pairs,

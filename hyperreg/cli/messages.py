@@ -1,109 +1,77 @@
-"""Library messages in the user's words: option names instead of function and argument names.
+"""The wording of what a command prints: library errors by option, log lines, results.
 
-The library writes its messages for Python callers (STYLE.md §5: ``"<function>(): '<arg>' must
-be …"``). On the command line, the user typed options, not arguments, so :class:`UserWords`
-rewrites each error, warning and log line that reaches the terminal: it drops the
-``function(): `` prefixes, turns a quoted argument name into the option that feeds it
-(``'warp_out'`` → ``--warp``), names the option a quoted path came from (``'m.nii.gz'`` →
-``--moving 'm.nii.gz'``) and joins the message onto one line. Must not import the library.
+Library errors about one argument carry it as data (:class:`hyperreg._errors.InputError`:
+``argument``, and the message as a template over the arguments it names). :func:`options_of`
+maps each ``dest`` of a subcommand to its option, and :func:`error_text` names the argument by
+that option, ``argument --moving: no such file: 'm.nii.gz'``; any other error, warning and log
+line is printed as the library wrote it, on one line. Nothing here parses a message. Must not
+import the library (the error class comes in lazily, when a command has failed).
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import logging
-import re
-from pathlib import Path
+import math
 from typing import Any
 
 from hyperreg.cli.args import subparser
 
 __all__ = [
-    "ALIASES",
     "LogFormatter",
-    "UserWords",
     "affine_text",
+    "error_text",
     "folding_text",
     "mi_text",
+    "one_line",
+    "options_of",
     "refine_text",
 ]
 
-# library argument name -> the ``dest`` of the option that feeds it
-ALIASES = {
-    "warp_out": "warp",  # register_files
-    "inverse_warp_out": "inverse_warp",  # register_files
-    "steps": "refine",  # refine_pair, refine_flow
-    "warp_field": "warp",  # warp_file, jacobian_file
-    "pairs_csv": "pairs",  # run_batch
-    "inverse": "inverse_warp",  # PreparedPair.register
-}
 
-_FUNCTION = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\(\): ")
-_QUOTED = re.compile(r"'([^'\n]+)'")
+def options_of(parser: argparse.ArgumentParser, command: str) -> dict[str, str]:
+    """``{dest: option}`` of subcommand ``command``: ``{"moving_seg": "--moving-seg"}``.
 
-
-class UserWords:
-    """Rewrites messages for one parsed subcommand.
-
-    Args:
-        parser: The ``hyperreg`` parser (:func:`hyperreg.cli.run.build_parser`); the options of
-            the subcommand ``args.command`` give the ``dest`` → option mapping.
-        args: The parsed arguments (their path values name the option they came from).
+    An option's ``dest`` is the name of the library argument it feeds (``--warp`` of
+    ``register`` has ``dest="warp_out"``), so an error's ``argument`` finds its option here.
     """
+    options: dict[str, str] = {}
+    for action in subparser(parser, command)._actions:
+        longs = [s for s in action.option_strings if s.startswith("--")]
+        if longs and action.dest not in ("help", "debug"):
+            options.setdefault(action.dest, longs[0])
+    return options
 
-    def __init__(self, parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-        self.options: dict[str, str] = {}
-        for action in subparser(parser, args.command)._actions:
-            longs = [s for s in action.option_strings if s.startswith("--")]
-            if longs and action.dest not in ("help", "debug"):
-                self.options.setdefault(action.dest, longs[0])
-        self.paths: dict[str, str | None] = {}  # path text -> option (None: given to several)
-        for dest, option in self.options.items():
-            value = getattr(args, dest, None)
-            if not isinstance(value, str) or not value:
-                continue
-            for text in {value, str(Path(value))}:
-                known = self.paths.get(text, option)
-                self.paths[text] = option if known == option else None
 
-    def option_of(self, argument: str) -> str | None:
-        """The option that feeds library argument ``argument`` (through its ``dest``), or None."""
-        return self.options.get(ALIASES.get(argument, argument))
+def one_line(text: object) -> str:
+    """``text`` on one line (runs of whitespace, newlines included, become one space)."""
+    return " ".join(str(text).split())
 
-    def __call__(self, message: str) -> str:
-        """``message`` with option names, without function names, on one line."""
-        text = _FUNCTION.sub("", str(message))
-        quoted = _QUOTED.findall(text)
-        named = {self.options.get(ALIASES.get(q, q)) for q in quoted if q not in self.paths}
-        named |= {o for o in self.options.values() if o in text}
 
-        def swap(match: re.Match[str]) -> str:
-            name = match.group(1)
-            if name in self.paths:  # a path the user gave: say which option, unless named
-                option = self.paths[name]
-                return (
-                    match.group(0)
-                    if option is None or option in named
-                    else f"{option} {match.group(0)}"
-                )
-            option = self.options.get(ALIASES.get(name, name))
-            return option if option is not None else match.group(0)
+def error_text(err: BaseException, options: dict[str, str]) -> str:
+    """The one-line message of a library error.
 
-        text = _QUOTED.sub(swap, text)
-        return " ".join(text.split())
+    An error that names its argument as data (``argument``, :meth:`describe`) whose argument is
+    the ``dest`` of an option reads ``argument --moving: <detail>``, every argument the detail
+    names given as its option (or quoted, when no option feeds it). Any other error is its
+    message unchanged.
+    """
+    from hyperreg._errors import InputError
+
+    if isinstance(err, InputError) and err.argument in options:
+        return f"argument {options[err.argument]}: {one_line(err.describe(options.get))}"
+    return one_line(err)
 
 
 class LogFormatter(logging.Formatter):
-    """``hyperreg <cmd>: <message>`` with the message rewritten by ``words``."""
+    """``hyperreg <cmd>: <message>``: a log line as the library wrote it, on one line."""
 
-    def __init__(self, prog: str, words: UserWords) -> None:
+    def __init__(self, prog: str) -> None:
         super().__init__()
         self.prog = prog
-        self.words = words
 
     def format(self, record: logging.LogRecord) -> str:
-        return f"{self.prog}: {self.words(record.getMessage())}"
+        return f"{self.prog}: {one_line(record.getMessage())}"
 
 
 def folding_text(percent: float) -> str:

@@ -44,6 +44,7 @@ def _add_register(sub: Any) -> None:
     )
     reg.add_argument(
         "--warp",
+        dest="warp_out",  # the library argument it feeds (register_files)
         help="displacement field (voxels) of the whole transform (the --init affine composed "
         "with the deformable field: one field that 'hyperreg warp', ANTs and SimpleITK apply in "
         "one step), NIfTI (I,J,K,3) channel last, i/j/k order, fixed-image affine; moved[x] = "
@@ -65,6 +66,7 @@ def _add_register(sub: Any) -> None:
     )
     reg.add_argument(
         "--inverse-warp",
+        dest="inverse_warp_out",
         help="inverse displacement field (voxels, exp(-v) of the model's velocity), same "
         "format (--warp-format), grid and fixed-image affine as --warp: warping the moved "
         "image with it gives the moving image back; needs a model with a velocity field",
@@ -142,6 +144,7 @@ def _add_warp(sub: Any) -> None:
     )
     warp.add_argument(
         "--warp",
+        dest="warp_field",  # the library argument it feeds (warp_files)
         help="displacement field written by 'hyperreg register --warp' (the whole chain) or "
         "--field-out (with --affine); voxel or itk format, detected from the file",
     )
@@ -187,7 +190,10 @@ def _add_jacobian(sub: Any) -> None:
         "jacobian", help="Jacobian determinant map and folding of a saved displacement field"
     )
     jac.add_argument(
-        "--warp", required=True, help="displacement field (voxel or itk format, detected)"
+        "--warp",
+        dest="warp_field",  # the library argument it feeds (jacobian_file)
+        required=True,
+        help="displacement field (voxel or itk format, detected)",
     )
     jac.add_argument(
         "--out",
@@ -199,15 +205,15 @@ def _add_jacobian(sub: Any) -> None:
 
 
 def _cmd_register(args: argparse.Namespace) -> int:
-    outputs = (args.moved, args.warp, args.moved_seg, args.inverse_warp, args.affine_out)
+    outputs = (args.moved, args.warp_out, args.moved_seg, args.inverse_warp_out, args.affine_out)
     folders = new_folders(*outputs, args.field_out, args.figure)
     from hyperreg.apps.register import register_files
 
     if not (
         args.moved
-        or args.warp
+        or args.warp_out
         or args.moved_seg
-        or args.inverse_warp
+        or args.inverse_warp_out
         or args.affine_out
         or args.field_out
         or args.figure
@@ -225,11 +231,11 @@ def _cmd_register(args: argparse.Namespace) -> int:
         args.fixed,
         args.lam,
         moved=args.moved,
-        warp_out=args.warp,
+        warp_out=args.warp_out,
         moved_seg=args.moved_seg,
         warp_format=args.warp_format,
         refine=opts.refinement_from(args),
-        inverse_warp_out=args.inverse_warp,
+        inverse_warp_out=args.inverse_warp_out,
         init=args.init,
         initial_affine=args.initial_affine,
         affine_out=args.affine_out,
@@ -250,9 +256,9 @@ def _cmd_register(args: argparse.Namespace) -> int:
         p
         for p in (
             args.moved,
-            args.warp,
+            args.warp_out,
             args.moved_seg,
-            args.inverse_warp,
+            args.inverse_warp_out,
             args.affine_out,
             args.field_out,
             args.figure,
@@ -280,7 +286,7 @@ def _cmd_warp(args: argparse.Namespace) -> int:
     folders = new_folders(*args.moved)
     from hyperreg.apps.transforms import warp_files
 
-    if not (args.warp or args.affine):
+    if not (args.warp_field or args.affine):
         raise ValueError("nothing to apply: give --warp and/or --affine")
     unknown = [p for p in args.labels if p not in args.moving]
     if unknown:
@@ -289,7 +295,7 @@ def _cmd_warp(args: argparse.Namespace) -> int:
     written = warp_files(
         args.moving,
         args.moved,
-        warp_field=args.warp,
+        warp_field=args.warp_field,
         affine=args.affine,
         fixed=args.fixed,
         nearest=labels,
@@ -308,7 +314,7 @@ def _cmd_jacobian(args: argparse.Namespace) -> int:
     folders = new_folders(args.out)
     from hyperreg.apps.transforms import jacobian_file
 
-    result = jacobian_file(args.warp, args.out)
+    result = jacobian_file(args.warp_field, args.out)
     print(f"wrote {args.out}: Jacobian determinant, shape {result.jacobian.shape}")
     created_folders(folders)
     _print_field_summary(result.folding_fraction, result.log_jacobian_std)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from hyperreg.cli import batch_commands, lambda_commands, register_commands, train_commands
 from hyperreg.cli.args import PROG, Parser
-from hyperreg.cli.messages import LogFormatter, UserWords
+from hyperreg.cli.messages import LogFormatter, error_text, one_line, options_of
 
 __all__ = ["build_parser", "main"]
 
@@ -48,55 +48,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exit_:
         return int(exit_.code or 0)
     prog = f"{PROG} {args.command}"
-    words = UserWords(parser, args)
-    # log lines, rewritten like errors, go to stderr while the command runs (the handler and
-    # level are restored afterwards: main() is also called in-process, from tests and scripts)
+    options = options_of(parser, args.command)
+    # log lines go to stderr, one line each, while the command runs (the handler and level are
+    # restored afterwards: main() is also called in-process, from tests and scripts)
     handler = logging.StreamHandler()
-    handler.setFormatter(LogFormatter(prog, words))
+    handler.setFormatter(LogFormatter(prog))
     root = logging.getLogger()
     level = root.level
     root.addHandler(handler)
     root.setLevel(logging.INFO)
 
     def show_warning(message, category, filename, lineno, file=None, line=None):
-        print(f"{prog}: warning: {words(str(message))}", file=sys.stderr)
+        print(f"{prog}: warning: {one_line(message)}", file=sys.stderr)
 
     # warnings print as one line while the command runs; catch_warnings restores the process's
     # own warnings.showwarning afterwards (main() is also called in-process, from tests).
     try:
         with warnings.catch_warnings():
             warnings.showwarning = show_warning
-            return _run(args, prog, words)
+            return _run(args, prog, options)
     finally:
         root.removeHandler(handler)
         root.setLevel(level)
 
 
-def _run(args: argparse.Namespace, prog: str, words: UserWords) -> int:
+def _run(args: argparse.Namespace, prog: str, options: dict[str, str]) -> int:
+    """Run the command; a library error is one line naming the option that fed its argument
+    (:func:`~hyperreg.cli.messages.error_text`)."""
     try:
         return COMMANDS[args.command](args)
     except (ValueError, TypeError, FileNotFoundError) as err:
         if args.debug:
             raise
-        print(f"{prog}: error: {_message(err, words)}", file=sys.stderr)
+        print(f"{prog}: error: {error_text(err, options)}", file=sys.stderr)
         return 2
     except (RuntimeError, OSError) as err:
         if args.debug:
             raise
-        print(f"{prog}: error: {_message(err, words)}", file=sys.stderr)
+        print(f"{prog}: error: {error_text(err, options)}", file=sys.stderr)
         return 1
-
-
-def _message(err: BaseException, words: UserWords) -> str:
-    """The one-line message of a library error; one that names its argument as data
-    (:class:`hyperreg.registration.pipeline.InputError`) is prefixed with the option whose
-    ``dest`` fed that argument."""
-    text = str(err)
-    argument = getattr(err, "argument", None)
-    option = words.option_of(argument) if isinstance(argument, str) else None
-    if option is not None and not text.startswith(f"argument {option}"):
-        text = f"argument {option}: {text}"
-    return words(text)
 
 
 if __name__ == "__main__":

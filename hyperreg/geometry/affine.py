@@ -31,8 +31,9 @@ from pathlib import Path
 import numpy as np
 import SimpleITK as sitk
 
+from hyperreg._errors import InputError, MissingInputError
 from hyperreg._files import atomic_write
-from hyperreg.geometry.io import Volume
+from hyperreg.geometry.io import Volume, check_same_ndim
 from hyperreg.geometry.resample import affine_3d, resample_through, to_sitk
 
 __all__ = [
@@ -158,11 +159,14 @@ def _plane_image(volume: Volume, origin: np.ndarray, axes: np.ndarray) -> sitk.I
         theirs = np.cross(volume.affine[:3, 0], volume.affine[:3, 1])
         cosine = abs(float(normal @ theirs)) / float(np.linalg.norm(theirs))
         angle = math.degrees(math.acos(min(1.0, cosine)))
-        raise ValueError(
-            f"register_affine(): the 2D slice '{_name(volume, 'moving')}' and the fixed 2D "
-            f"slice lie in different world planes ({angle:.0f}° apart, e.g. axial against "
-            "coronal); a 2D registration needs slices of the same plane: register the 3D "
-            "volumes instead"
+        raise InputError(
+            "register_affine",
+            "the 2D slice '{name}' and the fixed 2D slice lie in different world planes "
+            "({angle:.0f}° apart, e.g. axial against coronal); a 2D registration needs slices "
+            "of the same plane: register the 3D volumes instead",
+            "moving",
+            name=_name(volume, "moving"),
+            angle=angle,
         )
     image = sitk.GetImageFromArray(np.ascontiguousarray(volume.data.astype(np.float32).T))
     image.SetSpacing(tuple(float(s) for s in spacing))
@@ -418,11 +422,7 @@ def register_affine(
     fn = "register_affine"
     if kind not in AFFINE_INITS:
         raise ValueError(f"{fn}(): 'kind' must be one of {AFFINE_INITS}, got {kind!r}")
-    if moving.ndim != fixed.ndim:
-        raise ValueError(
-            f"{fn}(): '{_name(moving, 'moving')}' is {moving.ndim}D but "
-            f"'{_name(fixed, 'fixed')}' is {fixed.ndim}D; both must be 2D or both 3D"
-        )
+    check_same_ndim(fn, moving, fixed)
     if initial is not None and not isinstance(initial, AffineTransform):
         raise TypeError(
             f"{fn}(): 'initial' must be an AffineTransform or None, got {type(initial).__name__}"
@@ -433,16 +433,14 @@ def register_affine(
     for volume, role in ((moving, "moving"), (fixed, "fixed")):
         if volume.data.size == 0 or float(np.ptp(volume.data)) == 0.0:
             warnings.warn(
-                f"{fn}(): '{_name(volume, role)}' is constant, so it holds nothing to align; "
+                f"'{_name(volume, role)}' is constant, so it holds nothing to align; "
                 f"the {kind} stage keeps its start",
                 stacklevel=2,
             )
             return AffineTransform(start.matrix, kind)
     if initial is None and not world_overlap(moving, fixed):
         logger.info(
-            "%s(): '%s' and '%s' do not overlap in world space; starting from their centres "
-            "of mass",
-            fn,
+            "'%s' and '%s' do not overlap in world space; starting from their centres of mass",
             _name(moving, "moving"),
             _name(fixed, "fixed"),
         )
@@ -590,10 +588,14 @@ def _check_matrix(fn: str, matrix: np.ndarray, moving: Volume, fixed: Volume) ->
         or scales.min() < 1 / _MAX_SCALE
     ):
         shown = "non-finite" if scales is None else f"axis scales {np.round(scales, 3).tolist()}"
-        raise ValueError(
-            f"{fn}(): the affine stage diverged for '{_name(moving, 'moving')}' -> "
-            f"'{_name(fixed, 'fixed')}' ({shown}); check that the images show the same anatomy "
-            "or use --init rigid / none"
+        raise InputError(
+            fn,
+            "the affine stage diverged for '{moving}' -> '{fixed}' ({shown}); check that the "
+            "images show the same anatomy, or use a 'rigid' stage or none",
+            "moving",
+            moving=_name(moving, "moving"),
+            fixed=_name(fixed, "fixed"),
+            shown=shown,
         )
 
 
@@ -666,12 +668,13 @@ def _read_linear(fn: str, path: Path) -> tuple[np.ndarray, int]:
     x-y plane transform, LPS, is lifted to 3D with z left alone).
 
     Raises:
-        FileNotFoundError: If ``path`` does not exist.
-        ValueError: If the file is not a readable 2D or 3D linear transform, or its matrix is
-            not finite.
+        FileNotFoundError: If ``path`` does not exist (a ``MissingInputError``, argument
+            ``"path"``).
+        InputError (a ValueError): If the file is not a readable 2D or 3D linear transform, or
+            its matrix is not finite (argument ``"path"``).
     """
     if not path.is_file():
-        raise FileNotFoundError(f"{fn}(): no such file: '{path}'")
+        raise MissingInputError(fn, "no such file: '{path}'", "path", path=path)
     try:
         transform = sitk.ReadTransform(str(path))
         dim = transform.GetDimension()
@@ -687,9 +690,15 @@ def _read_linear(fn: str, path: Path) -> tuple[np.ndarray, int]:
             matrix = _lift_lps(transform)
     except (RuntimeError, ValueError) as err:
         reason = str(err) if isinstance(err, ValueError) else "ITK cannot read it as a transform"
-        raise ValueError(f"{fn}(): '{path}' is not an affine transform file ({reason})") from err
+        raise InputError(
+            fn,
+            "'{path}' is not an affine transform file ({reason})",
+            "path",
+            path=path,
+            reason=reason,
+        ) from err
     if not np.all(np.isfinite(matrix)):
-        raise ValueError(f"{fn}(): '{path}' holds a non-finite matrix")
+        raise InputError(fn, "'{path}' holds a non-finite matrix", "path", path=path)
     return matrix, dim
 
 
@@ -730,9 +739,11 @@ def load_initial_affine(
         The transform, ``kind="affine"``.
 
     Raises:
-        FileNotFoundError: If ``path`` does not exist.
-        ValueError: With a one-line message naming ``path``: the file is not a linear (affine)
-            transform (a displacement field, a composite, not a transform file); its
+        FileNotFoundError: If ``path`` does not exist (a ``MissingInputError``, argument
+            ``"path"``).
+        ValueError: With a one-line message naming ``path`` (an ``InputError``, argument
+            ``"path"``, except for a pair of two dimensionalities): the file is not a linear
+            (affine) transform (a displacement field, a composite, not a transform file); its
             dimensionality does not fit the pair (a 2D transform for a 3D pair, or a map that
             moves a 2D pair's slice out of the moving slice's plane); its matrix is singular,
             a reflection or scales an axis beyond 4x (or 1/4); or it maps less than 1 % of the
@@ -745,33 +756,42 @@ def load_initial_affine(
     """
     fn = "load_initial_affine"
     path = Path(path)
-    if moving.ndim != fixed.ndim:
-        raise ValueError(
-            f"{fn}(): '{_name(moving, 'moving')}' is {moving.ndim}D but "
-            f"'{_name(fixed, 'fixed')}' is {fixed.ndim}D; both must be 2D or both 3D"
-        )
+    check_same_ndim(fn, moving, fixed)
     matrix, dim = _read_linear(fn, path)
     if dim == 2 and fixed.ndim == 3:
-        raise ValueError(f"{fn}(): '{path}' holds a 2D transform, but the pair is 3D")
+        raise InputError(fn, "'{path}' holds a 2D transform, but the pair is 3D", "path", path=path)
     scales = np.linalg.svd(matrix[:3, :3], compute_uv=False)
     if np.linalg.det(matrix[:3, :3]) <= 0 or scales.max() > _MAX_SCALE or scales.min() < 0.25:
-        raise ValueError(
-            f"{fn}(): '{path}' is not a usable initial affine (axis scales "
-            f"{np.round(scales, 3).tolist()}, determinant {np.linalg.det(matrix[:3, :3]):.3g}; "
-            "expected a proper rotation with scales within 1/4 and 4)"
+        raise InputError(
+            fn,
+            "'{path}' is not a usable initial affine (axis scales {scales}, determinant "
+            "{det:.3g}; expected a proper rotation with scales within 1/4 and 4)",
+            "path",
+            path=path,
+            scales=np.round(scales, 3).tolist(),
+            det=np.linalg.det(matrix[:3, :3]),
         )
     inside = _seen_fraction(matrix, moving, fixed)
     if fixed.ndim == 2 and inside.plane > 0.5:
-        raise ValueError(
-            f"{fn}(): '{path}' maps the fixed slice up to {inside.plane:.3g} slices out of the "
-            f"plane of the moving slice '{_name(moving, 'moving')}'; a 2D pair needs an "
-            "in-plane transform"
+        raise InputError(
+            fn,
+            "'{path}' maps the fixed slice up to {plane:.3g} slices out of the plane of the "
+            "moving slice '{moving}'; a 2D pair needs an in-plane transform",
+            "path",
+            path=path,
+            plane=inside.plane,
+            moving=_name(moving, "moving"),
         )
     if inside.share < 0.01:
-        raise ValueError(
-            f"{fn}(): '{path}' maps the fixed image's field of view outside the moving image "
-            f"'{_name(moving, 'moving')}' ({100 * inside.share:.2g} % of it lands inside); was "
-            "it written for another pair, or for the inverse direction (moving -> fixed)?"
+        raise InputError(
+            fn,
+            "'{path}' maps the fixed image's field of view outside the moving image '{moving}' "
+            "({percent:.2g} % of it lands inside); was it written for another pair, or for the "
+            "inverse direction (moving -> fixed)?",
+            "path",
+            path=path,
+            moving=_name(moving, "moving"),
+            percent=100 * inside.share,
         )
     return AffineTransform(matrix, "affine")
 

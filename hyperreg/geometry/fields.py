@@ -36,6 +36,7 @@ from typing import NamedTuple
 import nibabel as nib
 import numpy as np
 
+from hyperreg._errors import InputError, MissingInputError
 from hyperreg._files import atomic_write
 from hyperreg.geometry.io import (
     SAVE_SUFFIXES,
@@ -257,7 +258,7 @@ def load_displacement(path: str | os.PathLike[str]) -> Displacement:
     path = Path(path)
     suffix = format_of(path, SAVE_SUFFIXES, fn)
     if not path.is_file():
-        raise FileNotFoundError(f"{fn}(): no such file: '{path}'")
+        raise MissingInputError(fn, "no such file: '{path}'", "path", path=path)
     raw, affine, codes = read_raw(path, suffix)
     header = nib.load(path).header
     intent = int(header["intent_code"])
@@ -286,9 +287,15 @@ def load_displacement(path: str | os.PathLike[str]) -> Displacement:
             else "(I, J, K, 3) or (I, J, 1, 2)"
         )
         kind = "an ITK vector field" if itk else "a voxel displacement field"
-        raise ValueError(
-            f"{fn}(): '{path}' must hold {kind} of shape {expected}, got shape {shape} "
-            f"dtype {raw.dtype}"
+        raise InputError(
+            fn,
+            "'{path}' must hold {kind} of shape {expected}, got shape {shape} dtype {dtype}",
+            "path",
+            path=path,
+            kind=kind,
+            expected=expected,
+            shape=shape,
+            dtype=raw.dtype,
         )
     vectors = raw.astype(np.float32).reshape(spatial + (channels,))
     check_finite(fn, str(path), vectors)

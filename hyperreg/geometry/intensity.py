@@ -12,6 +12,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from hyperreg._errors import InputError
+
 __all__ = ["FILLS", "NORMALIZATIONS", "OutsideFill", "normalize_intensity", "outside_fill"]
 
 NORMALIZATIONS = ("minmax", "none")
@@ -91,7 +93,13 @@ def outside_fill(data: np.ndarray, fill: str | float = "zero") -> OutsideFill:
     fn = "outside_fill"
     if isinstance(fill, str):
         if fill not in FILLS:
-            raise ValueError(f"{fn}(): 'fill' must be one of {FILLS} or a number, got {fill!r}")
+            raise InputError(
+                fn,
+                "{0} must be one of {fills} or a number, got {fill!r}",
+                "fill",
+                fills=FILLS,
+                fill=fill,
+            )
         if fill == "edge":
             return OutsideFill("border", 0.0)
         if fill == "zero":
@@ -101,5 +109,11 @@ def outside_fill(data: np.ndarray, fill: str | float = "zero") -> OutsideFill:
             raise ValueError(f"{fn}(): 'fill' 'min' needs a non-empty, finite image")
         return OutsideFill("zeros", float(values.min()))
     if isinstance(fill, bool) or not isinstance(fill, (int, float)) or not math.isfinite(fill):
-        raise ValueError(f"{fn}(): 'fill' must be one of {FILLS} or a finite number, got {fill!r}")
+        raise InputError(
+            fn,
+            "{0} must be one of {fills} or a finite number, got {fill!r}",
+            "fill",
+            fills=FILLS,
+            fill=fill,
+        )
     return OutsideFill("zeros", float(fill))

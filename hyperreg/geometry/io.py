@@ -27,6 +27,7 @@ from nibabel.filebasedimages import ImageFileError
 from nibabel.freesurfer.mghformat import MGHError
 from nibabel.spatialimages import HeaderDataError
 
+from hyperreg._errors import InputError, MissingInputError
 from hyperreg._files import atomic_write
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "Volume",
     "check_finite",
     "check_same_grid",
+    "check_same_ndim",
     "format_of",
     "has_header",
     "load_volume",
@@ -164,13 +166,19 @@ class Volume:
 
 
 def format_of(path: Path, suffixes: tuple[str, ...], fn: str) -> str:
-    """Return the matching suffix of ``path`` (case-insensitive) or raise ValueError."""
+    """Return the matching suffix of ``path`` (case-insensitive) or raise InputError (a
+    ValueError; argument ``path``)."""
     name = path.name.lower()
     for suffix in suffixes:
         if name.endswith(suffix):
             return suffix
-    raise ValueError(
-        f"{fn}(): '{path}' must end with one of {suffixes}, got suffix {''.join(path.suffixes)!r}"
+    raise InputError(
+        fn,
+        "'{path}' must end with one of {suffixes}, got suffix {suffix!r}",
+        "path",
+        path=path,
+        suffixes=suffixes,
+        suffix="".join(path.suffixes),
     )
 
 
@@ -193,7 +201,7 @@ def _warn_if_forms_disagree(path: Path, header: nib.Nifti1Header, codes: tuple[i
         return
     shift = float(np.linalg.norm(sform[:3, 3] - qform[:3, 3]))
     warnings.warn(
-        f"load_volume(): '{path}' has an sform (code {sform_code}) and a qform (code "
+        f"'{path}' has an sform (code {sform_code}) and a qform (code "
         f"{qform_code}) that disagree (largest entry difference {difference:.4g}, origins "
         f"{shift:.4g} mm apart); using the sform, as nibabel does (other tools may use the "
         "qform): make them agree (e.g. fslorient -copysform2qform) if the sform is not right",
@@ -230,14 +238,22 @@ def read_raw(path: Path, suffix: str) -> tuple[np.ndarray, np.ndarray, tuple[int
     except PermissionError:
         raise
     except _READ_ERRORS as err:
-        raise ValueError(
-            f"load_volume(): cannot read '{path}': file is truncated or not a valid {fmt} file "
-            f"({err})"
+        raise InputError(
+            "load_volume",
+            "cannot read '{path}': file is truncated or not a valid {fmt} file ({err})",
+            "path",
+            path=path,
+            fmt=fmt,
+            err=err,
         ) from err
     if npz_keys is not None:
-        raise ValueError(
-            f"load_volume(): '{path}' must hold an array named 'vol' or 'vol_data' or exactly "
-            f"one array, got arrays {npz_keys}"
+        raise InputError(
+            "load_volume",
+            "'{path}' must hold an array named 'vol' or 'vol_data' or exactly one array, got "
+            "arrays {keys}",
+            "path",
+            path=path,
+            keys=npz_keys,
         )
     return np.asarray(raw), affine, codes
 
@@ -248,25 +264,40 @@ def spatial_shape_of(path: Path, disk_shape: tuple[int, ...]) -> tuple[int, ...]
     while len(shape) > 2 and shape[-1] == 1:
         shape.pop()
     if len(shape) > 3:
-        raise ValueError(
-            f"load_volume(): '{path}' has shape {disk_shape}: a 4D series is not one image; "
-            "pass a single 2D or 3D volume"
+        raise InputError(
+            "load_volume",
+            "'{path}' has shape {shape}: a 4D series is not one image; pass a single 2D or 3D "
+            "volume",
+            "path",
+            path=path,
+            shape=disk_shape,
         )
     if len(shape) < 2:
-        raise ValueError(
-            f"load_volume(): '{path}' must hold a 2D or 3D image, got shape {disk_shape}"
+        raise InputError(
+            "load_volume",
+            "'{path}' must hold a 2D or 3D image, got shape {shape}",
+            "path",
+            path=path,
+            shape=disk_shape,
         )
     return tuple(shape)
 
 
-def _nonfinite_message(path: Path, count: int, label: bool) -> str:
+def _nonfinite_error(path: Path, count: int, label: bool) -> InputError:
     hint = (
         "fix the file (allow_nonfinite does not apply to label maps)"
         if label
         else "fix the file (from Python, load_volume(..., allow_nonfinite=True) replaces them "
         "with 0)"
     )
-    return f"load_volume(): '{path}' has {count} non-finite voxels (NaN or inf); {hint}"
+    return InputError(
+        "load_volume",
+        "'{path}' has {count} non-finite voxels (NaN or inf); {hint}",
+        "path",
+        path=path,
+        count=count,
+        hint=hint,
+    )
 
 
 def _to_labels(path: Path, raw: np.ndarray) -> np.ndarray:
@@ -276,23 +307,32 @@ def _to_labels(path: Path, raw: np.ndarray) -> np.ndarray:
     else:
         count = int(raw.size - np.count_nonzero(np.isfinite(raw)))
         if count:
-            raise ValueError(_nonfinite_message(path, count, label=True))
+            raise _nonfinite_error(path, count, label=True)
         values = np.rint(raw)
         if raw.size:
             distance = np.abs(raw - values)
             worst = int(np.argmax(distance))
             if float(distance.flat[worst]) > _LABEL_NONINTEGER_TOL:
                 count = int(np.count_nonzero(distance > _LABEL_NONINTEGER_TOL))
-                raise ValueError(
-                    f"load_volume(): '{path}' must hold integer label ids to be read as a label "
-                    f"map, got {count} voxels with non-integer values (e.g. "
-                    f"{float(raw.flat[worst]):.6g}); rounding would merge labels silently: fix "
-                    "the label map, or pass it as an intensity image if that is what it is"
+                raise InputError(
+                    "load_volume",
+                    "'{path}' must hold integer label ids to be read as a label map, got "
+                    "{count} voxels with non-integer values (e.g. {value:.6g}); rounding would "
+                    "merge labels silently: fix the label map, or pass it as an intensity image "
+                    "if that is what it is",
+                    "path",
+                    path=path,
+                    count=count,
+                    value=float(raw.flat[worst]),
                 )
     if values.size and (values.min() < _INT32.min or values.max() > _INT32.max):
-        raise ValueError(
-            f"load_volume(): label values of '{path}' must fit in int32, got range "
-            f"[{values.min()}, {values.max()}]"
+        raise InputError(
+            "load_volume",
+            "label values of '{path}' must fit in int32, got range [{lo}, {hi}]",
+            "path",
+            path=path,
+            lo=values.min(),
+            hi=values.max(),
         )
     return values.astype(np.int32)
 
@@ -356,15 +396,17 @@ def load_volume(
         The :class:`Volume`, with ``data`` of shape ``(I, J)`` or ``(I, J, K)``.
 
     Raises:
-        FileNotFoundError: If ``path`` does not exist or is not a file.
-        ValueError: If the suffix is not one of the supported ones; if the file is truncated,
-            corrupt or not of its suffix's format; if it holds a 4D series (more than one volume)
-            or fewer than 2 spatial dimensions; if its dtype is not numeric; if an ``.npz`` file
-            has several arrays and none named ``vol``/``vol_data``; if an ``.npz`` file gets
-            neither ``geometry_from`` nor ``assume_identity`` (or both), or ``geometry_from``
-            has another spatial shape; if it has non-finite voxels
-            (images without ``allow_nonfinite``, and label maps always); or if label values do not
-            fit in int32; or if a label map has values farther than 0.01 from an integer.
+        FileNotFoundError: If ``path`` does not exist or is not a file (a
+            :class:`~hyperreg._errors.MissingInputError`, argument ``"path"``).
+        ValueError: (An :class:`~hyperreg._errors.InputError` of argument ``"path"``, except
+            for the choice of geometry.) If the suffix is not one of the supported ones; if the
+            file is truncated, corrupt or not of its suffix's format; if it holds a 4D series
+            (more than one volume) or fewer than 2 spatial dimensions; if its dtype is not
+            numeric; if an ``.npz`` file has several arrays and none named ``vol``/``vol_data``;
+            if an ``.npz`` file gets neither ``geometry_from`` nor ``assume_identity`` (or
+            both), or ``geometry_from`` has another spatial shape; if it has non-finite voxels
+            (images without ``allow_nonfinite``, and label maps always); or if label values do
+            not fit in int32; or if a label map has values farther than 0.01 from an integer.
 
     Warns:
         UserWarning: If an image is constant (all voxels equal).
@@ -376,13 +418,17 @@ def load_volume(
     path = Path(path)
     suffix = format_of(path, tuple(_LOAD_SUFFIXES), "load_volume")
     if not path.is_file():
-        raise FileNotFoundError(f"load_volume(): no such file: '{path}'")
+        raise MissingInputError("load_volume", "no such file: '{path}'", "path", path=path)
     headerless = not has_header(path)
 
     raw, affine, codes = read_raw(path, suffix)
     if raw.dtype.kind not in "biuf":
-        raise ValueError(
-            f"load_volume(): '{path}' must hold real numeric voxels, got dtype {raw.dtype}"
+        raise InputError(
+            "load_volume",
+            "'{path}' must hold real numeric voxels, got dtype {dtype}",
+            "path",
+            path=path,
+            dtype=raw.dtype,
         )
     disk_shape = tuple(int(n) for n in raw.shape)
     spatial_shape = spatial_shape_of(path, disk_shape)
@@ -396,29 +442,33 @@ def load_volume(
         count = int(np.count_nonzero(nonfinite))
         if count:
             if not allow_nonfinite:
-                raise ValueError(_nonfinite_message(path, count, label=False))
+                raise _nonfinite_error(path, count, label=False)
             data[nonfinite] = 0.0
             logger.warning(
-                "load_volume(): replaced %d non-finite voxels (NaN or inf) with 0 in '%s'",
+                "replaced %d non-finite voxels (NaN or inf) with 0 in '%s'",
                 count,
                 path,
             )
         if data.size and data.min() == data.max():
             v = float(data.flat[0])
             warnings.warn(
-                f"load_volume(): '{path}' is constant (all voxels = {v}); registration to it "
-                "is meaningless",
+                f"'{path}' is constant (all voxels = {v}); registration to it is meaningless",
                 stacklevel=2,
             )
     if headerless:
         _check_geometry_choice(path, geometry_from, assume_identity)
     if headerless and geometry_from is not None:
         if geometry_from.spatial_shape != spatial_shape:
-            raise ValueError(
-                f"load_volume(): '{path}' has no header and spatial shape {spatial_shape}, so it "
-                f"cannot take the geometry of '{_name(geometry_from)}' with shape "
-                f"{geometry_from.spatial_shape}; give it a header on that grid, or use "
-                "assume_identity=True"
+            raise InputError(
+                "load_volume",
+                "'{path}' has no header and spatial shape {shape}, so it cannot take the "
+                "geometry of '{other}' with shape {other_shape}; give it a header on that grid, "
+                "or use assume_identity=True",
+                "path",
+                path=path,
+                shape=spatial_shape,
+                other=_name(geometry_from),
+                other_shape=geometry_from.spatial_shape,
             )
         affine, codes = geometry_from.affine, geometry_from.codes
         logger.debug("load_volume(): '%s' takes the geometry of '%s'", path, _name(geometry_from))
@@ -590,6 +640,20 @@ def same_grid(a: Volume, b: Volume, *, atol: float = 1e-4) -> bool:
     )
 
 
+def check_same_ndim(fn: str, moving: Volume, fixed: Volume) -> None:
+    """Raise InputError (a ValueError; argument ``"moving"``) unless both are 2D or both 3D."""
+    if moving.ndim != fixed.ndim:
+        raise InputError(
+            fn,
+            "'{moving}' is {m}D but '{fixed}' is {f}D; both must be 2D or both 3D",
+            "moving",
+            moving=_name(moving),
+            m=moving.ndim,
+            fixed=_name(fixed),
+            f=fixed.ndim,
+        )
+
+
 def check_same_grid(moving: Volume, fixed: Volume) -> None:
     """Raise unless ``moving`` lies on ``fixed``'s grid (same shape, affines within 1e-4).
 
@@ -601,8 +665,9 @@ def check_same_grid(moving: Volume, fixed: Volume) -> None:
         fixed: The fixed image.
 
     Raises:
-        ValueError: If the grids differ. The message names both files, both shapes and both
-            spacings, says whether the affines differ, and how to resample.
+        ValueError: If the grids differ (an :class:`~hyperreg._errors.InputError` of argument
+            ``"moving"``). The message names both files, both shapes and both spacings, says
+            whether the affines differ, and how to resample.
     """
     if same_grid(moving, fixed):
         return
@@ -616,9 +681,17 @@ def check_same_grid(moving: Volume, fixed: Volume) -> None:
     f_spacing = tuple(round(s, 4) for s in fixed.spacing)
     m_name = str(moving.path) if moving.path is not None else "<in-memory moving>"
     f_name = str(fixed.path) if fixed.path is not None else "<in-memory fixed>"
-    raise ValueError(
-        f"check_same_grid(): '{m_name}' and '{f_name}' are on different grids "
-        f"(shape {moving.spatial_shape} vs {fixed.spatial_shape}, spacing {m_spacing} vs "
-        f"{f_spacing}, {affines}): resample the moving image onto the fixed grid first "
-        "(e.g. with SimpleITK or FreeSurfer's mri_vol2vol)"
+    raise InputError(
+        "check_same_grid",
+        "'{m_name}' and '{f_name}' are on different grids (shape {m_shape} vs {f_shape}, "
+        "spacing {m_spacing} vs {f_spacing}, {affines}): resample the moving image onto the "
+        "fixed grid first (e.g. with SimpleITK or FreeSurfer's mri_vol2vol)",
+        "moving",
+        m_name=m_name,
+        f_name=f_name,
+        m_shape=moving.spatial_shape,
+        f_shape=fixed.spatial_shape,
+        m_spacing=m_spacing,
+        f_spacing=f_spacing,
+        affines=affines,
     )

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from hyperreg._checks import as_lambda_tensor
+from hyperreg._errors import InputError, passed_as
 from hyperreg.geometry.intensity import normalize_intensity
 from hyperreg.geometry.io import SAVE_SUFFIXES, Volume, check_same_grid, same_grid
 from hyperreg.geometry.resample import conformed_grid, describe_grid, isotropic_grid, resample_to
@@ -55,15 +56,6 @@ _SLAB_VOXELS = 2_000_000  # fixed voxels per slab in NetworkGrid.to_fixed (bound
 OUTPUT_SUFFIXES = SAVE_SUFFIXES  # what io.save_volume and fields.save_displacement write
 
 
-class InputError(ValueError):
-    """A ValueError about one argument, named in :attr:`argument` (the caller's parameter name),
-    so a front end can say which of its own options fed it without parsing the message."""
-
-    def __init__(self, message: str, argument: str) -> None:
-        super().__init__(message)
-        self.argument = argument
-
-
 def onto_grid(
     fn: str,
     volume: Volume,
@@ -91,9 +83,14 @@ def onto_grid(
 def model_input(volume: Volume, normalization: str, device: torch.device) -> torch.Tensor:
     data = normalize_intensity(volume.data, normalization)
     if normalization == "none" and data.size and (data.min() < 0 or data.max() > 1):
-        raise ValueError(
-            f"'{volume.path}' has intensities in [{data.min():g}, {data.max():g}], outside the "
-            "[0, 1] the model expects; use the default min-max normalisation instead of 'none'"
+        raise InputError(
+            "",
+            "'{path}' has intensities in [{lo:g}, {hi:g}], outside the [0, 1] the model expects; "
+            "use the default min-max normalisation instead of 'none'",
+            "volume",
+            path=volume.path,
+            lo=data.min(),
+            hi=data.max(),
         )
     return torch.from_numpy(np.ascontiguousarray(data))[None, None].to(device)
 
@@ -211,11 +208,11 @@ def network_inputs(
         moving, fixed = resample_to(moving, grid.grid), resample_to(fixed, grid.grid)
         if notes is not None:
             notes.append(grid.note())
-    return (
-        model_input(moving, normalization, device),
-        model_input(fixed, normalization, device),
-        grid,
-    )
+    with passed_as(volume="moving"):
+        moving_t = model_input(moving, normalization, device)
+    with passed_as(volume="fixed"):
+        fixed_t = model_input(fixed, normalization, device)
+    return moving_t, fixed_t, grid
 
 
 def prepare_pair(
@@ -424,20 +421,24 @@ def check_outputs(
         if out is None:
             continue
         if not str(out).endswith(OUTPUT_SUFFIXES):
-            raise InputError(f"{fn}(): '{name}' must end in {OUTPUT_SUFFIXES}, got '{out}'", name)
+            raise InputError(
+                fn, "{0} must end in {ends}, got '{out}'", name, ends=OUTPUT_SUFFIXES, out=out
+            )
         path = Path(out).resolve()
         if path in seen:
             raise InputError(
-                f"{fn}(): '{name}' and '{seen[path]}' are the same file '{out}'; give each "
-                "output its own path",
+                fn,
+                "{0} and {1} are the same file '{out}'; give each output its own path",
                 name,
+                seen[path],
+                out=out,
             )
         if path in sources:
             raise InputError(
-                f"{fn}(): '{name}' would overwrite the input '{out}'; choose another path", name
+                fn, "{0} would overwrite the input '{out}'; choose another path", name, out=out
             )
         if path.is_dir():
-            raise InputError(f"{fn}(): '{name}' is a folder, not a file: '{out}'", name)
+            raise InputError(fn, "{0} is a folder, not a file: '{out}'", name, out=out)
         _check_folder(fn, name, out, path.parent)
         seen[path] = name
 
@@ -448,15 +449,12 @@ def _check_folder(fn: str, name: str, out: PathLike, parent: Path) -> None:
     while not folder.exists():
         folder = folder.parent
     if not folder.is_dir():
-        raise InputError(
-            f"{fn}(): cannot write '{out}': '{folder}' is a file, not a folder", name
-        )
+        message = "cannot write '{out}': '{folder}' is a file, not a folder"
+        raise InputError(fn, message, name, out=out, folder=folder)
     try:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".hyperreg-probe-"):
             pass
     except OSError as err:
-        raise InputError(
-            f"{fn}(): cannot write '{out}': folder '{folder}' does not take new files "
-            f"({err.strerror or err})",
-            name,
-        ) from err
+        message = "cannot write '{out}': folder '{folder}' does not take new files ({reason})"
+        reason = err.strerror or err
+        raise InputError(fn, message, name, out=out, folder=folder, reason=reason) from err

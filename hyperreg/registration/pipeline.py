@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hyperreg._checks import check_option
+from hyperreg._errors import InputError, passed_as
 from hyperreg.geometry.affine import (
     AFFINE_INITS,
     AffineTransform,
@@ -35,14 +36,14 @@ from hyperreg.geometry.affine import (
     world_overlap,
 )
 from hyperreg.geometry.inspect import check_pair_contents, spacing_warning
-from hyperreg.geometry.io import Volume, check_same_grid, has_header, load_volume, same_grid
+from hyperreg.geometry.io import Volume, check_same_grid, check_same_ndim, has_header
+from hyperreg.geometry.io import load_volume, same_grid
 from hyperreg.geometry.resample import resample_to
 from hyperreg.method.metrics import input_labels, registration_dice
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.chain import composed_displacement, sample_volume
 from hyperreg.registration.lambdas import sweep_lambdas
 from hyperreg.registration.pairs import (
-    InputError,
     PathLike,
     RegistrationResult,
     onto_fixed_grid,
@@ -145,9 +146,10 @@ class PreparedPair:
             raise _ndim_error(fn, model, self.fixed)
         if inverse and self.chained:
             raise InputError(
-                f"{fn}(): 'inverse' inverts only the deformable field; this pair's transform "
-                "also holds an affine: prepare it with init 'none' (for a pair already aligned, "
-                "e.g. by 'hyperreg affine')",
+                fn,
+                "{0} inverts only the deformable field; this pair's transform also holds an "
+                "affine: prepare it with init 'none' (for a pair already aligned, e.g. by "
+                "'hyperreg affine')",
                 "inverse",
             )
         # with an affine in the chain, _finish samples the original files through affine +
@@ -220,11 +222,9 @@ class PreparedPair:
 
 
 def _ndim_error(fn: str, model: HyperMorph, fixed: Volume) -> InputError:
-    return InputError(
-        f"{fn}(): the model is {model.config.ndim}D but '{fixed.path}' is {fixed.ndim}D with "
-        f"shape {fixed.spatial_shape}; use a {fixed.ndim}D model",
-        "model",
-    )
+    message = "the model is {m}D but '{path}' is {f}D with shape {shape}; use a {f}D model"
+    shape, m = fixed.spatial_shape, model.config.ndim
+    return InputError(fn, message, "model", m=m, path=fixed.path, f=fixed.ndim, shape=shape)
 
 
 def load_input(
@@ -254,29 +254,28 @@ def load_input(
         FileNotFoundError, ValueError: As :func:`~hyperreg.geometry.io.load_volume`.
     """
     fn = "load_input"
-    if npz_geometry is not None and npz_geometry not in NPZ_GEOMETRIES:
-        raise InputError(
-            f"{fn}(): 'npz_geometry' must be one of {NPZ_GEOMETRIES} or None, got "
-            f"{npz_geometry!r}",
-            "npz_geometry",
-        )
+    check_option(fn, "npz_geometry", npz_geometry, (*NPZ_GEOMETRIES, None))
     if isinstance(value, Volume):
         return value
     if has_header(value):
         return load_volume(value, label=label)
     if npz_geometry is None:
         raise InputError(
-            f"{fn}(): '{value}' has no header (npz: no voxel size, orientation or position); "
-            'choose its geometry with \'npz_geometry\': "fixed" (that of the fixed image) or '
-            '"identity" (1 mm voxels, world = voxel index)',
+            fn,
+            "'{path}' has no header (npz: no voxel size, orientation or position); choose its "
+            'geometry with {0}: "fixed" (that of the fixed image) or "identity" (1 mm voxels, '
+            "world = voxel index)",
             "npz_geometry",
+            path=value,
         )
     if npz_geometry == "fixed" and fixed is None:
         raise InputError(
-            f"{fn}(): '{value}' is the fixed image and has no header, so it cannot take the "
-            'geometry of the fixed image; use \'npz_geometry\' "identity" (1 mm voxels, world = '
-            "voxel index) or give the fixed image with a header",
+            fn,
+            "'{path}' is the fixed image and has no header, so it cannot take the geometry of "
+            'the fixed image; use {0} "identity" (1 mm voxels, world = voxel index) or give the '
+            "fixed image with a header",
             "npz_geometry",
+            path=value,
         )
     if npz_geometry == "fixed":
         return load_volume(value, label=label, geometry_from=fixed)
@@ -290,10 +289,8 @@ def initial_transform(
     errors become an :class:`InputError` of argument ``"initial_affine"``."""
     if initial is None or isinstance(initial, AffineTransform):
         return initial
-    try:
+    with passed_as(path="initial_affine"):
         return load_initial_affine(initial, moving, fixed)
-    except (ValueError, FileNotFoundError) as err:
-        raise InputError(str(err), "initial_affine") from err
 
 
 def load_pair(
@@ -361,22 +358,20 @@ def load_pair(
     """
     fn = "load_pair"
     check_option(fn, "init", init, AFFINE_INITS)
-    fixed_v = load_input(fixed, npz_geometry=npz_geometry)
+    with passed_as(path="fixed"):
+        fixed_v = load_input(fixed, npz_geometry=npz_geometry)
     geometry = dict(npz_geometry=npz_geometry, fixed=fixed_v)
-    moving_v = load_input(moving, **geometry)
-    if moving_v.ndim != fixed_v.ndim:
-        raise InputError(
-            f"{fn}(): '{moving_v.path}' is {moving_v.ndim}D but '{fixed_v.path}' is "
-            f"{fixed_v.ndim}D; both must be 2D or both 3D",
-            "moving",
-        )
+    with passed_as(path="moving"):
+        moving_v = load_input(moving, **geometry)
+    check_same_ndim(fn, moving_v, fixed_v)
     if model is not None and model.config.ndim != fixed_v.ndim:
         raise _ndim_error(fn, model, fixed_v)
     _warn_about_contents(moving_v, fixed_v, model)
-    moving_seg_v, fixed_seg_v = (
-        None if seg is None else load_input(seg, label=True, **geometry)
-        for seg in (moving_seg, fixed_seg)
-    )
+    segs = {"moving_seg": moving_seg, "fixed_seg": fixed_seg}
+    for name, seg in segs.items():
+        with passed_as(path=name):  # a label map's errors name the argument that gave it
+            segs[name] = None if seg is None else load_input(seg, label=True, **geometry)
+    moving_seg_v, fixed_seg_v = segs.values()
     if not resample:
         check_same_grid(moving_v, fixed_v)
     initial = initial_transform(initial_affine, moving_v, fixed_v)
@@ -390,7 +385,7 @@ def load_pair(
     else:
         if init == "none" and not world_overlap(moving_v, fixed_v):
             warnings.warn(
-                f"{fn}(): '{moving_v.path}' and '{fixed_v.path}' do not overlap in world space, "
+                f"'{moving_v.path}' and '{fixed_v.path}' do not overlap in world space, "
                 "so with init 'none' the moved image is empty and Dice 0; check the headers or "
                 "use init 'affine'",
                 stacklevel=2,
@@ -425,7 +420,7 @@ def _warn_about_contents(moving: Volume, fixed: Volume, model: HyperMorph | None
             found.append(spacing_warning(volume, spacing, role=role) or "")
     for message in found:
         if message:
-            warnings.warn(f"load_pair(): {message}", stacklevel=3)
+            warnings.warn(message, stacklevel=3)
 
 
 def _is_identity(transform: AffineTransform, moving: Volume, fixed: Volume) -> bool:

@@ -41,6 +41,7 @@ import torch
 from torch import Tensor
 
 from hyperreg._checks import as_lambda_tensor, check_option
+from hyperreg._errors import InputError
 from hyperreg.geometry.io import Volume
 from hyperreg.method.losses import ncc_loss
 from hyperreg.method.metrics import mean_dice
@@ -119,12 +120,12 @@ def check_refinement(fn: str, refinement: Refinement) -> None:
     """Raise ValueError unless ``refinement`` has a valid step count, similarity, lr, levels."""
     steps = refinement.steps
     if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= MAX_REFINE_STEPS:
-        raise ValueError(
-            f"{fn}(): 'steps' must be an integer in [0, {MAX_REFINE_STEPS}], got {steps!r}"
-        )
+        message = "{0} must be an integer in [0, {limit}], got {steps!r}"
+        raise InputError(fn, message, "steps", limit=MAX_REFINE_STEPS, steps=steps)
     check_option(fn, "sim", refinement.sim, REFINE_SIMILARITIES)
     if not (isinstance(refinement.lr, (int, float)) and 0 < refinement.lr < 100):
-        raise ValueError(f"{fn}(): 'lr' must lie in (0, 100) voxels per step, got {refinement.lr}")
+        message = "{0} must lie in (0, 100) voxels per step, got {lr}"
+        raise InputError(fn, message, "lr", lr=refinement.lr)
     check_option(fn, "levels", refinement.levels, REFINE_LEVELS)
 
 
@@ -292,9 +293,8 @@ def refine_flow(
     fell_back = diverged or not math.isfinite(float(loss)) or float(loss) > loss_before
     if diverged or not math.isfinite(float(loss)):
         logger.warning(
-            "%s(): the refinement's loss became NaN (after %d coarse and %d fine steps); "
+            "the refinement's loss became NaN (after %d coarse and %d fine steps); "
             "returning the network's field",
-            fn,
             *steps,
         )
     if fell_back:
@@ -349,7 +349,7 @@ def inverse_displacement(model: HyperMorph, flow: Tensor, moving: Tensor) -> Ten
         raise ValueError(
             "inverse_displacement(): model without a velocity field (int_steps 0 predicts "
             "displacements directly), so it has no exact inverse; use a model trained with "
-            "--int-steps > 0"
+            "int_steps > 0"
         )
     with torch.no_grad():
         return model.flow_to_output(-flow, moving).disp
