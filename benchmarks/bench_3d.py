@@ -102,6 +102,7 @@ def _aligned(
     steps: int,
     refine_lam: float | None,
     syn_cc: bool,
+    ants: bool = True,
 ) -> tuple[list[str], float]:
     from hyperreg.apps.sweep import sweep_lambdas
     from hyperreg.registration.refine import Refinement, refine_pair
@@ -138,7 +139,9 @@ def _aligned(
                 f"{time.perf_counter() - start:.1f}",
             )
         )
-    if importlib.util.find_spec("ants") is None:
+    if not ants:
+        rows.append(("ANTs (--no-ants)", "not measured", "-", "-"))
+    elif importlib.util.find_spec("ants") is None:
         rows.append(("ANTs (antspyx not installed)", "not measured", "-", "-"))
     else:
         for name, metric in [("ANTs SyNOnly (Mattes MI)", None)] + (
@@ -221,6 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--syn-cc", action="store_true", help="also ANTs SyNOnly with CC (slow)")
     parser.add_argument("--native", action="store_true", help="also the native 256³ pair")
     parser.add_argument("--native-syn", action="store_true", help="ANTs SyN on it (slow)")
+    parser.add_argument("--no-ants", action="store_true", help="no ANTs rows (smoke)")
     args = parser.parse_args(argv)
     from hyperreg.method.model import load_checkpoint
 
@@ -242,6 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.refine_steps,
         args.refine_lambda,
         args.syn_cc,
+        not args.no_ants,
     )
     lines += aligned
     if args.native:

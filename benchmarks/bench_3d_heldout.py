@@ -100,7 +100,10 @@ def hyperreg_cli(model: str, pair: dict, lam: float, refine: int, work: Path) ->
     import nibabel as nib
 
     moved_seg, field = work / "moved_seg.nii.gz", work / "field.nii.gz"
+    # `python -m hyperreg`: the CLI of this interpreter, also when its bin/ is not on PATH
     command = [
+        sys.executable,
+        "-m",
         "hyperreg",
         "register",
         "--model",

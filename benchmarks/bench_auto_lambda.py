@@ -130,6 +130,9 @@ def main(argv=None) -> int:
     parser.add_argument("--model3d", default="")
     parser.add_argument("--pairs3d", type=Path)
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--max-pairs", type=int, default=0, help="first N tuning and N evaluation pairs (smoke)"
+    )
     args = parser.parse_args(argv)
     import torch
 
@@ -140,6 +143,8 @@ def main(argv=None) -> int:
     lambdas = AUTO_GRID
     model, _ = load_checkpoint(args.model)
     tune, held = mindboggle(args.data)
+    if args.max_pairs:
+        tune, held = tune[: args.max_pairs], held[: args.max_pairs]
     log(f"2D: {len(tune)} tuning pairs (trained people), {len(held)} evaluation pairs")
     tune_curves = [sweep(model, p, lambdas) for p in tune]
     held_curves = [sweep(model, p, lambdas) for p in held]
@@ -148,6 +153,7 @@ def main(argv=None) -> int:
         "",
         "Command: `python benchmarks/bench_auto_lambda.py"
         + (f" --model3d {args.model3d} --pairs3d {args.pairs3d}" if args.model3d else "")
+        + (f" --max-pairs {args.max_pairs}" if args.max_pairs else "")
         + "` (2 CPU cores; say here what ran beside it).",
         "",
         f"Grid: λ ∈ {list(lambdas)}. Rule: the largest λ whose local NCC keeps `gain` of "

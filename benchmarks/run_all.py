@@ -1,19 +1,34 @@
 """Run every benchmark and write ``benchmarks/RESULTS.md`` and the PNG plots from scratch.
 
-One command, two sizes:
+One command, three sizes, two groups:
 
     python benchmarks/run_all.py --size small     # CPU, about 30 minutes on 2 cores
     python benchmarks/run_all.py --size smoke     # a minute: checks the machinery only
     python benchmarks/run_all.py --size full      # the issue's sizes and steps (hours on CPU)
     python benchmarks/run_all.py --device cuda    # GPU: the speed table at full 3D size only,
                                                   # written to benchmarks/RESULTS_gpu.md
+    python benchmarks/run_all.py --group by-hand --size smoke --results /tmp/smoke.md \
+        --plot-dir /tmp/smoke-plots               # every other script at smoke size (minutes)
+
+Groups (``--group``): ``suite`` (the default) is the tables of ``RESULTS.md``. ``by-hand`` is
+every other ``bench_*.py``: one question each, each with its own results file
+(``RESULTS_<question>.md``, see ``benchmarks/README.md``), together hours at ``--size small``
+(ANTs on 3D pairs, one model trained per setting), so they stay out of the default run's ~30
+minutes. Their ``small`` size is the command their results file records, ``full`` adds the slow
+options (ANTs SyN on the 256³ pair, more seeds), ``smoke`` a few pairs or steps (seconds to a
+minute and a half each). They write ``RESULTS_by_hand.md`` (``all``: both groups,
+``RESULTS_all.md``) unless ``--results`` says otherwise; a maintainer copies a script's section
+into its results file. ``--only`` picks scripts of any group, so ``--group all --size smoke``
+runs every script.
 
 Each benchmark runs as its own subprocess (``benchmarks/bench_*.py``); its stdout is a Markdown
 section body, which this script puts under a heading together with the exact command, its wall
 time and the machine's load average before and after (other work on the machine slows timings).
 Plots written by a benchmark are linked below its section. A benchmark that fails is reported
-as FAILED with the end of its stderr, the others still run, and the exit code is 1. The file is
-written once at the end (atomically), so an interrupted run leaves the previous RESULTS.md.
+as FAILED with the end of its stderr, the others still run, and the exit code is 1; one whose
+data or peer is missing (``Bench.needs``, ``Bench.modules``) is not started but reported as
+"Cannot run: <reason>", also with exit code 1. The file is written once at the end
+(atomically), so an interrupted run leaves the previous RESULTS.md.
 
 Peers are benchmark-only dependencies: ``pip install -e ".[bench]"`` (voxelmorph 0.3.4, antspyx).
 """
@@ -22,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
 import os
 import platform
@@ -31,16 +47,47 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from _common import DEFAULT_DATA, DEFAULT_PLOTS, REPO, log
+from _common import DEFAULT_DATA, DEFAULT_PLOTS, PEOPLE_SOURCES, REPO, log
 
 HERE = Path(__file__).resolve().parent
 SIZES = ("smoke", "small", "full")
 
-# name: (title, script, arguments per size). "{work}" and "{lam_star}" are filled in at run time.
-SUITE: dict[str, tuple[str, str, dict[str, list[str]]]] = {
-    "peers": (
+GROUPS = ("suite", "by-hand", "all")
+PEER = 'antspyx (`pip install -e ".[bench]"`)'
+
+
+@dataclass(frozen=True)
+class Bench:
+    """One benchmark script and how ``run_all`` runs it.
+
+    ``sizes`` maps each of :data:`SIZES` to the script's arguments ("both": added at every size);
+    "{work}", "{model}", "{lam_star}" and "{holdout}" are filled in at run time. ``data`` says
+    which folder ``--data`` gets: "oasis" (the neurite-oasis folder, run_all's ``--data``),
+    "root" (the shared data folder above it) or "" (none). ``needs`` are paths under the shared
+    data folder and ``modules`` peers the script cannot run without: when one is missing the
+    script is reported as "Cannot run" instead of being started.
+    """
+
+    title: str
+    script: str
+    sizes: dict[str, list[str]]
+    group: str = "suite"  # "suite": run by default, into RESULTS.md; "by-hand": --group by-hand
+    data: str = ""
+    device: bool = True  # takes --device
+    plots: bool = False  # takes --plot-dir
+    needs: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()
+
+
+MODEL_2D = "hyperreg/pretrained/hypermorph-2d.pt"
+MODEL_3D = "hyperreg/pretrained/hypermorph-3d.pt"
+OASIS_2D = ("neurite-oasis", "mindboggle-trt20-2d", "multicontrast-2d")  # bench_heldout's pairs
+
+SUITE: dict[str, Bench] = {
+    "peers": Bench(
         "Inference and training step against voxelmorph and MONAI",
         "bench_peers.py",
         {
@@ -50,7 +97,7 @@ SUITE: dict[str, tuple[str, str, dict[str, list[str]]]] = {
             "both": ["--memory"],
         },
     ),
-    "overhead": (
+    "overhead": Bench(
         "Hypernetwork overhead at inference",
         "bench_overhead.py",
         {
@@ -59,7 +106,7 @@ SUITE: dict[str, tuple[str, str, dict[str, list[str]]]] = {
             "full": ["--sizes", "160x192", "160x192x224", "--repeats", "7"],
         },
     ),
-    "train_step": (
+    "train_step": Bench(
         "Training step: hypernetwork overhead in time and memory",
         "bench_train_step.py",
         {
@@ -68,7 +115,7 @@ SUITE: dict[str, tuple[str, str, dict[str, list[str]]]] = {
             "full": ["--sizes", "160x192:4", "160x192x224:1", "--repeats", "5", "--warmup", "8"],
         },
     ),
-    "train_loop": (
+    "train_loop": Bench(
         "Training loop: statistics read every step or once per block",
         "bench_train_loop.py",
         {
@@ -77,7 +124,7 @@ SUITE: dict[str, tuple[str, str, dict[str, list[str]]]] = {
             "full": ["--sizes", "160x192:4", "80x96x112:1", "--steps", "20", "--repeats", "3"],
         },
     ),
-    "sweep": (
+    "sweep": Bench(
         "Batched λ sweep",
         "bench_sweep.py",
         {
@@ -86,7 +133,7 @@ SUITE: dict[str, tuple[str, str, dict[str, list[str]]]] = {
             "full": ["--sizes", "160x192", "96x112x128", "--repeats", "5"],
         },
     ),
-    "batch": (
+    "batch": Bench(
         "Batch inference throughput",
         "bench_batch.py",
         {
@@ -95,7 +142,7 @@ SUITE: dict[str, tuple[str, str, dict[str, list[str]]]] = {
             "full": ["--sizes", "160x192", "160x192x224", "--pairs", "16"],
         },
     ),
-    "accuracy": (
+    "accuracy": Bench(
         "Accuracy: one HyperMorph against fixed-λ models",
         "bench_accuracy.py",
         {
@@ -104,8 +151,11 @@ SUITE: dict[str, tuple[str, str, dict[str, list[str]]]] = {
             "full": ["--steps", "1500", "--val-every", "50"],
             "both": ["--work", "{work}/people", "--reuse", "--jobs", "2"],
         },
+        data="root",  # they train on the people split of the whole data folder
+        plots=True,
+        needs=PEOPLE_SOURCES,
     ),
-    "mip": (
+    "mip": Bench(
         "MIP against the default parametrisation",
         "bench_mip.py",
         {
@@ -126,13 +176,18 @@ SUITE: dict[str, tuple[str, str, dict[str, list[str]]]] = {
             "full": ["--steps", "1500", "--val-every", "50", "--seeds", "0", "1", "2"],
             "both": ["--work", "{work}/people", "--reuse", "--jobs", "2"],
         },
+        data="root",
+        plots=True,
+        needs=PEOPLE_SOURCES,
     ),
-    "sampling": (
+    "sampling": Bench(
         "Drawing training pairs",
         "bench_sampling.py",
         {"smoke": ["--repeats", "1"], "small": ["--repeats", "5"], "full": ["--repeats", "20"]},
+        data="oasis",
+        needs=("neurite-oasis",),
     ),
-    "ants": (
+    "ants": Bench(
         "Classical anchor: ANTs SyN",
         "bench_ants.py",
         {
@@ -148,6 +203,146 @@ SUITE: dict[str, tuple[str, str, dict[str, list[str]]]] = {
                 "{holdout}",
             ],
         },
+        data="oasis",
+        needs=("neurite-oasis",),
+        modules=("ants",),
+    ),
+    # By hand: one question each, hours at their recorded sizes; `--group by-hand` (or `all`).
+    # small = the command their results file records, full = that with its slow options.
+    "hypernet": Bench(
+        "Compact Δθ head: accuracy, size and step time per rank and lr",
+        "bench_hypernet.py",
+        {
+            "smoke": ["--steps", "2", "--batch-size", "1", "--ranks", "4", "--eval-lambdas", "0.5"],
+            "small": ["--steps", "300", "--ranks", "0", "2", "4", "8", "16", "64", "--lrs", "1e-3"],
+            "full": ["--steps", "300", "--ranks", "0", "2", "4", "8", "16", "64", "--lrs", "1e-3"],
+            "both": ["--threads", "1"],
+        },
+        group="by-hand",
+        data="oasis",
+        device=False,
+        needs=("neurite-oasis",),
+    ),
+    "heldout": Bench(
+        "People never seen in training: the bundled 2D model beside ANTs SyN and SyN-CC",
+        "bench_heldout.py",
+        {
+            "smoke": ["--max-pairs", "1", "--lambdas", "0.1", "0.5"],
+            "small": [],
+            "full": [],
+            "both": ["--model", MODEL_2D],
+        },
+        group="by-hand",
+        data="root",
+        device=False,
+        needs=OASIS_2D,
+        modules=("ants",),
+    ),
+    "refine": Bench(
+        "Test-time refinement: Dice gain against Adam steps, beside ANTs SyN-CC",
+        "bench_refine.py",
+        {
+            "smoke": ["--max-pairs", "1", "--steps", "0", "2"],
+            "small": [],
+            "full": [],
+            "both": ["--model", MODEL_2D, "--lr", "0.1"],
+        },
+        group="by-hand",
+        data="root",
+        device=False,
+        plots=True,
+        needs=OASIS_2D,
+        modules=("ants",),
+    ),
+    "native": Bench(
+        "Native-space pairs: the affine stage beside ANTs",
+        "bench_native.py",
+        {
+            "smoke": ["--skip-3d"],
+            "small": [],
+            "full": ["--syn"],
+            "both": ["--model", MODEL_2D, "--lambda", "0.1"],
+        },
+        group="by-hand",
+        data="root",
+        device=False,
+        needs=("oasis1-freesurfer", "multicontrast-2d", "neurite-oasis"),
+    ),
+    "3d": Bench(
+        "3D: the bundled 3D model beside ANTs on the OASIS volume pair",
+        "bench_3d.py",
+        {
+            "smoke": ["--lambdas", "0.1", "--no-ants"],
+            "small": ["--refine-steps", "100"],
+            "full": ["--refine-steps", "100", "--refine-lambda", "0.1", "--native", "--native-syn"],
+            "both": ["--model", MODEL_3D],
+        },
+        group="by-hand",
+        data="root",
+        device=False,
+        needs=("neurite-oasis", "oasis1-freesurfer"),
+    ),
+    "3d_heldout": Bench(
+        "3D on people the model never saw: hyperreg register beside ANTs",
+        "bench_3d_heldout.py",
+        {
+            "smoke": ["--pairs", "1", "--refine", "2", "--threads", "1", "--no-ants"],
+            "small": ["--no-syncc"],  # SyNCC: over 7 minutes a pair (RESULTS_3d_heldout.md)
+            "full": [],
+            "both": ["--model", MODEL_3D, "--lambda", "0.3"],
+        },
+        group="by-hand",
+        data="root",
+        device=False,
+        needs=("ixi-2mm", "oasis1-freesurfer"),
+    ),
+    "speed": Bench(
+        "Where the seconds go: affine stage, network, coarse-to-fine refinement",
+        "bench_speed.py",
+        {"smoke": ["--steps", "2"], "small": [], "full": ["--old-refine"]},
+        group="by-hand",
+        data="root",
+        device=False,
+        needs=("oasis1-freesurfer", "neurite-oasis"),
+    ),
+    "auto_lambda": Bench(
+        "λ chosen per pair without labels against global λ* and the per-pair oracle",
+        "bench_auto_lambda.py",
+        {"smoke": ["--max-pairs", "2"], "small": [], "full": []},
+        group="by-hand",
+        data="root",
+        device=False,
+        needs=("mindboggle-trt20-2d", "neurite-oasis"),
+    ),
+    "amortisation": Bench(
+        "The cost of amortisation: HyperMorph at 1×/2×/4× a fixed-λ model's steps",
+        "bench_amortisation.py",
+        {
+            "smoke": [
+                "--steps",
+                "2",
+                "--multiples",
+                "1",
+                "2",
+                "--seeds",
+                "0",
+                "--lrs",
+                "1e-3",
+                "--lambdas",
+                "0.5",
+                "--batch-size",
+                "1",
+                "--jobs",
+                "1",
+            ],
+            "small": ["--steps", "300", "--seeds", "0", "--lrs", "1e-3", "--jobs", "2"],
+            "full": ["--steps", "1500", "--jobs", "2"],  # its defaults: ×1 2 4, 3 seeds, 3 lrs
+            "both": ["--work", "{work}/amortisation", "--reuse"],
+        },
+        group="by-hand",
+        data="root",
+        plots=True,
+        needs=PEOPLE_SOURCES,
     ),
 }
 GPU_SPEED = ("peers", "overhead", "train_step", "train_loop", "sweep", "batch")
@@ -214,11 +409,28 @@ def _accuracy_outputs(work: Path) -> dict[str, str | int] | None:
     return {"model": record["model"], "lam_star": f"{record['lam_star']:g}", "holdout": 109}
 
 
+def cannot_run(bench: Bench, data: Path) -> str:
+    """Why ``bench`` cannot run here (missing data or peer), or "" when it can.
+
+    ``data`` is run_all's ``--data`` (the neurite-oasis folder); other needs are looked up in
+    the shared data folder above it.
+    """
+    paths = [data if p == "neurite-oasis" else data.parent / p for p in bench.needs]
+    missing = [str(path) for path in paths if not path.exists()]
+    if missing:
+        return f"the shared data is missing {', '.join(missing)}"
+    absent = [m for m in bench.modules if importlib.util.find_spec(m) is None]
+    if absent:
+        names = ", ".join(PEER if m == "ants" else m for m in absent)
+        return f"needs {names}, not importable here"
+    return ""
+
+
 def run_one(
     name: str, arguments: list[str], common: list[str], plot_dir: Path, results_dir: Path
 ) -> tuple[str, bool]:
     """Run one benchmark; return its Markdown section and whether it succeeded."""
-    title, script, _ = SUITE[name]
+    title, script = SUITE[name].title, SUITE[name].script
     command = [sys.executable, str(HERE / script), *arguments, *common]
     shown = " ".join(["python", f"benchmarks/{script}", *map(shlex.quote, arguments + common)])
     before = {p: p.stat().st_mtime for p in plot_dir.glob("*.png")}
@@ -251,7 +463,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--size", choices=SIZES, default="small")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument(
-        "--only", nargs="+", choices=list(SUITE), help="run these benchmarks only (default: all)"
+        "--group",
+        choices=GROUPS,
+        default="suite",
+        help="suite: the RESULTS.md tables (default); by-hand: the one-question scripts "
+        "(hours at --size small); all: both",
+    )
+    parser.add_argument(
+        "--only", nargs="+", choices=list(SUITE), help="run these benchmarks only (any group)"
     )
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="neurite-oasis folder")
     parser.add_argument("--results", type=Path, help="Markdown file to write")
@@ -260,9 +479,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     gpu = args.device.startswith("cuda")
-    names = args.only or (list(GPU_SPEED) if gpu else list(SUITE))
+    group = [n for n, b in SUITE.items() if args.group in ("all", b.group)]
+    names = args.only or (list(GPU_SPEED) if gpu and args.group == "suite" else group)
     size = "full" if gpu else args.size
-    results = args.results or HERE / ("RESULTS_gpu.md" if gpu else "RESULTS.md")
+    default = {"suite": "RESULTS.md", "by-hand": "RESULTS_by_hand.md", "all": "RESULTS_all.md"}
+    results = args.results or HERE / ("RESULTS_gpu.md" if gpu else default[args.group])
     args.plot_dir.mkdir(parents=True, exist_ok=True)
     scratch = None if args.work else tempfile.TemporaryDirectory(prefix="hyperreg-bench-")
     work = args.work or Path(scratch.name)
@@ -272,25 +493,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     invocation = " ".join(["python", "benchmarks/run_all.py", *map(shlex.quote, sys.argv[1:])])
     sections, failed = [], []
     for name in names:
-        per_size = SUITE[name][2]
+        bench = SUITE[name]
         values: dict[str, str | int] = {"work": str(work)}
         if name == "ants":
             found = _accuracy_outputs(work)
             if found is None:
                 sections.append(
-                    f"## {SUITE[name][0]}\n\nNot run: it registers with the HyperMorph model and "
+                    f"## {bench.title}\n\nNot run: it registers with the HyperMorph model and "
                     "λ\\* that the accuracy benchmark trains and picks; run it in the same "
                     "invocation (or pass the same --work).\n"
                 )
                 failed.append(name)
                 continue
             values.update(found)
-        common = ["--device", args.device]
-        if name in ("ants", "sampling"):
-            common += ["--data", str(args.data)]
-        if name in ("accuracy", "mip"):  # they train on the people split of the whole data folder
-            common += ["--data", str(args.data.parent), "--plot-dir", str(args.plot_dir)]
-        arguments = _fill(per_size[size] + per_size.get("both", []), values)
+        reason = cannot_run(bench, args.data)
+        if reason:
+            sections.append(f"## {bench.title}\n\nCannot run: {reason}.\n")
+            log(f"[run_all] {name}: cannot run: {reason}")
+            failed.append(name)
+            continue
+        common = ["--device", args.device] if bench.device else []
+        if bench.data:
+            common += ["--data", str(args.data if bench.data == "oasis" else args.data.parent)]
+        if bench.plots:
+            common += ["--plot-dir", str(args.plot_dir)]
+        arguments = _fill(bench.sizes[size] + bench.sizes.get("both", []), values)
         section, ok = run_one(name, arguments, common, args.plot_dir, results.parent)
         sections.append(section)
         if not ok:

@@ -73,7 +73,7 @@ class ModelConfig:
 
 
 # Adam learning rates chosen from measurements (benchmarks/RESULTS_hypernet.md,
-# RESULTS_issue11.md): 1e-3 is the MIP model's best in 2D; at 1e-3 a 3D run on brain volumes
+# RESULTS_method.md): 1e-3 is the MIP model's best in 2D; at 1e-3 a 3D run on brain volumes
 # diverged at step 1283, 1e-4 is VoxelMorph's and HyperMorph's published 3D value.
 DEFAULT_LR = {2: 1e-3, 3: 1e-4}
 

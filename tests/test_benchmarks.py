@@ -1,12 +1,14 @@
 """The benchmark entry command: runs the scripts, writes RESULTS.md and plots, reports failures.
 
 The numbers themselves are measured by ``benchmarks/run_all.py``, not tested; these tests check
-that the one command still works end to end at the ``smoke`` size (tiny images, 2 training
-steps) and that a benchmark that cannot run is reported as such with a non-zero exit code.
+that it knows every ``bench_*.py`` script at every size, that the one command still works end to
+end at the ``smoke`` size (tiny images, 2 training steps) and that a benchmark that cannot run
+is reported as such with a non-zero exit code.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -20,11 +22,13 @@ RUN_ALL = REPO / "benchmarks" / "run_all.py"
 PEOPLE_SOURCES = ("neurite-oasis", "mindboggle-trt20-2d", "multicontrast-2d")
 
 
-def _run_all(tmp_path: Path, *only: str) -> tuple[subprocess.CompletedProcess, Path]:
+def _run_all(
+    tmp_path: Path, *only: str, data: Path = DATA
+) -> tuple[subprocess.CompletedProcess, Path]:
     results = tmp_path / "RESULTS.md"
     command = [sys.executable, str(RUN_ALL), "--size", "smoke", "--only", *only]
     command += ["--results", str(results), "--plot-dir", str(tmp_path / "plots")]
-    command += ["--work", str(tmp_path / "work"), "--data", str(DATA)]
+    command += ["--work", str(tmp_path / "work"), "--data", str(data)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=1200)
     return done, results
 
@@ -37,6 +41,37 @@ def test_run_all_reports_a_benchmark_it_cannot_run(tmp_path: Path) -> None:
     assert "## Classical anchor: ANTs SyN\n\nNot run:" in text
     assert "- Failed or not run: ants" in text
     assert "python benchmarks/run_all.py --size smoke --only ants" in text
+
+
+def test_run_all_knows_every_script(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(RUN_ALL.parent))
+    spec = importlib.util.spec_from_file_location("run_all", RUN_ALL)
+    run_all = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "run_all", run_all)  # its dataclass looks itself up there
+    spec.loader.exec_module(run_all)
+    scripts = {path.name for path in RUN_ALL.parent.glob("bench_*.py")}
+    assert sorted(bench.script for bench in run_all.SUITE.values()) == sorted(scripts)
+    for name, bench in run_all.SUITE.items():
+        assert set(run_all.SIZES) <= set(bench.sizes), name
+        assert bench.group in run_all.GROUPS and bench.group != "all", name
+    suite = [name for name, bench in run_all.SUITE.items() if bench.group == "suite"]
+    assert set(run_all.GPU_SPEED) <= set(suite)
+
+
+def test_run_all_reports_missing_data(tmp_path: Path) -> None:
+    # a by-hand and a suite benchmark whose shared data is absent: not started, both reported
+    missing = tmp_path / "no-data" / "neurite-oasis"
+    done, results = _run_all(tmp_path, "hypernet", "amortisation", "sampling", data=missing)
+    assert done.returncode == 1
+    text = results.read_text()
+    for title in (
+        "## Compact Δθ head: accuracy, size and step time per rank and lr",
+        "## The cost of amortisation: HyperMorph at 1×/2×/4× a fixed-λ model's steps",
+        "## Drawing training pairs",
+    ):
+        assert f"{title}\n\nCannot run: the shared data is missing {missing}" in text
+    assert "- Failed or not run: hypernet, amortisation, sampling" in text
+    assert "FAILED" not in text
 
 
 @pytest.mark.slow
