@@ -64,7 +64,9 @@ class StepRecord:
     seconds: float
 
     @staticmethod
-    def pack(loss: Tensor, similarity: Tensor, smoothness: Tensor, lam: Tensor, stop: bool):
+    def pack(
+        loss: Tensor, similarity: Tensor, smoothness: Tensor, lam: Tensor, stop: bool
+    ) -> Tensor:
         """One step's statistics as a float32 tensor on the loss's device, in field order
         ``loss, similarity, smoothness, lam_mean, stop``: ``similarity``, ``smoothness`` and
         ``lam`` are per-sample ``(B,)`` and averaged here; nothing is read on the host."""
