@@ -60,7 +60,7 @@ def test_a_folder_of_label_maps_is_a_synthesis_source() -> None:
 
 def test_synthetic_pairs_never_mix_conventions(tmp_path) -> None:
     """Each synthesis source is its own sampler: the two maps of a pair share a convention."""
-    from hyperreg.training.train import _synth_sampler
+    from hyperreg.training.prepare import _synth_sampler
 
     a = data_path("synthseg-labelmaps", "2020", "subject01_seg.nii.gz")
     b = data_path("misc-3d", "fernando_gif_labels.nii.gz")

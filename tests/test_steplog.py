@@ -15,7 +15,7 @@ import hyperreg.training.train as train_module
 from hyperreg.config import ModelConfig, TrainConfig
 from hyperreg.method.model import load_checkpoint
 from hyperreg.training.checkpointing import TrainingInterrupted
-from hyperreg.training.steplog import StepStats
+from hyperreg.training.steplog import LOG_COLUMNS, StepRecord, StepStats
 from hyperreg.training.train import train
 
 # 3D: a NaN field reaches grid_sample in the step after a NaN loss, which PyTorch's 2D CPU kernel
@@ -67,6 +67,24 @@ def test_step_stats_reads_a_block_in_order() -> None:
     assert stats.read() == [] and not stats.due(force=True)
     with pytest.raises(ValueError, match="'every' must be >= 1"):
         StepStats(0)
+
+
+def test_step_record_names_the_packed_statistics() -> None:
+    """A step's statistics packed on the device come back named, and log as LOG_COLUMNS."""
+    stats = StepStats(2)
+    for step, stop in ((1, False), (2, True)):
+        packed = StepRecord.pack(
+            torch.tensor(0.5, requires_grad=True), torch.tensor([1.0, 3.0]),
+            torch.tensor([0.25, 0.75]), torch.tensor([0.0, 1.0]), stop,
+        )
+        assert packed.dtype == torch.float32 and packed.shape == (5,)
+        stats.add(step, packed, 0.5 * step)
+    first, second = (StepRecord.from_values(*row) for row in stats.read())
+    assert first == StepRecord(1, 0.5, 2.0, 0.5, 0.5, False, 0.5)
+    assert second.stop and second.finite and second.step == 2
+    assert first.log_row() == [1, "0.5", "2", "0.5", "0.5000", "0.50"]
+    assert len(first.log_row()) == len(LOG_COLUMNS)
+    assert not StepRecord(3, float("nan"), 0.0, 0.0, 0.0, False, 0.0).finite
 
 
 def test_block_reads_log_and_train_like_reads_every_step(

@@ -6,12 +6,16 @@ a read after every step keeps the CPU from queueing step ``k + 1`` while the GPU
 one transfer: every :data:`CUDA_READ_EVERY` steps on a GPU, every step on a CPU (where nothing is
 queued and a read costs nothing). The training loop also reads before any validation,
 checkpoint or the last step, so what it saves has been checked; a non-finite loss is still
-reported at its own step, up to ``every − 1`` steps after it happened.
+reported at its own step, up to ``every − 1`` steps after it happened. :class:`StepRecord`
+names the statistics of one step as read; :class:`RunLogs` holds a run's open log files.
 """
 
 from __future__ import annotations
 
 import csv
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +25,8 @@ from torch import Tensor
 __all__ = [
     "CUDA_READ_EVERY",
     "LOG_COLUMNS",
+    "RunLogs",
+    "StepRecord",
     "StepStats",
     "open_log",
     "open_tensorboard",
@@ -29,6 +35,66 @@ __all__ = [
 
 LOG_COLUMNS = ("step", "loss", "similarity", "smoothness", "lam_mean", "seconds")
 CUDA_READ_EVERY = 10  # steps between host reads of the statistics on a GPU
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """The statistics of one training step, as read from the device.
+
+    On the device a step's statistics are one 1D tensor (:meth:`pack`), so a block of steps is
+    read in one transfer and, under DDP, averaged over the ranks in one ``all_reduce``.
+
+    Attributes:
+        step: The step (1-based).
+        loss: The batch loss minimised, ``mean_i((1 − λ_i)·sim_i + λ_i·k·smooth_i)`` plus the
+            label term.
+        similarity: Batch mean of the per-sample similarity term.
+        smoothness: Batch mean of the per-sample smoothness term.
+        lam_mean: Mean λ of the batch.
+        stop: Whether a stop signal (SIGTERM, SIGINT) had reached some rank by this step.
+        seconds: Time into the run (resumed runs included) when the step was queued.
+    """
+
+    step: int
+    loss: float
+    similarity: float
+    smoothness: float
+    lam_mean: float
+    stop: bool
+    seconds: float
+
+    @staticmethod
+    def pack(
+        loss: Tensor, similarity: Tensor, smoothness: Tensor, lam: Tensor, stop: bool
+    ) -> Tensor:
+        """One step's statistics as a float32 tensor on the loss's device, in field order
+        ``loss, similarity, smoothness, lam_mean, stop``: ``similarity``, ``smoothness`` and
+        ``lam`` are per-sample ``(B,)`` and averaged here; nothing is read on the host."""
+        stats = torch.stack([loss.detach(), similarity.mean().detach(), smoothness.mean().detach()])
+        # filled on the device (torch.tensor(..., device=cuda) would copy and block)
+        flag = torch.full((1,), float(stop), device=stats.device)
+        return torch.cat([stats.float(), lam.mean().reshape(1), flag])
+
+    @classmethod
+    def from_values(cls, step: int, values: Sequence[float], seconds: float) -> StepRecord:
+        """A record from a row of :meth:`StepStats.read` (a tensor made by :meth:`pack`)."""
+        loss, similarity, smoothness, lam_mean, stop = values
+        return cls(step, loss, similarity, smoothness, lam_mean, stop > 0, seconds)
+
+    @property
+    def finite(self) -> bool:
+        """Whether the loss is finite."""
+        return math.isfinite(self.loss)
+
+    def log_row(self) -> list[Any]:
+        """The row of ``train_log.csv`` (:data:`LOG_COLUMNS`)."""
+        terms = (self.loss, self.similarity, self.smoothness)
+        return [
+            self.step,
+            *(f"{v:.6g}" for v in terms),
+            f"{self.lam_mean:.4f}",
+            f"{self.seconds:.2f}",
+        ]
 
 
 def read_every(device: torch.device) -> int:
@@ -98,3 +164,46 @@ def open_tensorboard(folder: Path) -> Any:
     except ImportError:
         return None
     return SummaryWriter(str(folder / "tensorboard"))
+
+
+class RunLogs:
+    """A run's open logs: ``train_log.csv``, and with validation ``val_log.csv`` and TensorBoard.
+
+    Args:
+        folder: The run folder.
+        val_columns: Columns of ``val_log.csv``; None: no validation log (nor TensorBoard).
+        resume_step: On resume, the step resumed from (later rows are dropped, see
+            :func:`open_log`); None for a new run.
+    """
+
+    def __init__(
+        self, folder: Path, val_columns: Sequence[str] | None, resume_step: int | None
+    ) -> None:
+        self.train = open_log(folder / "train_log.csv", LOG_COLUMNS, resume_step)
+        self.val = self.tensorboard = None
+        if val_columns is not None:
+            self.val = open_log(folder / "val_log.csv", list(val_columns), resume_step)
+            self.tensorboard = open_tensorboard(folder)
+
+    def write_step(self, record: StepRecord) -> None:
+        """One row of ``train_log.csv`` (and the loss on TensorBoard)."""
+        self.train[1].writerow(record.log_row())
+        if self.tensorboard is not None:
+            self.tensorboard.add_scalar("train/loss", record.loss, record.step)
+
+    def write_validation(self, step: int, cells: Sequence[str], row: dict[str, Any]) -> None:
+        """One row of ``val_log.csv`` (``cells`` after the step) and every value of ``row`` on
+        TensorBoard as ``val/<key>``."""
+        if self.val is not None:
+            self.val[1].writerow([step, *cells])
+        if self.tensorboard is not None:
+            for key, value in row.items():
+                self.tensorboard.add_scalar(f"val/{key}", value, step)
+
+    def close(self) -> None:
+        """Close every file."""
+        for item in (self.train, self.val):
+            if item is not None:
+                item[0].close()
+        if self.tensorboard is not None:
+            self.tensorboard.close()

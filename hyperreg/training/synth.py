@@ -39,7 +39,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from hyperreg.method.spatial import identity_grid, integrate_velocity, warp
-from hyperreg.training.data import TrainBatch, foreground_centre, label_indices, random_window
+from hyperreg.training.batches import TrainBatch, label_indices, random_window
+from hyperreg.training.foreground import foreground_centre
 from hyperreg.training.sources import Scan, fit_to_shape, load_scan
 
 __all__ = ["SynthPair", "SynthPairSampler", "label_maps_from_scans"]
@@ -94,7 +95,7 @@ def label_maps_from_scans(
         orientation: Storage orientation to resample 3D maps to, as in
             :func:`~hyperreg.training.sources.load_scan`.
         centre: Centre each map's labelled voxels in the grid (see
-            :func:`~hyperreg.training.data.foreground_centre`).
+            :func:`~hyperreg.training.foreground.foreground_centre`).
 
     Returns:
         int32 label maps, each of shape ``shape`` (or its own shape).
@@ -122,7 +123,8 @@ def label_maps_from_scans(
             slices = [seg]
         maps += [
             fit_to_shape(s, shape, 0, foreground_centre(s, s, 0, shape) if centre else None)
-            if shape else np.ascontiguousarray(s)
+            if shape
+            else np.ascontiguousarray(s)
             for s in slices
         ]
     return maps
@@ -319,7 +321,7 @@ class SynthPairSampler:
 
     def sample_batch(self, batch_size: int, generator: torch.Generator) -> TrainBatch:
         """Draw ``batch_size`` synthetic pairs with their label maps as index maps (at most
-        ``max_labels`` labels per pair, :func:`~hyperreg.training.data.label_indices`). The
+        ``max_labels`` labels per pair, :func:`~hyperreg.training.batches.label_indices`). The
         image term is off for every pair (``image_pairs`` False): its two images have
         independent random contrasts, so only the labels say what corresponds, as in
         SynthMorph."""

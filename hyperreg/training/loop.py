@@ -1,0 +1,301 @@
+"""The training loop: one object that owns a run's model, optimiser, random state and logs.
+
+:class:`TrainingLoop` is what :func:`hyperreg.training.train.train` runs once the data is
+ready: it seeds the run, builds the model and Adam, resumes from a checkpoint
+(:meth:`~TrainingLoop.resume`), then takes the steps (:meth:`~TrainingLoop.train_step`: a batch,
+one λ per sample, the objective, one optimiser step), reads their statistics in blocks
+(:class:`~hyperreg.training.steplog.StepRecord`), validates, writes checkpoints and stops
+cleanly on SIGTERM/SIGINT. Under DDP every rank runs the loop and only rank 0 writes. Must not
+import train or cli.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import signal
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from hyperreg.config import TrainConfig, to_dict
+from hyperreg.method.model import HyperMorph, RegistrationOutput, save_checkpoint
+from hyperreg.method.objective import Objective, ObjectiveTerms
+from hyperreg.training import distributed
+from hyperreg.training.batches import LambdaSampler, TrainBatch, batch_of
+from hyperreg.training.checkpointing import (
+    StopSignals,
+    TrainingInterrupted,
+    resume_training,
+    save_training_checkpoint,
+    slim_old_checkpoints,
+)
+from hyperreg.training.holdout import ValidationPair
+from hyperreg.training.steplog import RunLogs, StepRecord, StepStats
+from hyperreg.training.validation import evaluate, validation_columns
+
+__all__ = ["TrainingLoop"]
+
+logger = logging.getLogger(__name__)
+
+# warnings point at the caller of train(): warn in _wrap_forward <- run <- train's _run <- train
+# <- caller
+_TRAIN_CALLER = 5
+
+
+class TrainingLoop:
+    """One training run: seeded model, optimiser and λ sampler, then its steps.
+
+    Construction seeds torch and the run's generator from ``config.seed`` and builds the model
+    (whose initial weights come from that seed) and Adam, in that order, so a run's numbers
+    depend only on its config.
+
+    Args:
+        config: The run (resolved, checked).
+        objective: The training objective; the model carries it into its checkpoints.
+        context: Distributed setup (one process: ``enabled`` False).
+        device: Where the model trains.
+        step_stats: Buffer of the step statistics (its ``every`` = steps per host read).
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        objective: Objective,
+        context: distributed.DistributedContext,
+        device: torch.device,
+        step_stats: StepStats,
+    ) -> None:
+        self.config = config
+        self.context = context
+        self.device = device
+        self.main = context.is_main
+        self.out_dir = Path(config.out)
+        self.extra = {"train_config": to_dict(config)}
+        torch.manual_seed(config.seed)
+        self.generator = torch.Generator().manual_seed(config.seed)
+        self.model = HyperMorph(config.model).to(device)
+        self.objective = self.model.objective = objective
+        self.labelled = objective.label_loss != "none" and objective.label_weight > 0
+        self.model.train()
+        # one fused kernel for every parameter instead of a Python loop of small ops
+        fused = device.type in ("cpu", "cuda")
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, fused=fused)
+        self.lam_sampler = LambdaSampler(config.lam_endpoint_fraction)
+        self.step_stats = step_stats
+        self.start_step, self.best_score, self.elapsed = 0, -math.inf, 0.0
+        self.resumed: int | None = None
+        self.forward: Any = self.model
+        self.use_amp = config.amp and device.type == "cuda"
+        self.signals = StopSignals()
+        self.logs: RunLogs | None = None
+        self.pairs: Any = None
+        self.val_pairs: list[ValidationPair] = []
+        self.val_every = 0
+        self.start = 0.0
+
+    def resume(self, folder: str | os.PathLike[str]) -> None:
+        """Continue from the newest checkpoint in ``folder``: model, optimiser, step, best
+        validation score, seconds so far and every random state (see
+        :func:`~hyperreg.training.checkpointing.resume_training`)."""
+        step, state = resume_training(
+            folder, self.config, self.model, self.optimizer, self.generator
+        )
+        self.start_step = self.resumed = step
+        self.best_score = float(state.get("best_score", -math.inf))
+        self.elapsed = float(state.get("seconds", 0.0))
+
+    def run(
+        self,
+        pairs: Any,
+        val_pairs: list[ValidationPair],
+        val_every: int,
+        progress: bool = True,
+    ) -> Path:
+        """Train from the current step to ``config.steps``; returns the final model's path.
+
+        Args:
+            pairs: Pair source (``sample_batch`` or ``sample``, see
+                :func:`~hyperreg.training.batches.batch_of`).
+            val_pairs: Validation pairs.
+            val_every: Steps between validations (0: none).
+            progress: Show a tqdm bar (rank 0).
+
+        Raises:
+            RuntimeError: If the loss becomes non-finite.
+            TrainingInterrupted: After a stop signal, once the checkpoint is written.
+        """
+        self.pairs, self.val_pairs, self.val_every = pairs, val_pairs, val_every
+        self._wrap_forward()
+        if self.main:
+            columns = validation_columns(self.config.val_lambdas) if val_every else None
+            self.logs = RunLogs(self.out_dir, columns, self.resumed)
+        self.start = time.perf_counter() - self.elapsed
+        bar = tqdm(
+            range(self.start_step + 1, self.config.steps + 1),
+            initial=self.start_step,
+            total=self.config.steps,
+            disable=not (progress and self.main),
+            desc="train",
+            unit="step",
+        )
+        try:
+            self.signals.install()
+            for step in bar:
+                stats = self.train_step()
+                self.step_stats.add(step, stats, time.perf_counter() - self.start)
+                self._after_step(step, bar)
+        finally:
+            self.signals.restore()
+            if self.logs is not None:
+                self.logs.close()
+        return self._finish()
+
+    def _wrap_forward(self) -> None:
+        """DistributedDataParallel under torchrun, ``torch.compile`` when asked."""
+        forward: Any = self.model
+        if self.context.enabled:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            forward = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
+        if self.config.compile:
+            forward = torch.compile(forward)
+        self.forward = forward
+        if self.config.amp and not self.use_amp:
+            warnings.warn(
+                "train(): 'amp' needs CUDA; training in float32", stacklevel=_TRAIN_CALLER
+            )
+
+    def _batch(self) -> tuple[TrainBatch, Tensor]:
+        """The next batch and its λ per sample, on the device: the global batch is drawn on
+        every rank from the same generator and each rank keeps its rows."""
+        global_batch = self.config.batch_size * self.context.world_size
+        batch = batch_of(self.pairs, global_batch, self.generator)
+        lam = self.lam_sampler.sample(global_batch, self.generator)
+        tensors = (*batch, lam)
+        if self.context.enabled:
+            rows = distributed.local_slice(self.context, self.config.batch_size)
+            tensors = tuple(t[rows] for t in tensors)
+        pinned = self.device.type == "cuda"  # pinned: the copy to the GPU does not block the host
+        if pinned:
+            tensors = tuple(t.pin_memory() for t in tensors)
+        tensors = tuple(t.to(self.device, non_blocking=pinned) for t in tensors)
+        return TrainBatch(*tensors[:5]), tensors[5]
+
+    def train_step(self) -> Tensor:
+        """One optimiser step on the next batch; returns its statistics, still on the device
+        (:meth:`~hyperreg.training.steplog.StepRecord.pack`, averaged over the ranks)."""
+        batch, lam = self._batch()
+        amp = torch.autocast("cuda", torch.bfloat16) if self.use_amp else contextlib.nullcontext()
+        with amp:
+            out = self.forward(batch.moving, batch.fixed, lam)
+        if self.use_amp:  # losses in float32
+            out = RegistrationOutput(*(t if t is None else t.float() for t in out))
+        terms: ObjectiveTerms = self.objective(
+            out.moved,
+            batch.fixed,
+            out.velocity if out.velocity is not None else out.disp,
+            lam,
+            disp=out.disp,
+            moving_labels=batch.moving_labels if self.labelled else None,
+            fixed_labels=batch.fixed_labels if self.labelled else None,
+            image_pairs=batch.image_pairs,
+        )
+        self.optimizer.zero_grad(set_to_none=True)
+        terms.loss.backward()
+        self.optimizer.step()
+        stop = self.signals.requested is not None
+        stats = StepRecord.pack(terms.loss, terms.similarity, terms.smoothness, lam, stop)
+        if self.context.enabled:
+            dist.all_reduce(stats)
+            stats /= self.context.world_size
+        return stats
+
+    def _after_step(self, step: int, bar: Any) -> None:
+        """Read and log the held statistics when due; validate, checkpoint or stop."""
+        steps = self.config.steps
+        validating = bool(self.val_every) and (step % self.val_every == 0 or step == steps)
+        saving = step % self.config.checkpoint_every == 0 or step == steps
+        if not self.step_stats.due(force=validating or saving):
+            return  # every rank reads at the same steps, so all see a stop together
+        records = self.read_statistics()
+        stopping = any(record.stop for record in records)  # a signal reached some rank: all stop
+        if not self.main:
+            if stopping:
+                raise TrainingInterrupted(self.signals.requested or signal.SIGTERM, step, None)
+            return
+        bar.set_postfix(loss=f"{records[-1].loss:.4f}")
+        seconds = time.perf_counter() - self.start
+        if validating:
+            self.validate(step)
+        if saving or stopping:
+            written = self.checkpoint(step, seconds)
+            if stopping:
+                logger.warning("stopped after step %d: resume with --resume %s", step, self.out_dir)
+                raise TrainingInterrupted(self.signals.requested or signal.SIGTERM, step, written)
+
+    def read_statistics(self) -> list[StepRecord]:
+        """The held steps' statistics, each checked and written to ``train_log.csv`` (rank 0).
+
+        Raises:
+            RuntimeError: At the first step whose loss is not finite (the steps before it are
+                logged).
+        """
+        records = [StepRecord.from_values(*row) for row in self.step_stats.read()]
+        for record in records:
+            if not record.finite:
+                raise RuntimeError(f"train(): loss became non-finite at step {record.step}")
+            if self.logs is not None:
+                self.logs.write_step(record)
+        return records
+
+    def validate(self, step: int) -> dict[str, Any]:
+        """Validate at ``step``: a row of ``val_log.csv``, and ``best.pt`` when the score is
+        the best so far. Returns the validation row."""
+        row = evaluate(self.model, self.val_pairs, self.config.val_lambdas)
+        columns = validation_columns(self.config.val_lambdas)
+        cells = [f"{row[c]:.6g}" for c in columns[1:]]
+        logger.info("step %d: validation mean Dice %.4f", step, row["mean_dice"])
+        if self.logs is not None:
+            self.logs.write_validation(step, cells, row)
+        if row["score"] > self.best_score:
+            self.best_score = row["score"]
+            path = self.out_dir / "best.pt"
+            save_checkpoint(self.model, path, step=step, validation=row, **self.extra)
+        return row
+
+    def checkpoint(self, step: int, seconds: float) -> Path:
+        """Write ``checkpoint_<step>.pt`` (model, optimiser, every random state, best score
+        and seconds so far; the newest ``keep_checkpoints`` kept). Returns its path."""
+        return save_training_checkpoint(
+            self.model,
+            self.out_dir,
+            step,
+            self.optimizer,
+            self.generator,
+            keep=self.config.keep_checkpoints,
+            state={"best_score": self.best_score, "seconds": seconds},
+            **self.extra,
+        )
+
+    def _finish(self) -> Path:
+        """Write ``model.pt`` (rank 0) and slim the older checkpoints; return its path."""
+        final = self.out_dir / "model.pt"
+        if self.main:
+            save_checkpoint(self.model, final, step=self.config.steps, **self.extra)
+            if self.config.keep_checkpoints > 0:  # only the newest keeps its optimiser state
+                slim_old_checkpoints(self.out_dir)
+            logger.info(
+                "trained to step %d in %.1f s -> %s",
+                self.config.steps,
+                time.perf_counter() - self.start,
+                final,
+            )
+        return final
