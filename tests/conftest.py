@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Sequence
+
+# Command-line tests start Python subprocesses: one thread each too, as the tests themselves run
+# (pytest-xdist runs one test per core; a subprocess with a thread per core would oversubscribe).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest
 import torch
