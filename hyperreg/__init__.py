@@ -64,7 +64,7 @@ _EXPORTS = {
     "load_pretrained": "hyperreg.pretrained",
     "bundled_models": "hyperreg.pretrained",
     "register_files": "hyperreg.apps.register",
-    "warp_file": "hyperreg.apps.transforms",
+    "warp_file": "hyperreg.apps.fields",
     "sweep_files": "hyperreg.apps.sweep",
     "sweep_lambdas": "hyperreg.registration.lambdas",
     "tune_lambda": "hyperreg.apps.tune",

@@ -24,7 +24,7 @@ from shared_paths import DATA
 from hyperreg.cli import main
 from hyperreg.config import ModelConfig
 from hyperreg.apps.register import register_files
-from hyperreg.apps.transforms import warp_file
+from hyperreg.apps.fields import warp_file
 from hyperreg.geometry.fields import load_displacement, save_displacement
 from hyperreg.geometry.io import Volume, load_volume, same_grid
 from hyperreg.method.model import HyperMorph, save_checkpoint

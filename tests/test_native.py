@@ -19,7 +19,8 @@ import SimpleITK as sitk
 import torch
 
 import hyperreg.geometry.affine as affine_module
-from hyperreg.apps.transforms import affine_files, warp_file, warp_files
+from hyperreg.apps.fields import warp_file
+from hyperreg.apps.transforms import affine_files, warp_files
 from hyperreg.cli import main
 from hyperreg.config import ModelConfig
 from hyperreg.geometry.affine import (

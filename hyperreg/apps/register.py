@@ -152,25 +152,10 @@ def register_files(
     check_transform_path(fn, "affine_out", affine_out)
     if figure is not None and not str(figure).lower().endswith(".png"):
         raise InputError(fn, "{0} must end in .png, got '{figure}'", "figure", figure=figure)
-    if inverse_warp_out is not None and (init != "none" or initial_affine is not None):
-        raise InputError(
-            fn,
-            "{0} inverts only the deformable field; with {1} {init!r} the transform also holds "
-            "an affine: use {1} 'none' (for a pair that is already aligned, e.g. by 'hyperreg "
-            "affine')",
-            "inverse_warp_out",
-            "init",
-            init=init,
-        )
+    if inverse_warp_out is not None:
+        _check_inverse(fn, model, init, initial_affine)
     if refine is not None:
         check_refinement(fn, refine)
-    if inverse_warp_out is not None and model.config.int_steps == 0:
-        raise InputError(
-            fn,
-            "{0} needs a model with a velocity field; this is a model without a velocity field "
-            "(int_steps 0), whose displacement has no exact inverse",
-            "inverse_warp_out",
-        )
     # each input is read once (and warned about once)
     fixed_v = load_input(fixed, npz_geometry=npz_geometry)
     if (warp_out is not None or inverse_warp_out is not None) and warp_format == "itk":
@@ -194,6 +179,30 @@ def register_files(
     if figure is not None:
         alignment_png(figure, pair, result)
     return result
+
+
+def _check_inverse(
+    fn: str, model: HyperMorph, init: str, initial_affine: AffineTransform | PathLike | None
+) -> None:
+    """An inverse field is asked for: the transform must be the field alone (no affine stage,
+    no initial affine) and the model must integrate a velocity field."""
+    if init != "none" or initial_affine is not None:
+        raise InputError(
+            fn,
+            "{0} inverts only the deformable field; with {1} {init!r} the transform also holds "
+            "an affine: use {1} 'none' (for a pair that is already aligned, e.g. by 'hyperreg "
+            "affine')",
+            "inverse_warp_out",
+            "init",
+            init=init,
+        )
+    if model.config.int_steps == 0:
+        raise InputError(
+            fn,
+            "{0} needs a model with a velocity field; this is a model without a velocity field "
+            "(int_steps 0), whose displacement has no exact inverse",
+            "inverse_warp_out",
+        )
 
 
 def alignment_png(path: PathLike, pair: PreparedPair, result: PairResult) -> None:

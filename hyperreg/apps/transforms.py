@@ -1,12 +1,12 @@
-"""Transforms on files: the affine stage alone, applying a saved chain, a field's Jacobian.
+"""Transforms on files: the affine stage alone, and applying a saved chain.
 
 :func:`affine_files` runs only the affine stage (:func:`hyperreg.geometry.affine.register_affine`)
 and writes the moved image, the moved label map and the ITK transform file. :func:`warp_files`
 applies a saved chain (an ITK affine and/or a displacement field) to any number of images and
-label maps in one call, each sampled once from its own grid; :func:`warp_file` is one file
-through it (``hyperreg warp``). :func:`jacobian_file` writes the Jacobian determinant map of a
-saved displacement field. The affine stage in front of the deformable one (``register``,
-``sweep``, ``tune``, ``batch``) is run by :func:`hyperreg.registration.pipeline.load_pair`.
+label maps in one call, each sampled once from its own grid (one file through it, and a
+field's Jacobian map: :mod:`hyperreg.apps.fields`). The affine stage in front of the deformable
+one (``register``, ``sweep``, ``tune``, ``batch``) is run by
+:func:`hyperreg.registration.pipeline.load_pair`.
 
 Frames and units: transforms are world maps from a **fixed** point to the **moving** point that
 lands on it (RAS mm in memory; LPS mm in the ITK file, as ``antsApplyTransforms`` and SimpleITK
@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
-import torch
 
 from hyperreg.geometry.affine import (
     AFFINE_INITS,
@@ -37,8 +36,7 @@ from hyperreg.geometry.fields import load_displacement
 from hyperreg.geometry.io import Volume, check_same_grid, same_grid, save_volume
 from hyperreg.geometry.intensity import outside_fill
 from hyperreg.geometry.resample import describe_grid, resample_to
-from hyperreg.method.metrics import field_summary, registration_dice
-from hyperreg.method.spatial import jacobian_determinant
+from hyperreg.method.metrics import registration_dice
 from hyperreg.registration.chain import sample_volume
 from hyperreg.registration.pairs import PathLike, check_outputs
 from hyperreg._errors import InputError, passed_as
@@ -46,13 +44,9 @@ from hyperreg.registration.pipeline import initial_transform, load_input
 
 __all__ = [
     "AffineResult",
-    "JacobianResult",
-    "WarpResult",
     "WarpedFile",
     "affine_files",
     "check_transform_path",
-    "jacobian_file",
-    "warp_file",
     "warp_files",
 ]
 
@@ -251,6 +245,63 @@ def _sample_filled(
     return (sampled + np.float32(recipe.offset)).astype(np.float32)
 
 
+def _warp_labels(
+    fn: str,
+    moving: Sequence[PathLike],
+    moved: Sequence[PathLike],
+    warp_field: PathLike | None,
+    affine: PathLike | None,
+    fixed: PathLike | None,
+    nearest: bool | Sequence[bool],
+) -> list[bool]:
+    """One label-map flag per moving file, after the checks of :func:`warp_files`' arguments."""
+    if warp_field is None and affine is None:
+        raise InputError(fn, "give {0} and/or {1} (the transform to apply)", "warp_field", "affine")
+    labels = [bool(nearest)] * len(moving) if isinstance(nearest, bool) else list(nearest)
+    if not (len(moving) == len(moved) == len(labels)) or not moving:
+        raise InputError(
+            fn,
+            "{1} and {0} must list the same number of files (at least one), got {m} and {n}"
+            + ("" if len(labels) == len(moving) else " ({k} 'nearest' flags)"),
+            "moved",
+            "moving",
+            m=len(moving),
+            n=len(moved),
+            k=len(labels),
+        )
+    if warp_field is None and fixed is None:
+        raise InputError(
+            fn, "{0} is needed to give the output grid when there is no field", "fixed"
+        )
+    return labels
+
+
+def _target_grid(
+    fn: str, warp_field: PathLike | None, fixed: PathLike | None, npz_geometry: str | None
+) -> tuple[Volume, np.ndarray | None]:
+    """The output grid of :func:`warp_files` (the field's, else ``fixed``'s) and the field's
+    displacement (None without a field); ``fixed`` must lie on the field's grid."""
+    if warp_field is None:
+        with passed_as(path="fixed"):
+            return load_input(fixed, npz_geometry=npz_geometry), None
+    with passed_as(path="warp_field"):
+        field = load_displacement(warp_field)
+    if fixed is not None:
+        with passed_as(path="fixed"):
+            fixed_v = load_input(fixed, npz_geometry=npz_geometry)
+        if not same_grid(fixed_v, field.grid):
+            raise InputError(
+                fn,
+                "{0} '{fixed}' must lie on the grid of the field {1} '{field}' (the field "
+                "defines the output grid); drop {0} or give the matching one",
+                "fixed",
+                "warp_field",
+                fixed=fixed,
+                field=warp_field,
+            )
+    return field.grid, field.disp
+
+
 def warp_files(
     moving: Sequence[PathLike],
     moved: Sequence[PathLike],
@@ -306,24 +357,7 @@ def warp_files(
             file is a label map.
     """
     fn = "warp_files"
-    if warp_field is None and affine is None:
-        raise InputError(fn, "give {0} and/or {1} (the transform to apply)", "warp_field", "affine")
-    labels = [bool(nearest)] * len(moving) if isinstance(nearest, bool) else list(nearest)
-    if not (len(moving) == len(moved) == len(labels)) or not moving:
-        raise InputError(
-            fn,
-            "{1} and {0} must list the same number of files (at least one), got {m} and {n}"
-            + ("" if len(labels) == len(moving) else " ({k} 'nearest' flags)"),
-            "moved",
-            "moving",
-            m=len(moving),
-            n=len(moved),
-            k=len(labels),
-        )
-    if warp_field is None and fixed is None:
-        raise InputError(
-            fn, "{0} is needed to give the output grid when there is no field", "fixed"
-        )
+    labels = _warp_labels(fn, moving, moved, warp_field, affine, fixed, nearest)
     _check_fill(fn, fill, labels)
     sources = (*moving, warp_field, affine, fixed)
     names = {f"moved[{n}]": "moved" for n in range(len(moved))}  # each one of 'moved'
@@ -331,28 +365,7 @@ def warp_files(
         check_outputs(fn, sources, **{name: path for name, path in zip(names, moved)})
     with passed_as(path="affine"):
         transform = load_affine(affine) if affine is not None else AffineTransform.identity()
-    disp = None
-    if warp_field is not None:
-        with passed_as(path="warp_field"):
-            field = load_displacement(warp_field)
-        grid = field.grid
-        disp = field.disp
-        if fixed is not None:
-            with passed_as(path="fixed"):
-                fixed_v = load_input(fixed, npz_geometry=npz_geometry)
-            if not same_grid(fixed_v, grid):
-                raise InputError(
-                    fn,
-                    "{0} '{fixed}' must lie on the grid of the field {1} '{field}' (the field "
-                    "defines the output grid); drop {0} or give the matching one",
-                    "fixed",
-                    "warp_field",
-                    fixed=fixed,
-                    field=warp_field,
-                )
-    else:
-        with passed_as(path="fixed"):
-            grid = load_input(fixed, npz_geometry=npz_geometry)
+    grid, disp = _target_grid(fn, warp_field, fixed, npz_geometry)
     volumes = []
     for path, label in zip(moving, labels):
         with passed_as(path="moving"):
@@ -383,105 +396,3 @@ def warp_files(
         save_volume(out, data, grid, label=label)
         outputs.append(WarpedFile(Path(out), label, grid.spatial_shape, data, grid, note))
     return outputs
-
-
-class WarpResult(NamedTuple):
-    """Output of :func:`warp_file`.
-
-    Attributes:
-        moved: The warped image (float32) or label map (int32), on the field's grid.
-        grid: The field's (fixed) grid; ``moved`` was written with its affine and layout.
-        resampled: Message if the input lay on another grid (sampled once onto the field's
-            grid through both affines), else None.
-    """
-
-    moved: np.ndarray
-    grid: Volume
-    resampled: str | None
-
-
-def warp_file(
-    moving: PathLike,
-    warp_field: PathLike,
-    moved: PathLike,
-    *,
-    nearest: bool = False,
-    resample: bool = True,
-) -> WarpResult:
-    """Apply a saved displacement field to an image or label map and write the result.
-
-    One file through :func:`warp_files` (which this calls): the field
-    (either on-disk format, see :func:`hyperreg.geometry.fields.load_displacement`) lives on the
-    fixed grid, ``moved[x] = moving(x + u(x))`` with ``u`` in voxels, and a ``moving`` file on
-    another grid is sampled **once**, through both affines at those points (not resampled onto
-    the field's grid first and then warped). Intensities are not normalised. Samples outside the
-    image take 0, as ITK and ANTs resample (and as ``register`` writes an affine chain).
-
-    Args:
-        moving: Image or label map to warp (NIfTI, MGZ or npz).
-        warp_field: Displacement field written by ``hyperreg register --warp`` (voxel or ITK).
-        moved: Output NIfTI, written atomically with the field's affine and layout: float32 for
-            images; for label maps (``nearest``) the smallest integer type, unscaled.
-        nearest: Treat ``moving`` as a label map: read with rounding to integers, warp with
-            nearest neighbour (only input label ids appear), write as integers.
-        resample: Accept a ``moving`` on another grid (default); False makes that an error.
-
-    Returns:
-        A :class:`WarpResult`.
-
-    Raises:
-        FileNotFoundError: If an input is missing.
-        ValueError: If an input is unreadable or invalid, ``moved`` has a wrong suffix, the
-            dimensionality of ``moving`` and the field differ, or the grids differ with
-            ``resample=False``.
-    """
-    written = warp_files(
-        [moving], [moved], warp_field=warp_field, nearest=nearest, resample=resample
-    )[0]
-    return WarpResult(moved=written.data, grid=written.grid, resampled=written.resampled)
-
-
-class JacobianResult(NamedTuple):
-    """Output of :func:`jacobian_file`.
-
-    Attributes:
-        jacobian: Jacobian determinant of ``φ(x) = x + u(x)``, shape of the fixed grid, float32.
-        folding_fraction: Share of voxels with ``J <= 0``, in [0, 1].
-        log_jacobian_std: Standard deviation of ``log J`` (J clipped at 1e-9).
-    """
-
-    jacobian: np.ndarray
-    folding_fraction: float
-    log_jacobian_std: float
-
-
-@torch.no_grad()
-def jacobian_file(warp_field: PathLike, out: PathLike) -> JacobianResult:
-    """Write the Jacobian determinant map of a saved displacement field.
-
-    Args:
-        warp_field: Displacement field (voxel or ITK format, see
-            :func:`hyperreg.geometry.fields.load_displacement`).
-        out: Output NIfTI: float32 determinants (dimensionless, per voxel of the fixed grid,
-            :func:`hyperreg.method.spatial.jacobian_determinant`), fixed affine and layout, atomic.
-
-    Returns:
-        A :class:`JacobianResult` with the map and its folding summary.
-
-    Raises:
-        FileNotFoundError: If ``warp_field`` is missing.
-        ValueError: If the field is unreadable or invalid, a grid size is below 2, or ``out``
-            has a wrong suffix.
-    """
-    check_outputs("jacobian_file", (warp_field,), out=out)
-    with passed_as(path="warp_field"):
-        field_ = load_displacement(warp_field)
-    disp = torch.from_numpy(field_.disp)[None]
-    summary = field_summary(disp)
-    jacobian = jacobian_determinant(disp)[0, 0].numpy().astype(np.float32)
-    save_volume(out, jacobian, field_.grid)
-    return JacobianResult(
-        jacobian=jacobian,
-        folding_fraction=summary["folding_fraction"],
-        log_jacobian_std=summary["log_jacobian_std"],
-    )

@@ -312,7 +312,7 @@ def _cmd_warp(args: argparse.Namespace) -> int:
 
 def _cmd_jacobian(args: argparse.Namespace) -> int:
     folders = new_folders(args.out)
-    from hyperreg.apps.transforms import jacobian_file
+    from hyperreg.apps.fields import jacobian_file
 
     result = jacobian_file(args.warp_field, args.out)
     print(f"wrote {args.out}: Jacobian determinant, shape {result.jacobian.shape}")
