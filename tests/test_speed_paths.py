@@ -1,7 +1,7 @@
 """The faster output paths (issue 22) agree with the float64 algorithms they replace.
 
 Each reference below is the code path before the change, written out in float64 on a small 3D
-(and 2D) pair: the chain's moving points (``moving_points``) sampled by ``sample_at`` in
+(and 2D) pair: the chain's moving points (``moving_points``, below) sampled by ``sample_at`` in
 float64, the composed field as ``A_f^-1 q(x) - x`` from those points, the network field brought
 to the fixed grid in float64, and Dice as one comparison per label.
 """
@@ -17,8 +17,42 @@ from hyperreg.geometry.io import Volume
 from hyperreg.geometry.resample import affine_3d, isotropic_grid
 from hyperreg.method.metrics import dice_per_label, registration_dice
 from hyperreg.method.spatial import identity_grid, sample_at
-from hyperreg.registration.chain import composed_displacement, moving_points, sample_volume
+from hyperreg.registration.chain import composed_displacement, sample_volume
 from hyperreg.registration.pairs import NetworkGrid
+
+
+# the float64 reference: every fixed voxel's world point in the moving image, whole grid
+def moving_points(
+    transform: AffineTransform,
+    disp: np.ndarray | None,
+    fixed: Volume,
+    rows: slice | None = None,
+) -> np.ndarray:
+    """World RAS points (mm) in the moving image of every fixed voxel: ``M A_f (x + u(x))``.
+
+    Args:
+        transform: Fixed-world to moving-world affine (identity for ``--init none``).
+        disp: Displacement ``(N, *S)`` in voxels of the fixed grid (i/j/k order), defined on the
+            affinely aligned moving image, or None (the affine alone).
+        fixed: The fixed grid (``S = fixed.spatial_shape``).
+        rows: Optional slice of fixed axis 0 (the points of a slab only).
+
+    Returns:
+        ``(3, *S')`` float64 RAS mm, ``S'`` = ``S`` with axis 0 cut to ``rows``.
+    """
+    shape = fixed.spatial_shape
+    rows = rows if rows is not None else slice(0, shape[0])
+    axes = [np.arange(shape[0], dtype=np.float64)[rows]] + [
+        np.arange(n, dtype=np.float64) for n in shape[1:]
+    ]
+    voxels = np.stack(np.meshgrid(*axes, indexing="ij"), 0)
+    if disp is not None:
+        voxels += disp[:, rows].astype(np.float64)
+    matrix = transform.matrix @ affine_3d(fixed)
+    linear = matrix[:3, : fixed.ndim]
+    return np.einsum("rn,n...->r...", linear, voxels) + matrix[:3, 3].reshape(
+        (3,) + (1,) * fixed.ndim
+    )
 
 
 def _pair(ndim: int, seed: int = 0):

@@ -27,7 +27,7 @@ from hyperreg.geometry.io import Volume
 from hyperreg.geometry.resample import affine_3d
 from hyperreg.method.spatial import sample_at
 
-__all__ = ["composed_displacement", "moving_points", "sample_volume"]
+__all__ = ["composed_displacement", "sample_volume"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,39 +39,6 @@ def _slabs(shape: tuple[int, ...]) -> list[slice]:
     per_row = int(np.prod(shape[1:]))
     rows = max(1, _SLAB_VOXELS // max(per_row, 1))
     return [slice(start, min(start + rows, shape[0])) for start in range(0, shape[0], rows)]
-
-
-def moving_points(
-    transform: AffineTransform,
-    disp: np.ndarray | None,
-    fixed: Volume,
-    rows: slice | None = None,
-) -> np.ndarray:
-    """World RAS points (mm) in the moving image of every fixed voxel: ``M A_f (x + u(x))``.
-
-    Args:
-        transform: Fixed-world to moving-world affine (identity for ``--init none``).
-        disp: Displacement ``(N, *S)`` in voxels of the fixed grid (i/j/k order), defined on the
-            affinely aligned moving image, or None (the affine alone).
-        fixed: The fixed grid (``S = fixed.spatial_shape``).
-        rows: Optional slice of fixed axis 0 (the points of a slab only).
-
-    Returns:
-        ``(3, *S')`` float64 RAS mm, ``S'`` = ``S`` with axis 0 cut to ``rows``.
-    """
-    shape = fixed.spatial_shape
-    rows = rows if rows is not None else slice(0, shape[0])
-    axes = [np.arange(shape[0], dtype=np.float64)[rows]] + [
-        np.arange(n, dtype=np.float64) for n in shape[1:]
-    ]
-    voxels = np.stack(np.meshgrid(*axes, indexing="ij"), 0)
-    if disp is not None:
-        voxels += disp[:, rows].astype(np.float64)
-    matrix = transform.matrix @ affine_3d(fixed)
-    linear = matrix[:3, : fixed.ndim]
-    return np.einsum("rn,n...->r...", linear, voxels) + matrix[:3, 3].reshape(
-        (3,) + (1,) * fixed.ndim
-    )
 
 
 def _slab_voxels(disp: np.ndarray | None, shape: tuple[int, ...], rows: slice) -> np.ndarray:
