@@ -122,8 +122,8 @@ def _end_to_end(root: Path, lam: float, steps: int | None, old: bool) -> tuple[l
     import hyperreg.registration.refine_levels as refine_levels
     from hyperreg import load_pretrained
     from hyperreg.geometry.affine import register_affine
-    from hyperreg.geometry.fields import save_displacement
-    from hyperreg.geometry.io import load_volume, save_volume
+    from hyperreg.apps.register import write_result
+    from hyperreg.geometry.io import load_volume
     from hyperreg.registration.refine import Refinement
 
     native = root / "oasis1-freesurfer"
@@ -168,9 +168,13 @@ def _end_to_end(root: Path, lam: float, steps: int | None, old: bool) -> tuple[l
         result = pair.register(model, [lam], refinement)[0]
         with tempfile.TemporaryDirectory() as tmp:
             tic = time.perf_counter()
-            save_volume(Path(tmp) / "moved.nii.gz", result.moved, fixed)
-            save_volume(Path(tmp) / "moved_seg.nii.gz", result.moved_seg, fixed, label=True)
-            save_displacement(Path(tmp) / "warp.nii.gz", result.warp, fixed)
+            write_result(  # as `register` writes them (side by side, one thread per core)
+                result,
+                pair,
+                moved=Path(tmp) / "moved.nii.gz",
+                moved_seg=Path(tmp) / "moved_seg.nii.gz",
+                warp_out=Path(tmp) / "warp.nii.gz",
+            )
             clock.add("write (moved, moved label map, warp)", time.perf_counter() - tic)
         wall = time.perf_counter() - total
         old_row = None
