@@ -14,10 +14,11 @@ person):
 * HyperMorph arm: one :func:`hyperreg.training.train.train` run (MIP, λ per sample) of
   ``max(--multiples) × --steps`` steps at constant lr, its checkpoint at each multiple kept and
   evaluated (with a constant lr, the checkpoint at step N is a run of N steps).
-* Learning rates: every arm (each fixed λ; HyperMorph at each multiple) is run at every lr of
-  ``--lrs`` with the first seed and its best lr (highest Dice at its λ; HyperMorph: highest mean
-  Dice over the λ) is picked on the evaluation pairs themselves, the same optimistic pick for both
-  arms. The other seeds rerun each arm at that lr only.
+* Learning rates: every run (each fixed λ; the HyperMorph run) is trained at every lr of
+  ``--lrs`` with the first seed and its best lr is picked on the evaluation pairs themselves (a
+  fixed model: its Dice at its λ; HyperMorph: its mean Dice over the λ and the multiples, one lr
+  for the one run whose checkpoints give every multiple), the same optimistic pick for both
+  arms. The other seeds rerun each run at that lr only; the first seed's Dice per lr is printed.
 * Seeds change the initial weights and the stream of pairs and λ draws; both arms of one seed see
   the same pair stream.
 
@@ -259,15 +260,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         for lam in lambdas
     }
-    best_hyper = {
-        m: max(
-            args.lrs,
-            key=lambda lr, m=m: _mean_dice(
-                results[("hyper", lr, first)]["at"].get(str(m)), lambdas
-            ),
-        )
-        for m in multiples
-    }
+    # one HyperMorph run per seed gives every multiple (its checkpoints): one lr for the run,
+    # the best on the mean Dice over the λ and the multiples
+    hyper_lr = max(
+        args.lrs,
+        key=lambda lr: statistics.fmean(
+            _mean_dice(results[("hyper", lr, first)]["at"].get(str(m)), lambdas) for m in multiples
+        ),
+    )
+    best_hyper = {m: hyper_lr for m in multiples}
     # 2. the other seeds at each arm's best lr
     specs = [
         (("hyper", lr, seed), runs.hyper(lr, seed))
@@ -281,7 +282,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     results.update(_run(runs, specs, args.jobs))
     _report(args, work, results, best_fixed, best_hyper)
+    _report_lr_grid(args, results)
     return 0
+
+
+def _report_lr_grid(args, results: dict) -> None:
+    """The first seed's Dice per lr: what each arm's lr was picked from."""
+    first = args.seeds[0]
+    header = [f"run (seed {first})", *(f"lr {lr:g}" for lr in args.lrs)]
+
+    def cell(scores: dict | None, lams) -> str:
+        value = _mean_dice(scores, lams)
+        return f"{value:.4f}" if math.isfinite(value) else "diverged or no label left"
+
+    rows = [
+        [
+            f"HyperMorph at {m}× (mean over the λ)",
+            *(
+                cell(results[("hyper", lr, first)]["at"].get(str(m)), args.lambdas)
+                for lr in args.lrs
+            ),
+        ]
+        for m in args.multiples
+    ]
+    rows += [
+        [
+            f"fixed λ = {lam:g}",
+            *(cell(results[("fixed", lam, lr, first)], [lam]) for lr in args.lrs),
+        ]
+        for lam in args.lambdas
+    ]
+    print()
+    print("Dice per lr with the first seed (the grid each arm's lr was picked from):")
+    print()
+    print(table(header, rows))
 
 
 def _report(args, work: Path, results: dict, best_fixed: dict, best_hyper: dict) -> None:
