@@ -166,6 +166,7 @@ def test_batch_simulated_ranks_cover_every_pair_once(job: dict[str, Path], monke
     assert all(int(r["rank"]) == int(r["index"]) % 2 for r in summary)
 
 
+@pytest.mark.slow  # a training run, subprocesses or benchmark runs: CI's slow step
 def test_batch_torchrun_two_processes(job: dict[str, Path]) -> None:
     """A real 2-process run: ``python -m torch.distributed.run --nproc-per-node 2 -m hyperreg``."""
     (job["data"] / "p2_moving.nii.gz").write_bytes((job["data"] / "p2_moving.good").read_bytes())

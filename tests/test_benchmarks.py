@@ -33,6 +33,7 @@ def _run_all(
     return done, results
 
 
+@pytest.mark.slow  # a training run, subprocesses or benchmark runs: CI's slow step
 def test_run_all_reports_a_benchmark_it_cannot_run(tmp_path: Path) -> None:
     # ANTs registers with the model the accuracy benchmark trains; alone it cannot run
     done, results = _run_all(tmp_path, "ants")

@@ -58,6 +58,7 @@ def test_a_folder_of_label_maps_is_a_synthesis_source() -> None:
     assert len(scans) == 20 and all(scan.seg == scan.image for scan in scans)
 
 
+@pytest.mark.slow  # a training run, subprocesses or benchmark runs: CI's slow step
 def test_synthetic_pairs_never_mix_conventions(tmp_path) -> None:
     """Each synthesis source is its own sampler: the two maps of a pair share a convention."""
     from hyperreg.training.prepare import _synth_sampler

@@ -64,6 +64,7 @@ def _check_figure_titles(titles: list[str]) -> None:
     assert sum("moved cyan, both green" in t for t in titles) == len(DEMO_LAMBDAS)
 
 
+@pytest.mark.slow  # a training run, subprocesses or benchmark runs: CI's slow step
 @pytest.mark.skipif(importlib.util.find_spec("nilearn") is None, reason="nilearn not installed")
 def test_demo_on_template(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     titles = _record_titles(monkeypatch)

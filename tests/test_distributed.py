@@ -32,6 +32,7 @@ def test_local_slice_partitions_the_global_batch() -> None:
     assert [list(range(12))[r] for r in rows] == [[0, 1], [2, 3], [4, 5]]
 
 
+@pytest.mark.slow  # a training run, subprocesses or benchmark runs: CI's slow step
 @pytest.mark.skipif(not dist.is_gloo_available(), reason="torch built without gloo")
 def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
     steps, batch = 3, 2

@@ -244,6 +244,7 @@ def _phantom_pair(size: int, seed: int) -> tuple[torch.Tensor, ...]:
     return moving, fixed, moving_seg.long(), seg.long()
 
 
+@pytest.mark.slow  # a training run, subprocesses or benchmark runs: CI's slow step
 def test_3d_training_at_default_lr_beats_no_registration() -> None:
     """3D, 32³ phantom, default lr and head: Dice rises above no registration within 60 s.
 

@@ -43,7 +43,10 @@ def _logged_steps(run: Path) -> list[int]:
 
 @pytest.mark.parametrize(
     "signum",
-    [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)],  # both alike
+    [
+        pytest.param(signal.SIGTERM, marks=pytest.mark.slow),  # a training run: slow suite
+        pytest.param(signal.SIGINT, marks=pytest.mark.slow),  # both alike
+    ],
     ids=["sigterm", "sigint"],
 )
 def test_killed_run_checkpoints_and_resumes(tmp_path: Path, signum: int) -> None:
