@@ -59,6 +59,7 @@ def test_run_all_knows_every_script(monkeypatch: pytest.MonkeyPatch) -> None:
     assert set(run_all.GPU_SPEED) <= set(suite)
 
 
+@pytest.mark.slow  # runs benchmark scripts: CI's slow step
 def test_run_all_reports_missing_data(tmp_path: Path) -> None:
     # a by-hand and a suite benchmark whose shared data is absent: not started, both reported
     missing = tmp_path / "no-data" / "neurite-oasis"

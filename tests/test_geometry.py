@@ -597,6 +597,7 @@ def test_c02_labels_keep_their_ids_through_register_and_warp(
 
 
 @needs_data
+@pytest.mark.slow  # a whole 256³ registration on real data: CI's slow step
 def test_native_mgz_registers_onto_the_neurite_oasis_grid(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
