@@ -143,41 +143,35 @@ class _Runs:
         self.args, self.work = args, work
         self.top = max(args.multiples)
 
-    def hyper(self, lr: float, seed: int) -> tuple:
-        steps = self.top * self.args.steps
-        config = hyper_config(
+    def _config(self, name: str, lr: float, seed: int, steps: int, **extra):
+        """One run's config in ``work/name`` (validation only at its last step)."""
+        return hyper_config(
             self.args.data,
             self.work,
             "mip",
             lr,
-            folder=self.work / f"hyper_x{self.top}_lr{lr:g}_seed{seed}",
+            folder=self.work / name,
             steps=steps,
             batch_size=self.args.batch_size,
             seed=seed,
             device=self.args.device,
             val_every=steps,
-            checkpoint_every=self.args.steps,
+            **extra,
         )
+
+    def hyper(self, lr: float, seed: int) -> tuple:
+        steps = self.top * self.args.steps
+        name = f"hyper_x{self.top}_lr{lr:g}_seed{seed}"
+        config = self._config(name, lr, seed, steps, checkpoint_every=self.args.steps)
         lambdas = sorted(self.args.lambdas)
         return hyper_job, (config, self.args.steps, sorted(self.args.multiples), lambdas, True)
 
     def fixed(self, lam: float, lr: float, seed: int) -> tuple:
-        config = hyper_config(
-            self.args.data,
-            self.work,
-            "mip",
-            lr,
-            folder=self.work / f"fixed_lam{lam:g}_lr{lr:g}_seed{seed}",
-            steps=self.args.steps,
-            batch_size=self.args.batch_size,
-            seed=seed,
-            device=self.args.device,
-            val_every=self.args.steps,
-        )
-        return fixed_job, (config, lam, True)
+        name = f"fixed_lam{lam:g}_lr{lr:g}_seed{seed}"
+        return fixed_job, (self._config(name, lr, seed, self.args.steps), lam, True)
 
 
-def _run(runs: _Runs, specs: list[tuple], jobs: int) -> dict:
+def _run(specs: list[tuple], jobs: int) -> dict:
     """Run ``specs`` (``(key, (fn, task))``) ``jobs`` at a time; ``{key: result}``."""
     tasks = [(fn, task) for _, (fn, task) in specs]
     results = run_jobs(_dispatch, tasks, jobs)
@@ -253,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for lam in lambdas
         for lr in args.lrs
     ]
-    results = _run(runs, specs, args.jobs)
+    results = _run(specs, args.jobs)
     best_fixed = {
         lam: max(
             args.lrs, key=lambda lr, lam=lam: _mean_dice(results[("fixed", lam, lr, first)], [lam])
@@ -280,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for lam in lambdas
         for seed in rest
     ]
-    results.update(_run(runs, specs, args.jobs))
+    results.update(_run(specs, args.jobs))
     _report(args, work, results, best_fixed, best_hyper)
     _report_lr_grid(args, results)
     return 0
