@@ -138,19 +138,13 @@ def sample_volume(
         for rows in _slabs(shape):
             points = _apply(linear, offset, _slab_voxels(disp, shape, rows))
             out[rows] = _nearest(data, points, padding)
-        return Volume(
-            data=out,
-            affine=fixed.affine,
-            disk_shape=fixed.disk_shape,
-            path=volume.path,
-            codes=fixed.codes,
-        )
-    data = torch.from_numpy(volume.data.astype(np.float32))[None, None]
-    out = np.empty(shape, np.float32)
-    for rows in _slabs(shape):
-        points = _apply(linear, offset, _slab_voxels(disp, shape, rows))
-        sampled = sample_at(data, torch.from_numpy(points)[None], "bilinear", padding, exact=False)
-        out[rows] = sampled[0, 0].numpy()
+    else:
+        image = torch.from_numpy(volume.data.astype(np.float32))[None, None]
+        out = np.empty(shape, np.float32)
+        for rows in _slabs(shape):
+            points = torch.from_numpy(_apply(linear, offset, _slab_voxels(disp, shape, rows)))
+            sampled = sample_at(image, points[None], "bilinear", padding, exact=False)
+            out[rows] = sampled[0, 0].numpy()
     return Volume(
         data=out,
         affine=fixed.affine,

@@ -154,7 +154,7 @@ class PreparedPair:
             )
         # with an affine in the chain, _finish samples the original files through affine +
         # field: the model's own moved image, label map and Dice would be discarded
-        segs = dict(
+        inputs = dict(
             moving_seg=None if self.chained else self.aligned_seg,
             fixed_seg=None if self.chained else self.fixed_seg,
             images=not self.chained,
@@ -169,7 +169,7 @@ class PreparedPair:
                     refinement or Refinement(steps=0),
                     normalization=self.normalization,
                     inverse=inverse,
-                    **segs,
+                    **inputs,
                 )
                 for lam in lams
             ]
@@ -183,7 +183,7 @@ class PreparedPair:
                 amp=amp,
                 normalization=self.normalization,
                 ncc=ncc,
-                **segs,
+                **inputs,
             )
         return [self._finish(r, refinement) for r in raw]
 
