@@ -66,6 +66,26 @@ def test_ncc_matches_voxelmorph_sum_form(shape, window: int) -> None:
     assert_close(actual, expected, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("window", [1, 7, 9, 11])
+@pytest.mark.parametrize("shape", [(30, 26), (20, 22, 18)], ids=["2d", "3d"])
+def test_ncc_box_sums_match_a_convolution_for_every_window(shape, window: int) -> None:
+    # The box filter sums shifted copies by doubling (widths 1, 2, 4, 8 combined along the
+    # binary digits of the window); against VoxelMorph's ones-kernel convolution for windows of
+    # one to four binary digits, on textured images with a flat region at a non-zero level
+    # (where a running-total filter leaves spurious variance), and its gradient.
+    torch.manual_seed(window)
+    moved = torch.rand(2, 1, *shape, dtype=torch.float64)
+    fixed = 0.5 * moved + 0.5 * torch.rand(2, 1, *shape, dtype=torch.float64)
+    moved[:, :, : shape[0] // 2], fixed[:, :, : shape[0] // 2] = 0.7, 0.4
+    expected = _voxelmorph_ncc(moved, fixed, window).float()
+    actual = ncc_loss(moved.float(), fixed.float(), window=window, reduction="none")
+    assert_close(actual, expected, rtol=1e-4, atol=1e-5)
+    ours, theirs = moved.clone().requires_grad_(), moved.clone().requires_grad_()
+    ncc_loss(ours, fixed, window=window).backward()
+    _voxelmorph_ncc(theirs, fixed, window).mean().backward()
+    assert_close(ours.grad, theirs.grad, rtol=1e-6, atol=1e-9)
+
+
 def test_ncc_default_window_larger_than_an_axis(shape, make_texture) -> None:
     # The default 9-voxel window on a volume with an axis shorter than 9 (3D: 8 x 10 x 12) must
     # still work, as VoxelMorph's zero-padded convolution does.
