@@ -448,6 +448,28 @@ def test_c02_style_labels_survive_load_save_load(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------
 
 
+def test_gzipped_outputs_are_one_standard_gzip_stream_that_itk_reads(tmp_path: Path) -> None:
+    # .nii.gz is compressed by ISA-L (python-isal), not by nibabel's zlib: the file must still
+    # be plain gzip (Python's gzip, nibabel and SimpleITK, the reader ANTs uses, read the same
+    # bytes and voxels as the uncompressed .nii written beside it).
+    import SimpleITK as sitk
+
+    like = Volume(np.zeros((9, 7, 5), np.float32), _rotated_affine(), (9, 7, 5))
+    data = _asymmetric((9, 7, 5)) * 100
+    raw = save_volume(tmp_path / "a.nii", data, like)
+    packed = save_volume(tmp_path / "a.nii.gz", data, like)
+    assert packed.read_bytes()[:2] == b"\x1f\x8b"
+    assert gzip.decompress(packed.read_bytes()) == raw.read_bytes()
+    np.testing.assert_array_equal(load_volume(packed).data, data)
+    via_itk = sitk.GetArrayFromImage(sitk.ReadImage(str(packed)))  # (k, j, i)
+    np.testing.assert_array_equal(via_itk.transpose(2, 1, 0), data)
+    field = np.stack([data, -data, 2 * data]).astype(np.float32)
+    disp = save_displacement(tmp_path / "warp.nii.gz", field, like, format="itk")
+    assert gzip.decompress(disp.read_bytes())[:4] == (348).to_bytes(4, "little")
+    assert sitk.ReadImage(str(disp)).GetNumberOfComponentsPerPixel() == 3
+
+
+
 def test_save_volume_rejects_wrong_shape_nonfinite_and_suffix(tmp_path: Path) -> None:
     like = _like((4, 5, 6))
     with pytest.raises(ValueError, match=r"\(4, 5, 6\), got \(4, 6, 5\)"):
@@ -505,21 +527,24 @@ def test_writes_leave_no_temporary_files(tmp_path: Path) -> None:
     np.testing.assert_array_equal(load_volume(tmp_path / "a.nii.gz").data, _asymmetric((4, 5, 6)))
 
 
+@pytest.mark.parametrize("suffix", [".nii", ".nii.gz"])
 def test_failed_write_removes_temp_file_and_keeps_old_output(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str
 ) -> None:
     like = _like((4, 5, 6))
-    target = save_volume(tmp_path / "a.nii.gz", np.ones((4, 5, 6)), like)
+    target = save_volume(tmp_path / f"a{suffix}", np.ones((4, 5, 6)), like)
     before = target.read_bytes()
 
-    def broken(self: nib.Nifti1Image, filename: str | Path) -> None:
-        Path(filename).write_bytes(b"half")
+    def broken(self: nib.Nifti1Image, file_map: dict | None = None, dtype: object = None) -> None:
+        holder = (file_map or self.file_map)["image"]  # to_filename passes none
+        with holder.get_prepare_fileobj(mode="wb") as handle:
+            handle.write(b"half")
         raise OSError("disk full")
 
-    monkeypatch.setattr(nib.Nifti1Image, "to_filename", broken)
+    monkeypatch.setattr(nib.Nifti1Image, "to_file_map", broken)
     with pytest.raises(OSError, match="disk full"):
         save_volume(target, np.zeros((4, 5, 6)), like)
-    assert [p.name for p in tmp_path.iterdir()] == ["a.nii.gz"]
+    assert [p.name for p in tmp_path.iterdir()] == [f"a{suffix}"]
     assert target.read_bytes() == before
 
 

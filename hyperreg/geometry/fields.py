@@ -37,7 +37,6 @@ import nibabel as nib
 import numpy as np
 
 from hyperreg._errors import InputError, MissingInputError
-from hyperreg._files import atomic_write
 from hyperreg.geometry.io import (
     SAVE_SUFFIXES,
     Volume,
@@ -46,6 +45,7 @@ from hyperreg.geometry.io import (
     read_raw,
     spatial_shape_of,
     to_nifti,
+    write_nifti,
 )
 
 __all__ = [
@@ -209,7 +209,7 @@ def save_displacement(
         out = np.ascontiguousarray(out).reshape(like.disk_shape + (like.ndim,))
         img = to_nifti(out, like)
         img.header["descrip"] = b"hyperreg displacement: voxels, i/j/k order, fixed grid"
-    atomic_write(path, img.to_filename)
+    write_nifti(img, path)
     logger.debug("%s(): wrote '%s' shape %s format %s", fn, path, out.shape, format)
     return path
 
