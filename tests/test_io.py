@@ -469,7 +469,6 @@ def test_gzipped_outputs_are_one_standard_gzip_stream_that_itk_reads(tmp_path: P
     assert sitk.ReadImage(str(disp)).GetNumberOfComponentsPerPixel() == 3
 
 
-
 def test_save_volume_rejects_wrong_shape_nonfinite_and_suffix(tmp_path: Path) -> None:
     like = _like((4, 5, 6))
     with pytest.raises(ValueError, match=r"\(4, 5, 6\), got \(4, 6, 5\)"):

@@ -309,6 +309,27 @@ def test_jacobian_of_planted_fold_is_negative_where_expected(shape, make_fold) -
     assert_close(det[:, :, c + 1 :], -torch.ones_like(det[:, :, c + 1 :]), rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("size", [33, 34, 47, 80])
+@pytest.mark.parametrize("ndim", [2, 3])
+def test_jacobian_in_slabs_equals_the_whole_field_determinant(size: int, ndim: int) -> None:
+    # Long first axes are processed in slabs with one neighbour plane each: the result must be
+    # the determinant of the whole field with torch.gradient's differences (central inside,
+    # one-sided at both ends), including the planes at slab edges and a last slab of 1-2 planes.
+    torch.manual_seed(size)
+    shape = (size, 9, 7)[:ndim]
+    disp = 0.4 * torch.randn(2, ndim, *shape, dtype=torch.float64)
+    grads = torch.gradient(disp, dim=list(range(2, 2 + ndim)))
+    jac = torch.stack(
+        [
+            torch.stack([grads[a][:, c] + float(a == c) for a in range(ndim)], -1)
+            for c in range(ndim)
+        ],
+        -2,
+    )
+    expected = torch.linalg.det(jac).unsqueeze(1)
+    assert_close(jacobian_determinant(disp), expected, rtol=1e-12, atol=1e-12)
+
+
 def test_jacobian_rejects_bad_input(shape) -> None:
     ndim = len(shape)
     with pytest.raises(ValueError, match=r"every spatial size of 'disp' must be >= 2"):
