@@ -23,10 +23,10 @@ def _reduce(per_sample: Tensor, reduction: str) -> Tensor:
     return per_sample.mean() if reduction == "mean" else per_sample
 
 
-def _box_mean(x: Tensor, window: int) -> Tensor:
-    """Local mean over a ``window``-wide cube, separable, zero padding outside the image.
+def _box_sum(x: Tensor, window: int) -> Tensor:
+    """Sum over a ``window``-wide cube around each voxel, zero padding outside the image.
 
-    Each axis sums ``window`` shifted copies by doubling (widths 1, 2, 4, … added along the
+    Separable; each axis sums shifted copies by doubling (widths 1, 2, 4, … added along the
     binary digits of ``window``): about ``2·log2(window)`` tensor additions per axis instead of
     a pooling kernel's ``window`` reads per voxel, and every sum still adds at most ``window``
     values, so it keeps the precision of a direct sum (a cumulative-sum filter does not: its
@@ -52,7 +52,31 @@ def _box_mean(x: Tensor, window: int) -> Tensor:
                 run = run.narrow(dim, 0, length) + run.narrow(dim, width, length)
                 width *= 2
         x = total
-    return x / float(window**ndim)
+    return x
+
+
+class _BoxMean(torch.autograd.Function):
+    """Local mean with its own backward: the box filter is its own adjoint (a symmetric window
+    with zero padding), so the gradient is the same filter applied to the incoming gradient,
+    as cheap as the forward pass (autograd through the shifted slices allocated and filled a
+    full-size zero tensor per slice)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, window: int) -> Tensor:  # type: ignore[override]
+        ctx.window = window
+        return _box_sum(x, window) / float(window ** (x.ndim - 2))
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+        window = ctx.window
+        return _box_sum(grad, window) / float(window ** (grad.ndim - 2)), None
+
+
+def _box_mean(x: Tensor, window: int) -> Tensor:
+    """Local mean over a ``window``-wide cube, zero padding outside the image
+    (:func:`_box_sum` divided by the window's voxel count; differentiable once)."""
+    return _BoxMean.apply(x, window)
 
 
 def _unit_scale(image: Tensor) -> Tensor:
