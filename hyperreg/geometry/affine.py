@@ -267,6 +267,27 @@ def _pyramid(frame: _Frame) -> list[tuple[sitk.Image, sitk.Image]]:
     return [(_shrink(frame.fixed, mm), _shrink(frame.moving, mm)) for mm in spacings]
 
 
+def _mattes(fixed: sitk.Image, seed: int, level: int) -> sitk.ImageRegistrationMethod:
+    """A registration method with Mattes MI (32 bins, linear interpolation) on at most
+    ``_SAMPLES[level]`` random voxels of ``fixed`` drawn from ``seed``.
+
+    Image gradients are taken at the samples (central differences) instead of from gradient
+    images of both whole volumes, which ITK otherwise recomputes for every run and every
+    metric evaluation: on the native 256³ OASIS pair the stage took 8 s instead of 17 s (one
+    thread, loaded machine), the rigid runs converged in 16-23 iterations instead of stopping
+    at their limit (200, 151), and the affine-alone aseg Dice was 0.416 instead of 0.405.
+    """
+    method = sitk.ImageRegistrationMethod()
+    method.SetMetricAsMattesMutualInformation(numberOfHistogramBins=32)
+    method.MetricUseFixedImageGradientFilterOff()
+    method.MetricUseMovingImageGradientFilterOff()
+    voxels = int(np.prod(fixed.GetSize()))
+    method.SetMetricSamplingStrategy(method.RANDOM)
+    method.SetMetricSamplingPercentage(min(1.0, _SAMPLES[level] / voxels), seed)
+    method.SetInterpolator(sitk.sitkLinear)
+    return method
+
+
 def _method(
     fixed: sitk.Image, seed: int, iterations: int, level: int, rigid: bool
 ) -> sitk.ImageRegistrationMethod:
@@ -279,14 +300,9 @@ def _method(
     along the ill-conditioned rotation/shear directions of a 12-parameter affine and stopped
     10° short on the test phantom; regular steps on the affine left the aligned brain pair
     for MI 4x worse before coming back."""
-    method = sitk.ImageRegistrationMethod()
-    method.SetMetricAsMattesMutualInformation(numberOfHistogramBins=32)
-    voxels = int(np.prod(fixed.GetSize()))
+    method = _mattes(fixed, seed + 1 + level, level)
     # random samples are jittered inside their voxels: off-grid points avoid the interpolation
     # artefact of MI on a regular grid, which favours a few percent of shrinking (Pluim et al.)
-    method.SetMetricSamplingStrategy(method.RANDOM)
-    method.SetMetricSamplingPercentage(min(1.0, _SAMPLES[level] / voxels), seed + 1 + level)
-    method.SetInterpolator(sitk.sitkLinear)
     if rigid:
         method.SetOptimizerAsRegularStepGradientDescent(
             learningRate=2.0,
@@ -565,12 +581,7 @@ def _mutual_information(
     """Mattes MI (negative, lower is better) of the pair through the frame map ``(A, b)``, at
     most ``_SAMPLES[level]`` random voxels drawn from ``seed`` (the same for every transform);
     NaN when too few samples land in the moving image (no overlap)."""
-    method = sitk.ImageRegistrationMethod()
-    method.SetMetricAsMattesMutualInformation(numberOfHistogramBins=32)
-    voxels = int(np.prod(fixed.GetSize()))
-    method.SetMetricSamplingStrategy(method.RANDOM)  # jittered, as in the registration
-    method.SetMetricSamplingPercentage(min(1.0, _SAMPLES[level] / voxels), seed + 1)
-    method.SetInterpolator(sitk.sitkLinear)
+    method = _mattes(fixed, seed + 1, level)  # jittered samples, as in the registration
     method.SetInitialTransform(_sitk_affine(*linear_offset), inPlace=False)
     try:
         return float(method.MetricEvaluate(fixed, moving))
