@@ -143,8 +143,7 @@ class Prefetcher(Generic[T]):
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
-        if pending is not None:
-            self.generator.set_state(self._state)
+        self.generator.set_state(self._state)  # no-op unless a draw was made and not delivered
         self.count = self.delivered  # nothing more to draw
 
     def __enter__(self) -> Prefetcher[T]:
