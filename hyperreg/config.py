@@ -113,6 +113,9 @@ class TrainConfig:
     amp: bool = False  # bf16 autocast on CUDA (losses in float32); ignored with a warning on CPU
     compile: bool = False  # torch.compile the model
     crop: tuple[int, ...] = ()  # random crop of each training pair, e.g. (128, 160, 192); () = none
+    # draw the next batch and its λ in a background thread while a step runs (same batches,
+    # same run; hyperreg.training.prefetch); False draws each batch at the start of its step
+    prefetch: bool = True
     # sources and people
     holdout: tuple[str, ...] = ()  # person ids held out for validation (replaces val_fraction)
     shape: tuple[int, ...] = ()  # training grid (pad/crop centred); () = largest scan per axis

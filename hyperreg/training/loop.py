@@ -5,8 +5,11 @@ ready: it seeds the run, builds the model and Adam, resumes from a checkpoint
 (:meth:`~TrainingLoop.resume`), then takes the steps (:meth:`~TrainingLoop.train_step`: a batch,
 one λ per sample, the objective, one optimiser step), reads their statistics in blocks
 (:class:`~hyperreg.training.steplog.StepRecord`), validates, writes checkpoints and stops
-cleanly on SIGTERM/SIGINT. Under DDP every rank runs the loop and only rank 0 writes. Must not
-import train or cli.
+cleanly on SIGTERM/SIGINT. With ``config.prefetch`` each batch is drawn in a background thread
+while the step before it runs (:mod:`hyperreg.training.prefetch`): the same batches, in the same
+order, from the same generator, and checkpoints hold the generator state of the next batch
+still to be drawn. Under DDP every rank runs the loop and only rank 0 writes. Must not import
+train or cli.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from hyperreg.training.checkpointing import (
     slim_old_checkpoints,
 )
 from hyperreg.training.holdout import ValidationPair
+from hyperreg.training.prefetch import Prefetcher
 from hyperreg.training.steplog import RunLogs, StepRecord, StepStats
 from hyperreg.training.validation import evaluate, validation_columns
 
@@ -98,6 +102,7 @@ class TrainingLoop:
         self.signals = StopSignals()
         self.logs: RunLogs | None = None
         self.pairs: Any = None
+        self.batches: Prefetcher[tuple[Tensor, ...]] | None = None
         self.val_pairs: list[ValidationPair] = []
         self.val_every = 0
         self.start = 0.0
@@ -147,6 +152,13 @@ class TrainingLoop:
             desc="train",
             unit="step",
         )
+        self.batches = Prefetcher(
+            self._draw,
+            self.generator,
+            self.config.steps - self.start_step,
+            enabled=self.config.prefetch,
+            prepare=self._prepare_thread(),
+        )
         try:
             self.signals.install()
             for step in bar:
@@ -154,10 +166,25 @@ class TrainingLoop:
                 self.step_stats.add(step, stats, time.perf_counter() - self.start)
                 self._after_step(step, bar)
         finally:
+            self.batches.close()  # waits for a draw in flight; the thread ends here
+            self.batches = None
             self.signals.restore()
             if self.logs is not None:
                 self.logs.close()
         return self._finish()
+
+    def _prepare_thread(self) -> Any:
+        """What the prefetch thread sets first: the torch thread count and CUDA device of
+        this thread (both are per thread), so its draws compute as the loop's own would."""
+        threads = torch.get_num_threads()
+        device = self.device
+
+        def prepare() -> None:
+            torch.set_num_threads(threads)
+            if device.type == "cuda" and device.index is not None:
+                torch.cuda.set_device(device)  # pinned memory on this rank's GPU
+
+        return prepare
 
     def _wrap_forward(self) -> None:
         """DistributedDataParallel under torchrun, ``torch.compile`` when asked."""
@@ -173,9 +200,10 @@ class TrainingLoop:
                 "train(): 'amp' needs CUDA; training in float32", stacklevel=_TRAIN_CALLER
             )
 
-    def _batch(self) -> tuple[TrainBatch, Tensor]:
-        """The next batch and its λ per sample, on the device: the global batch is drawn on
-        every rank from the same generator and each rank keeps its rows."""
+    def _draw(self) -> tuple[Tensor, ...]:
+        """The next batch's five tensors and its λ per sample, on the host (pinned for CUDA):
+        the global batch is drawn on every rank from the same generator and each rank keeps its
+        rows. Runs in the prefetch thread: nothing but the generator's draws may happen here."""
         global_batch = self.config.batch_size * self.context.world_size
         batch = batch_of(self.pairs, global_batch, self.generator)
         lam = self.lam_sampler.sample(global_batch, self.generator)
@@ -183,11 +211,26 @@ class TrainingLoop:
         if self.context.enabled:
             rows = distributed.local_slice(self.context, self.config.batch_size)
             tensors = tuple(t[rows] for t in tensors)
-        pinned = self.device.type == "cuda"  # pinned: the copy to the GPU does not block the host
-        if pinned:
+        if self.device.type == "cuda":  # pinned: the copy to the GPU does not block the host
             tensors = tuple(t.pin_memory() for t in tensors)
+        return tensors
+
+    def _batch(self) -> tuple[TrainBatch, Tensor]:
+        """The next batch and its λ per sample, on the device. The batch after it is drawn
+        meanwhile, except after a step that writes a checkpoint: that one is drawn once the
+        checkpoint is written, as without prefetching."""
+        if self.batches is None:  # a step outside run()
+            tensors = self._draw()
+        else:
+            step = self.start_step + self.batches.delivered + 1
+            tensors = self.batches.next(ahead=not self._saves_at(step))
+        pinned = self.device.type == "cuda"
         tensors = tuple(t.to(self.device, non_blocking=pinned) for t in tensors)
         return TrainBatch(*tensors[:5]), tensors[5]
+
+    def _saves_at(self, step: int) -> bool:
+        """Whether a checkpoint is written after ``step``."""
+        return step % self.config.checkpoint_every == 0 or step == self.config.steps
 
     def train_step(self) -> Tensor:
         """One optimiser step on the next batch; returns its statistics, still on the device
@@ -222,7 +265,7 @@ class TrainingLoop:
         """Read and log the held statistics when due; validate, checkpoint or stop."""
         steps = self.config.steps
         validating = bool(self.val_every) and (step % self.val_every == 0 or step == steps)
-        saving = step % self.config.checkpoint_every == 0 or step == steps
+        saving = self._saves_at(step)
         if not self.step_stats.due(force=validating or saving):
             return  # every rank reads at the same steps, so all see a stop together
         records = self.read_statistics()
@@ -273,13 +316,16 @@ class TrainingLoop:
 
     def checkpoint(self, step: int, seconds: float) -> Path:
         """Write ``checkpoint_<step>.pt`` (model, optimiser, every random state, best score
-        and seconds so far; the newest ``keep_checkpoints`` kept). Returns its path."""
+        and seconds so far; the newest ``keep_checkpoints`` kept). Returns its path. The
+        generator state stored is the one the next batch is drawn from, also when the prefetch
+        thread has drawn it already."""
+        generator = self.generator if self.batches is None else self.batches.position()
         return save_training_checkpoint(
             self.model,
             self.out_dir,
             step,
             self.optimizer,
-            self.generator,
+            generator,
             keep=self.config.keep_checkpoints,
             state={"best_score": self.best_score, "seconds": seconds},
             **self.extra,
