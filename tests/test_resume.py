@@ -158,3 +158,14 @@ def test_cli_sets_mse_sigma_and_lambda_endpoints() -> None:
     )
     config = _train_config(args, ModelConfig())
     assert (config.sim, config.mse_sigma, config.lam_endpoint_fraction) == ("mse", 0.1, 0.5)
+
+
+def test_cli_no_prefetch_turns_the_worker_off() -> None:
+    from hyperreg.cli.run import build_parser
+    from hyperreg.cli.train_commands import _train_config
+    from hyperreg.config import ModelConfig
+
+    base = ["train", "--data", "d", "--out", "o"]
+    on = _train_config(build_parser().parse_args(base), ModelConfig())
+    off = _train_config(build_parser().parse_args([*base, "--no-prefetch"]), ModelConfig())
+    assert (on.prefetch, off.prefetch) == (True, False)

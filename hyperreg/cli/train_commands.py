@@ -38,7 +38,7 @@ _CONFIG_FLAGS = (
     "steps", "batch_size", "sim", "atlas", "atlas_seg", "checkpoint_every", "keep_checkpoints",
     "val_every", "val_fraction", "test_fraction", "amp", "compile", "spacing", "synth", "seed",
     "device", "label_loss", "label_weight", "max_labels", "label_downsize", "conform",
-    "mse_sigma", "lam_endpoint_fraction",
+    "mse_sigma", "lam_endpoint_fraction", "prefetch",
 )
 _TUPLE_FLAGS = ("val_lambdas", "crop", "holdout", "shape", "synth_labels")
 
@@ -294,6 +294,13 @@ def _add_train_run(train: argparse.ArgumentParser) -> None:
         "--amp", action="store_true", help="bf16 autocast on CUDA (losses stay in float32)"
     )
     train.add_argument("--compile", action="store_true", help="torch.compile the model")
+    train.add_argument(
+        "--no-prefetch",
+        dest="prefetch",
+        action="store_false",
+        help="draw each batch in the step's own thread (default: the next batch is drawn in a "
+        "worker thread while the step runs; the batches are the same either way)",
+    )
     train.add_argument(
         "--crop",
         type=opts.positive_int,
