@@ -37,10 +37,11 @@ from hyperreg.figures.slices import checkerboard, oriented_slice, show_slice
 from hyperreg.geometry.fields import save_displacement
 from hyperreg.geometry.intensity import normalize_intensity
 from hyperreg.geometry.io import Volume, load_volume, save_volume
-from hyperreg.method.metrics import field_summary, mean_dice
+from hyperreg.method.metrics import field_summary, registration_dice
 from hyperreg.method.model import HyperMorph, load_checkpoint
 from hyperreg.method.spatial import integrate_velocity, warp
 from hyperreg.pretrained import default_model
+from hyperreg.registration.results import mean_of
 from hyperreg.training.data import PairSampler, find_scans
 from hyperreg.training.train import train
 
@@ -209,6 +210,11 @@ def _oasis_pairs(data: str) -> tuple[PairSampler, list[dict[str, object]]]:
     return sampler, pairs
 
 
+def _dice(moved_seg: np.ndarray, fixed_seg: np.ndarray, moving_seg: np.ndarray) -> float:
+    """Mean Dice with hyperreg's convention (labels of either input, a vanished label 0)."""
+    return mean_of(registration_dice(moved_seg, fixed_seg, moving_seg).values())
+
+
 @torch.no_grad()
 def _evaluate(
     model: HyperMorph, pairs: list[dict[str, object]], out: Path
@@ -221,7 +227,8 @@ def _evaluate(
         fixed = pair["fixed"].to(device)  # type: ignore[union-attr]
         fixed_seg = pair["fixed_seg"].numpy()[0, 0].astype(np.int32)  # type: ignore[union-attr]
         moving_seg = pair["moving_seg"].to(device)  # type: ignore[union-attr]
-        before = mean_dice(moving_seg.cpu().numpy()[0, 0].astype(np.int32), fixed_seg)
+        moving_labels = moving_seg.cpu().numpy()[0, 0].astype(np.int32)
+        before = _dice(moving_labels, fixed_seg, moving_labels)
         shape = tuple(fixed.shape[2:])
         like = Volume(
             fixed.cpu().numpy()[0, 0],
@@ -240,7 +247,7 @@ def _evaluate(
                 "pair": pair["name"],
                 "lambda": lam,
                 "dice_before": round(before, 4),
-                "dice": round(mean_dice(moved_seg.astype(np.int32), fixed_seg), 4),
+                "dice": round(_dice(moved_seg.astype(np.int32), fixed_seg, moving_labels), 4),
                 "folding_percent": round(100 * summary["folding_fraction"], 4),
                 "log_jacobian_std": round(summary["log_jacobian_std"], 4),
             }
@@ -415,11 +422,11 @@ def run_demo(
             "MNI152 2009a template; held-back coronal slices as fixed images, each moving image a "
             "known random diffeomorphic warp of its slice with gamma, bias-field and noise changes"
         )
-        label_names = "grey and white matter"
+        label_names = "grey and white matter labels of either map (a vanished label counts 0)"
     else:
         source, pairs = _oasis_pairs(data)
         description = f"real subject slices from {data}"
-        label_names = "slice_seg24 labels in both"
+        label_names = "slice_seg24 labels of either map (a vanished label counts 0)"
     resolved = resolve_device("run_demo", device)
     if steps == 0:
         bundled = default_model(2)

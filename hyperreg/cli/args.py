@@ -95,8 +95,9 @@ def lambda_request(text: str) -> float | str:
 
 LAMBDA_HELP = (
     "regularisation weight λ in [0, 1] (0 = similarity only, sharpest match, least smooth "
-    "field; 1 = smoothness only, identity), or 'auto': chosen per pair without labels (one "
-    "batched sweep over a grid, then the smoothest λ keeping 90 %% of the similarity gain "
+    "field; 1 = smoothness only: the smoothest field, which a uniform shift does not "
+    "violate, so not necessarily the identity), or 'auto': chosen per pair without labels "
+    "(one batched sweep over a grid, then the smoothest λ keeping 95 %% of the similarity gain "
     "with folding at most 0.1 %%; the reason is printed)"
 )
 
@@ -213,8 +214,8 @@ def add_label_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--fixed-seg",
-        help="fixed label map (integer ids): with --moving-seg, mean Dice over the labels "
-        "present in both maps",
+        help="fixed label map (integer ids): with --moving-seg, mean Dice over the labels of "
+        "either input map, background excluded (a label missing after warping counts 0)",
     )
 
 
