@@ -449,3 +449,67 @@ def test_no_cli_module_parses_messages() -> None:
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             module = node.module if isinstance(node, ast.ImportFrom) else None
             assert "re" not in names and module != "re", f"{path.name} imports re"
+
+
+def test_unreadable_fixed_image_names_its_option(
+    pair: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a header that reads but data cut short: found by the model's choice, read by the pair
+    whole = pair["fixed"].read_bytes()
+    cut = tmp_path / "cut.nii.gz"
+    cut.write_bytes(whole[: len(whole) // 2])
+    for command in (_register, _sweep):
+        assert (
+            main(
+                command(
+                    pair,
+                    "--moved" if command is _register else "--out",
+                    str(tmp_path / ("m.nii.gz" if command is _register else "s")),
+                    fixed=cut,
+                )
+            )
+            == 2
+        )
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert err.startswith(f"hyperreg {command.__name__[1:]}: error: argument --fixed: ")
+        assert "(): " not in err and str(cut) in err
+
+
+def test_inverse_warp_with_an_initial_affine_names_the_initial_affine(
+    pair: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hyperreg.geometry.affine import AffineTransform, save_affine
+
+    mat = save_affine(tmp_path / "a.mat", AffineTransform(np.eye(4), "affine"), ndim=2)
+    args = _register(
+        pair,
+        "--init",
+        "none",
+        "--initial-affine",
+        str(mat),
+        "--moved",
+        str(tmp_path / "m.nii.gz"),
+        "--inverse-warp",
+        str(tmp_path / "i.nii.gz"),
+    )
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert (
+        "argument --inverse-warp: --inverse-warp inverts only the deformable field; with "
+        "--initial-affine the transform also holds that affine" in err
+    )
+    assert "register the result with --init 'none' and without --initial-affine" in err
+    assert not (tmp_path / "m.nii.gz").exists() and not (tmp_path / "i.nii.gz").exists()
+
+
+def test_ctrl_c_is_one_line_and_exit_code_130(
+    pair: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import hyperreg.cli.run as run
+
+    def interrupted(args: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(run.COMMANDS, "register", interrupted)
+    assert main(_register(pair, "--moved", str(pair["out"] / "m.nii.gz"))) == 130
+    assert capsys.readouterr().err.strip() == "hyperreg register: interrupted"

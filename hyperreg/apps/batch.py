@@ -359,7 +359,7 @@ def merge_records(out: PathLike) -> tuple[Path, Path, int, int]:
                 failure["name"] = folder.name
                 failures.append(failure)
         except (OSError, ValueError) as err:  # a record being replaced right now
-            logger.warning("merge_records(): cannot read %s: %s", folder, err)
+            logger.warning("cannot read the results in %s: %s", folder, err)
     records.sort(key=lambda r: r["index"])
     failures.sort(key=lambda r: r["index"])
     labels = sorted(

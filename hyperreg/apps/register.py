@@ -20,7 +20,7 @@ from functools import partial
 from pathlib import Path
 
 from hyperreg._checks import check_option
-from hyperreg._errors import InputError
+from hyperreg._errors import InputError, passed_as
 from hyperreg.apps.models import check_lambda, pair_lambda
 from hyperreg.apps.transforms import check_transform_path
 from hyperreg.geometry.affine import AffineTransform, save_affine
@@ -161,7 +161,8 @@ def register_files(
     if refine is not None:
         check_refinement(fn, refine)
     # each input is read once (and warned about once)
-    fixed_v = load_input(fixed, npz_geometry=npz_geometry)
+    with passed_as(path="fixed"):
+        fixed_v = load_input(fixed, npz_geometry=npz_geometry)
     if (warp_out is not None or inverse_warp_out is not None) and warp_format == "itk":
         check_itk_grid(fixed_v)
     pair = load_pair(
@@ -190,7 +191,17 @@ def _check_inverse(
 ) -> None:
     """An inverse field is asked for: the transform must be the field alone (no affine stage,
     no initial affine) and the model must integrate a velocity field."""
-    if init != "none" or initial_affine is not None:
+    if initial_affine is not None:
+        raise InputError(
+            fn,
+            "{0} inverts only the deformable field; with {1} the transform also holds that "
+            "affine: resample the moving image through it first (e.g. 'hyperreg affine'), then "
+            "register the result with {2} 'none' and without {1}",
+            "inverse_warp_out",
+            "initial_affine",
+            "init",
+        )
+    if init != "none":
         raise InputError(
             fn,
             "{0} inverts only the deformable field; with {1} {init!r} the transform also holds "

@@ -87,6 +87,11 @@ def _run(args: argparse.Namespace, prog: str, options: dict[str, str]) -> int:
             raise
         print(f"{prog}: error: {error_text(err, options)}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's code for SIGINT; files are
+        if args.debug:  # written atomically, so none is left half-written
+            raise
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -541,9 +541,8 @@ def _register(
         # an already-aligned pair: nothing better than where it started, or a change of a few
         # voxels (MI with linear interpolation favours a slight zoom on aligned images)
         logger.info(
-            "%s(): the %s stage moved the fixed grid's corners by at most %.2f mm%s with mutual "
+            "the %s stage moved the fixed grid's corners by at most %.2f mm%s with mutual "
             "information %.4f -> %.4f; keeping the %s",
-            fn,
             kind,
             motion,
             " at 4 mm (early test)" if early else "",

@@ -561,7 +561,7 @@ def to_nifti(arr: np.ndarray, like: Volume) -> nib.Nifti1Image:
         img.set_qform(None)
         if qform_code > 0 or sform_code == 0:
             logger.info(
-                "to_nifti(): the affine of '%s' has shears a qform cannot hold; writing it as "
+                "the affine of '%s' has shears a qform cannot hold; writing it as "
                 "the sform only (qform code 0)",
                 like.path if like.path is not None else "<in-memory volume>",
             )
