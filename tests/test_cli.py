@@ -310,6 +310,12 @@ def test_warp_command_reproduces_the_registered_outputs(
     warped = np.asanyarray(nib.load(seg_out).dataobj)
     assert warped.dtype == np.uint8 and warped.shape == (24, 20, 1)
     np.testing.assert_array_equal(warped, np.asanyarray(nib.load(out / "moved_seg.nii.gz").dataobj))
+    assert "looks like a label map" not in capsys.readouterr().err
+    # the label map warped as an image: written (the user may mean it) with a one-line warning
+    assert main([*args, "--moved", str(out / "blended.nii.gz")]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: '{xy_files['moving_seg']}' looks like a label map" in err
+    assert "warp it as a label map (nearest neighbour) instead" in err
     # intensities: both `warp` and `register` write the moving image in its own units
     image_out = out / "warped.nii.gz"
     args[2] = str(xy_files["moving"])

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -34,6 +35,7 @@ from hyperreg.geometry.affine import (
 )
 from hyperreg.geometry.fields import load_displacement
 from hyperreg.geometry.io import Volume, check_same_grid, same_grid, save_volume
+from hyperreg.geometry.inspect import looks_like_label_map
 from hyperreg.geometry.intensity import outside_fill
 from hyperreg.geometry.resample import describe_grid, resample_to
 from hyperreg.method.metrics import registration_dice
@@ -383,6 +385,13 @@ def warp_files(
             )
         if affine is None and not resample:
             check_same_grid(volume, grid)
+        if not label and looks_like_label_map(volume):
+            warnings.warn(
+                f"'{path}' looks like a label map (few integer ids, piecewise constant) but is "
+                "warped as an intensity image, with linear interpolation that blends ids into "
+                "values no label has; warp it as a label map (nearest neighbour) instead",
+                stacklevel=2,
+            )
         volumes.append(volume)
     outputs = []
     for volume, out, label in zip(volumes, moved, labels):
