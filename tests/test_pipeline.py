@@ -137,6 +137,23 @@ def test_a_2d_model_on_a_3d_pair_fails_before_the_affine_stage(
     assert caught.value.argument == "model"
 
 
+def test_label_maps_of_two_labellings_warn_before_dice(tmp_path: Path) -> None:
+    # the same anatomy, ids 3 and 4 in one map and 13 and 14 in the other: Dice would be 0
+    image = blob(SHAPE, (11, 9))[..., None]
+    seg = labels_of(image)
+    moving = write_nifti(tmp_path / "m.nii.gz", image)
+    fixed = write_nifti(tmp_path / "f.nii.gz", image)
+    ours = write_nifti(tmp_path / "ms.nii.gz", seg)
+    other = write_nifti(tmp_path / "fs.nii.gz", np.where(seg > 0, seg + 10, 0).astype(np.uint8))
+    with pytest.warns(UserWarning, match=r"share only 0 of the 4 label ids either holds"):
+        load_pair(moving, fixed, moving_seg=ours, fixed_seg=other, init="none")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # one labelling: no warning
+        load_pair(moving, fixed, moving_seg=ours, fixed_seg=ours, init="none")
+
+
 def test_init_none_without_overlap_warns(tmp_path: Path) -> None:
     image = blob(SHAPE, (11, 9))[..., None]
     far = np.eye(4)
