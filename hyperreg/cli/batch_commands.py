@@ -34,7 +34,11 @@ def _add_batch(sub: Any) -> None:
         "batch", help="register many pairs from a CSV: resumable, failures recorded, shardable"
     )
     opts.add_model_argument(batch)
-    opts.add_pairs_csv_argument(batch, "moving, fixed, optional moving_seg, fixed_seg, lambda")
+    opts.add_pairs_csv_argument(
+        batch,
+        "moving, fixed, optional moving_seg, fixed_seg, lambda, initial_affine (an ITK "
+        ".mat/.tfm per pair)",
+    )
     opts.add_out_argument(
         batch,
         "pairs/pairNNNNN/{moved,warp,moved_seg}.nii.gz (and affine.mat with --init affine or "
