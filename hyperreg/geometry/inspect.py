@@ -349,7 +349,8 @@ def spacing_warning(
     model_shown = " x ".join(f"{s:.3g}" for s in model)
     return (
         f"'{_name(volume, role)}' ({role}) has {shown} mm voxels, far from the {model_shown} mm "
-        "voxels the model was trained on: its field smoothness and reach are set in voxels and "
-        "its accuracy at this voxel size is unmeasured; prefer images resampled near "
-        f"{model_shown} mm or a model trained at this voxel size"
+        "voxels the model was trained on: the network sees it resampled to those voxels, which "
+        "does not restore detail that coarser voxels never held, and its accuracy on such "
+        "images is unmeasured; images acquired near that voxel size (or a model trained at "
+        "this one) avoid the question"
     )
