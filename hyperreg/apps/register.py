@@ -236,7 +236,10 @@ def alignment_png(path: PathLike, pair: PreparedPair, result: PairResult) -> Non
     if pair.chained and pair.moving_seg is not None:
         moving_seg = sample_volume(pair.moving_seg, pair.transform, None, pair.fixed, label=True)
         moving_seg = moving_seg.data
-    names = [Path(str(v.path)).name for v in (pair.moving, pair.fixed)]
+    paths = [Path(str(v.path)) for v in (pair.moving, pair.fixed)]
+    names = [p.name for p in paths]
+    if names[0] == names[1]:  # e.g. two FreeSurfer norm.mgz: the folders tell them apart
+        names = [f"{p.parent.name}/{p.name}" for p in paths]
     alignment_figure(
         path,
         normalize_intensity(pair.fixed.data, "minmax"),
@@ -252,6 +255,7 @@ def alignment_png(path: PathLike, pair: PreparedPair, result: PairResult) -> Non
         moved_seg=result.moved_seg,
         moving_seg=moving_seg,
         title=f"{names[0]} to {names[1]} at λ = {result.lam:.3g}",
+        difference_label="|difference| (intensities min-max scaled)",
     )
 
 

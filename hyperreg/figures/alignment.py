@@ -38,6 +38,7 @@ def alignment_figure(
     moved_seg: np.ndarray | None = None,
     moving_seg: np.ndarray | None = None,
     title: str = "",
+    difference_label: str = "|difference| (image units)",
 ) -> Path:
     """Write a PNG that shows how well ``moved`` lines up with ``fixed`` (the register figure).
 
@@ -66,6 +67,8 @@ def alignment_figure(
         moved_seg: Moved label map (same shape), or None; contours need ``fixed_seg`` too.
         moving_seg: Moving label map on the fixed grid (same shape), or None (before row).
         title: First part of the figure title (e.g. the file names and λ).
+        difference_label: Colour bar label of the |moved − fixed| panels (say how the images
+            were scaled when they were).
 
     Returns:
         ``path`` as a :class:`~pathlib.Path`.
@@ -119,7 +122,7 @@ def alignment_figure(
             assert fixed_boundary is not None  # contours implies fixed_seg
             _draw_label_borders(axes[row, 4], fixed_view, stage, name, seg, fixed_boundary, scale)
     fig.colorbar(
-        shown, ax=axes[:, 3].tolist(), fraction=0.04, pad=0.01, label="|difference| (image units)"
+        shown, ax=axes[:, 3].tolist(), fraction=0.04, pad=0.01, label=difference_label
     )
     fig.suptitle(f"{title + '. ' if title else ''}alignment check; {view}", fontsize=9)
     return save_figure(fig, path, dpi=100)

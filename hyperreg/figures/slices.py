@@ -59,8 +59,10 @@ class OrientedSlice(NamedTuple):
 
     @property
     def label(self) -> str:
-        """One-line statement of the view, e.g. ``"coronal, L ◀ ▶ R (neurological)"``."""
-        return f"{self.plane}, {self.left} ◀ ▶ {self.right} ({DISPLAY_CONVENTION})"
+        """One-line statement of the view, e.g. ``"coronal, L ◀ ▶ R (neurological)"``; a
+        sagittal view (anterior to the right) names no left-right convention."""
+        view = f"{self.plane}, {self.left} ◀ ▶ {self.right}"
+        return view if self.plane == "sagittal" else f"{view} ({DISPLAY_CONVENTION})"
 
 
 def _orientation(fn: str, affine: np.ndarray) -> np.ndarray:
