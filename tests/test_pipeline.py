@@ -167,7 +167,8 @@ def test_init_none_without_overlap_warns(tmp_path: Path) -> None:
 def test_an_unwritable_output_fails_before_registration_naming_the_option(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import hyperreg.registration.pipeline as pipeline
+    import hyperreg.apps.register as register_app  # imported before patching: it binds
+    import hyperreg.registration.pipeline as pipeline  # load_pair by name at import
 
     files = _pair_with_a_fixed_only_label(tmp_path / "data")
     model = save_tiny_model(tmp_path / "model.pt")
@@ -176,6 +177,7 @@ def test_an_unwritable_output_fails_before_registration_naming_the_option(
         raise AssertionError("registration ran")
 
     monkeypatch.setattr(pipeline, "load_pair", never)
+    monkeypatch.setattr(register_app, "load_pair", never)
     args = ["register", "--model", str(model), "--device", "cpu", "--lambda", "0.5",
             "--moving", str(files["moving"]), "--fixed", str(files["fixed"])]
     assert main([*args, "--moved", "/proc/m.nii.gz"]) == 2

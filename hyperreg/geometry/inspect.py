@@ -24,6 +24,7 @@ from hyperreg.geometry.io import Volume
 __all__ = [
     "SkullEvidence",
     "check_pair_contents",
+    "label_ids_warning",
     "looks_like_label_map",
     "skull_evidence",
     "skull_stripped",
@@ -33,6 +34,7 @@ __all__ = [
 MAX_LABEL_IDS = 2000  # more distinct values than this: an intensity image (as apps.register)
 _INTEGER_TOL = 1e-3  # |x - rint(x)| at most this everywhere: integer-valued
 _SAME_NEIGHBOUR = 0.5  # label maps measured 0.73-0.85, images 0.06-0.16
+_MIN_SHARED_IDS = 0.5  # share of the ids of either label map that both maps hold
 _LABEL_CHECK_VOXELS = 1 << 22  # larger arrays are checked on every second voxel per axis
 _WORK_MM = 2.0  # resolution of the skull check (mm), by striding
 _FOREGROUND = 0.1  # of the robust intensity range (0 .. 99.5th percentile)
@@ -353,4 +355,37 @@ def spacing_warning(
         "does not restore detail that coarser voxels never held, and its accuracy on such "
         "images is unmeasured; images acquired near that voxel size (or a model trained at "
         "this one) avoid the question"
+    )
+
+
+def _label_ids(data: np.ndarray) -> set[int]:
+    """Non-zero ids of an integer map (one ``np.bincount`` pass for ids in [0, 2^20])."""
+    if data.size and data.dtype.kind in "iu" and 0 <= data.min() and data.max() <= 1 << 20:
+        return set(np.flatnonzero(np.bincount(data.ravel(order="K"))).tolist()) - {0}
+    return set(np.unique(data).tolist()) - {0}
+
+
+def label_ids_warning(moving_seg: Volume, fixed_seg: Volume) -> str | None:
+    """A one-line warning when two label maps share under half of the ids either holds.
+
+    Such maps come from two labellings (e.g. FreeSurfer aseg ids against a renumbered 1-35
+    set); Dice, scored over the ids of either map, is then low whatever the registration does.
+
+    Args:
+        moving_seg: Moving label map (integer ids).
+        fixed_seg: Fixed label map (integer ids).
+
+    Returns:
+        The warning, or None when the maps share at least half of their non-zero ids (or hold
+        none).
+    """
+    moving_ids, fixed_ids = _label_ids(moving_seg.data), _label_ids(fixed_seg.data)
+    either, both = moving_ids | fixed_ids, moving_ids & fixed_ids
+    if not either or len(both) >= _MIN_SHARED_IDS * len(either):
+        return None
+    return (
+        f"'{_name(moving_seg, 'moving label map')}' and '{_name(fixed_seg, 'fixed label map')}' "
+        f"share only {len(both)} of the {len(either)} label ids either holds: Dice, scored over "
+        "the ids of either map, will be low whatever the registration does; check that both "
+        "maps use one labelling (e.g. both FreeSurfer aseg ids)"
     )

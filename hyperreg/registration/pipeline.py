@@ -35,11 +35,11 @@ from hyperreg.geometry.affine import (
     resample_affine,
     world_overlap,
 )
-from hyperreg.geometry.inspect import check_pair_contents, spacing_warning
+from hyperreg.geometry.inspect import check_pair_contents, label_ids_warning, spacing_warning
 from hyperreg.geometry.io import Volume, check_same_grid, check_same_ndim, has_header
 from hyperreg.geometry.io import load_volume, same_grid
 from hyperreg.geometry.resample import resample_to
-from hyperreg.method.metrics import input_labels, labels_in_both, registration_dice
+from hyperreg.method.metrics import input_labels, registration_dice
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.chain import composed_displacement, sample_volume
 from hyperreg.registration.lambdas import sweep_lambdas
@@ -428,24 +428,6 @@ def _is_identity(transform: AffineTransform, moving: Volume, fixed: Volume) -> b
     return bool(np.allclose(transform.matrix, np.eye(4), atol=1e-9)) and same_grid(moving, fixed)
 
 
-_MIN_SHARED_IDS = 0.5  # share of the label ids of either map that both maps hold
-
-
-def _warn_about_label_ids(moving_seg: Volume, fixed_seg: Volume, labels: list[int]) -> None:
-    """Warn when the two label maps share few ids (another labelling, e.g. FreeSurfer ids
-    against a renumbered 1-35 set): Dice over the ids of either map is then low whatever the
-    registration does."""
-    shared = labels_in_both(moving_seg.data, fixed_seg.data)
-    if labels and len(shared) < _MIN_SHARED_IDS * len(labels):
-        warnings.warn(
-            f"'{moving_seg.path}' and '{fixed_seg.path}' share only {len(shared)} of the "
-            f"{len(labels)} label ids either holds: Dice, scored over the ids of either map, "
-            "will be low whatever the registration does; check that both maps use one "
-            "labelling (e.g. both FreeSurfer aseg ids)",
-            stacklevel=4,
-        )
-
-
 def _prepared(
     moving: Volume,
     fixed: Volume,
@@ -479,7 +461,8 @@ def _prepared(
     labels = dice_before = dice_affine = None
     if moving_seg is not None and fixed_seg is not None:
         labels = input_labels(moving_seg.data, fixed_seg.data)
-        _warn_about_label_ids(moving_seg, fixed_seg, labels)
+        if (message := label_ids_warning(moving_seg, fixed_seg)) is not None:
+            warnings.warn(message, stacklevel=4)
         before_data = (
             aligned_seg.data
             if aligned_seg is not None
