@@ -27,6 +27,7 @@ import argparse
 import csv
 import logging
 import os
+import sys
 from pathlib import Path
 
 HOLDOUT = ("OAS1_0002", "IXI012-HH-1211", "IXI239-HH-2296", "IXI338-HH-1971",
@@ -128,7 +129,13 @@ def main(argv: list[str] | None = None) -> int:
             resume = str(out)
         except FileNotFoundError:
             resume = None
-    train(config, progress=False, resume=resume)
+    from hyperreg.training.checkpointing import TrainingInterrupted
+
+    try:
+        train(config, progress=False, resume=resume)
+    except TrainingInterrupted as stopped:  # SIGTERM / Ctrl-C: checkpointed, resumable
+        print(f"train_hypermorph_3d: {stopped}; run the same command to resume", file=sys.stderr)
+        return 130
     return 0
 
 
