@@ -37,11 +37,10 @@ from hyperreg.figures.slices import checkerboard, oriented_slice, show_slice
 from hyperreg.geometry.fields import save_displacement
 from hyperreg.geometry.intensity import normalize_intensity
 from hyperreg.geometry.io import Volume, load_volume, save_volume
-from hyperreg.method.metrics import field_summary, registration_dice
+from hyperreg.method.metrics import field_summary, mean_registration_dice
 from hyperreg.method.model import HyperMorph, load_checkpoint
 from hyperreg.method.spatial import integrate_velocity, warp
 from hyperreg.pretrained import default_model
-from hyperreg.registration.results import mean_of
 from hyperreg.training.data import PairSampler, find_scans
 from hyperreg.training.train import train
 
@@ -210,11 +209,6 @@ def _oasis_pairs(data: str) -> tuple[PairSampler, list[dict[str, object]]]:
     return sampler, pairs
 
 
-def _dice(moved_seg: np.ndarray, fixed_seg: np.ndarray, moving_seg: np.ndarray) -> float:
-    """Mean Dice with hyperreg's convention (labels of either input, a vanished label 0)."""
-    return mean_of(registration_dice(moved_seg, fixed_seg, moving_seg).values())
-
-
 @torch.no_grad()
 def _evaluate(
     model: HyperMorph, pairs: list[dict[str, object]], out: Path
@@ -228,7 +222,7 @@ def _evaluate(
         fixed_seg = pair["fixed_seg"].numpy()[0, 0].astype(np.int32)  # type: ignore[union-attr]
         moving_seg = pair["moving_seg"].to(device)  # type: ignore[union-attr]
         moving_labels = moving_seg.cpu().numpy()[0, 0].astype(np.int32)
-        before = _dice(moving_labels, fixed_seg, moving_labels)
+        before = mean_registration_dice(moving_labels, fixed_seg, moving_labels)
         shape = tuple(fixed.shape[2:])
         like = Volume(
             fixed.cpu().numpy()[0, 0],
@@ -247,7 +241,9 @@ def _evaluate(
                 "pair": pair["name"],
                 "lambda": lam,
                 "dice_before": round(before, 4),
-                "dice": round(_dice(moved_seg.astype(np.int32), fixed_seg, moving_labels), 4),
+                "dice": round(
+                    mean_registration_dice(moved_seg.astype(np.int32), fixed_seg, moving_labels), 4
+                ),
                 "folding_percent": round(100 * summary["folding_fraction"], 4),
                 "log_jacobian_std": round(summary["log_jacobian_std"], 4),
             }

@@ -358,29 +358,24 @@ def spacing_warning(
     )
 
 
-def _label_ids(data: np.ndarray) -> set[int]:
-    """Non-zero ids of an integer map (one ``np.bincount`` pass for ids in [0, 2^20])."""
-    if data.size and data.dtype.kind in "iu" and 0 <= data.min() and data.max() <= 1 << 20:
-        return set(np.flatnonzero(np.bincount(data.ravel(order="K"))).tolist()) - {0}
-    return set(np.unique(data).tolist()) - {0}
-
-
-def label_ids_warning(moving_seg: Volume, fixed_seg: Volume) -> str | None:
+def label_ids_warning(
+    moving_seg: Volume, fixed_seg: Volume, either: Sequence[int], both: Sequence[int]
+) -> str | None:
     """A one-line warning when two label maps share under half of the ids either holds.
 
     Such maps come from two labellings (e.g. FreeSurfer aseg ids against a renumbered 1-35
     set); Dice, scored over the ids of either map, is then low whatever the registration does.
 
     Args:
-        moving_seg: Moving label map (integer ids).
-        fixed_seg: Fixed label map (integer ids).
+        moving_seg: Moving label map (integer ids; named in the message).
+        fixed_seg: Fixed label map (integer ids; named in the message).
+        either: Non-zero ids of either map, both: of both maps
+            (:func:`hyperreg.method.metrics.label_sets`).
 
     Returns:
         The warning, or None when the maps share at least half of their non-zero ids (or hold
         none).
     """
-    moving_ids, fixed_ids = _label_ids(moving_seg.data), _label_ids(fixed_seg.data)
-    either, both = moving_ids | fixed_ids, moving_ids & fixed_ids
     if not either or len(both) >= _MIN_SHARED_IDS * len(either):
         return None
     return (

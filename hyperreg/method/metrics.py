@@ -24,6 +24,7 @@ __all__ = [
     "folding_fraction",
     "hd95_per_label",
     "input_labels",
+    "label_sets",
     "labels_in_both",
     "log_jacobian_std",
     "mean_dice",
@@ -133,9 +134,7 @@ def labels_in_both(moving_seg: object, fixed_seg: object) -> list[int]:
     Raises:
         TypeError: If a label map is not an integer array.
     """
-    a = _as_numpy_labels("labels_in_both", "moving_seg", moving_seg)
-    b = _as_numpy_labels("labels_in_both", "fixed_seg", fixed_seg)
-    return sorted(set(_ids(a)) & set(_ids(b)) - {0})
+    return _label_sets("labels_in_both", moving_seg, fixed_seg)[1]
 
 
 def dice_per_label(
@@ -186,9 +185,29 @@ def input_labels(moving_seg: object, fixed_seg: object) -> list[int]:
     Raises:
         TypeError: If a label map is not an integer array.
     """
-    a = _as_numpy_labels("input_labels", "moving_seg", moving_seg)
-    b = _as_numpy_labels("input_labels", "fixed_seg", fixed_seg)
-    return sorted((set(_ids(a)) | set(_ids(b))) - {0})
+    return _label_sets("input_labels", moving_seg, fixed_seg)[0]
+
+
+def label_sets(moving_seg: object, fixed_seg: object) -> tuple[list[int], list[int]]:
+    """:func:`input_labels` and :func:`labels_in_both` from one count of each map.
+
+    Args:
+        moving_seg: Integer label map (numpy array or tensor), any shape.
+        fixed_seg: Integer label map, any shape.
+
+    Returns:
+        ``(ids of either map, ids of both maps)``, each sorted; 0 (background) never included.
+
+    Raises:
+        TypeError: If a label map is not an integer array.
+    """
+    return _label_sets("label_sets", moving_seg, fixed_seg)
+
+
+def _label_sets(fn: str, moving_seg: object, fixed_seg: object) -> tuple[list[int], list[int]]:
+    a = set(_ids(_as_numpy_labels(fn, "moving_seg", moving_seg)))
+    b = set(_ids(_as_numpy_labels(fn, "fixed_seg", fixed_seg)))
+    return sorted((a | b) - {0}), sorted((a & b) - {0})
 
 
 def registration_dice(

@@ -39,7 +39,7 @@ from hyperreg.geometry.inspect import check_pair_contents, label_ids_warning, sp
 from hyperreg.geometry.io import Volume, check_same_grid, check_same_ndim, has_header
 from hyperreg.geometry.io import load_volume, same_grid
 from hyperreg.geometry.resample import resample_to
-from hyperreg.method.metrics import input_labels, registration_dice
+from hyperreg.method.metrics import label_sets, mean_registration_dice, registration_dice
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.chain import composed_displacement, sample_volume
 from hyperreg.registration.lambdas import sweep_lambdas
@@ -49,7 +49,7 @@ from hyperreg.registration.pairs import (
     onto_fixed_grid,
 )
 from hyperreg.registration.refine import Refinement, refine_pair
-from hyperreg.registration.results import AffineStage, PairResult, RefineStats, mean_of
+from hyperreg.registration.results import AffineStage, PairResult, RefineStats
 
 __all__ = [
     "DEFAULT_INIT",
@@ -460,20 +460,18 @@ def _prepared(
     assert aligned is not None
     labels = dice_before = dice_affine = None
     if moving_seg is not None and fixed_seg is not None:
-        labels = input_labels(moving_seg.data, fixed_seg.data)
-        if (message := label_ids_warning(moving_seg, fixed_seg)) is not None:
+        labels, shared = label_sets(moving_seg.data, fixed_seg.data)
+        if (message := label_ids_warning(moving_seg, fixed_seg, labels, shared)) is not None:
             warnings.warn(message, stacklevel=4)
         before_data = (
             aligned_seg.data
             if aligned_seg is not None
             else resample_to(moving_seg, fixed, label=True).data
         )
-        dice_before = mean_of(
-            registration_dice(before_data, fixed_seg.data, labels=labels).values()
-        )
+        dice_before = mean_registration_dice(before_data, fixed_seg.data, labels=labels)
         if chained:
             alone = sample_volume(moving_seg, transform, None, fixed, label=True).data
-            dice_affine = mean_of(registration_dice(alone, fixed_seg.data, labels=labels).values())
+            dice_affine = mean_registration_dice(alone, fixed_seg.data, labels=labels)
     return PreparedPair(
         moving=moving,
         fixed=fixed,
