@@ -166,6 +166,27 @@ def ants_run(pair: dict, kind: str) -> dict:
     return {"dice": dice, "folding": folding, "ndv": ndv, "seconds": seconds}
 
 
+def cached_ants(cache: Path | None, pair: dict, kind: str, threads: int) -> dict:
+    """``ants_run`` of the pair, or its earlier result from ``cache`` (a JSON file), which
+    then says when it ran and with how many threads."""
+    import datetime
+    import json
+
+    known = json.loads(cache.read_text()) if cache and cache.is_file() else {}
+    key = f"{pair['name']} | {kind}"
+    if key in known:
+        found = known[key]
+        return {**found, "cached": f"{found['threads']} threads, {found['date']}"}
+    log(f"{pair['name']}: ANTs {kind} ...")
+    result = ants_run(pair, kind)
+    if cache is not None:
+        known = json.loads(cache.read_text()) if cache.is_file() else {}  # another run may add
+        date = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+        known[key] = {**result, "threads": threads, "date": date}
+        cache.write_text(json.dumps(known, indent=1))
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", type=Path, default=DATA_ROOT)
@@ -180,6 +201,16 @@ def main(argv: list[str] | None = None) -> int:
         help="ANTs SyN only (SyNCC took over 7 minutes on one 2 mm IXI pair)",
     )
     parser.add_argument("--pairs", type=int, default=0, help="only the first N pairs (smoke)")
+    parser.add_argument(
+        "--ants-cache",
+        type=Path,
+        help="JSON of ANTs results per pair and kind: rows found there are reused (and marked "
+        "so, with the threads and date they ran with), new ones are added. ANTs' result does "
+        "not depend on the hyperreg model, and SyNCC takes many minutes a pair",
+    )
+    parser.add_argument(
+        "--ants-only", action="store_true", help="ANTs only (e.g. to fill the cache)"
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
@@ -196,19 +227,19 @@ def main(argv: list[str] | None = None) -> int:
             moving_seg = labels(pair["moving_seg"])
             none = mean_registration_dice(moving_seg, labels(pair["fixed_seg"]), moving_seg)
             results = {}
-            log(f"{pair['name']}: hyperreg ...")
-            results[methods[0]] = hyperreg_cli(args.model, pair, args.lam, 0, work)
-            results[methods[1]] = hyperreg_cli(args.model, pair, args.lam, args.refine, work)
+            if not args.ants_only:
+                log(f"{pair['name']}: hyperreg ...")
+                results[methods[0]] = hyperreg_cli(args.model, pair, args.lam, 0, work)
+                results[methods[1]] = hyperreg_cli(args.model, pair, args.lam, args.refine, work)
             if have_ants:
                 for kind in kinds:
-                    log(f"{pair['name']}: ANTs {kind} ...")
-                    results[f"ANTs {kind}"] = ants_run(pair, kind)
+                    results[f"ANTs {kind}"] = cached_ants(args.ants_cache, pair, kind, args.threads)
         for name, r in results.items():
             summary[name].append(r)
             rows.append(
                 [
                     pair["name"],
-                    name,
+                    name + (f" (cached: {r['cached']})" if r.get("cached") else ""),
                     f"{r['dice']:.4f}",
                     f"{r['folding']:.4f}",
                     f"{r['ndv']:.4f}",
@@ -225,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{np.mean([r['seconds'] for r in rs]):.1f}",
         ]
         for name, rs in summary.items()
+        if rs
     ]
     text = "\n".join(
         [
@@ -232,7 +264,9 @@ def main(argv: list[str] | None = None) -> int:
             "",
             f"Command: `python benchmarks/bench_3d_heldout.py --model {args.model} --lambda "
             f"{args.lam:g} --refine {args.refine} --threads {args.threads}"
-            f"{' --no-syncc' if args.no_syncc else ''}`; {args.threads} threads "
+            f"{' --no-syncc' if args.no_syncc else ''}"
+            f"{f' --ants-cache {args.ants_cache}' if args.ants_cache else ''}`; "
+            f"{args.threads} threads "
             "each; nothing else running unless said below.",
             "",
             "Pairs: 5 IXI people held out of the 3D model's training (a cycle, heads, DLMUSE) and "

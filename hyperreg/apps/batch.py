@@ -134,8 +134,8 @@ def batch_register(
         desc: Progress bar label.
         rank: Rank of this process, stored in each record (``rank`` column of the summary).
         refine: A :class:`~hyperreg.registration.refine.Refinement` to refine each pair's field
-            (its steps and similarity are part of a pair's identity: a rerun with other
-            settings redoes the pair), or None.
+            (its settings are part of a pair's identity: a rerun with others redoes the pair);
+            None: the model's default (:func:`hyperreg.apps.models.pair_refinement`).
         init: ``"affine"``, ``"rigid"`` or ``"none"``; None (default) is the pipeline's default
             (:data:`hyperreg.registration.pipeline.DEFAULT_INIT`, ``"affine"``): the affine
             stage of :func:`~hyperreg.apps.register.register_files`, once per pair; its
@@ -157,7 +157,7 @@ def batch_register(
 
     fn = "batch_register"
     init = DEFAULT_INIT if init is None else init
-    _check_batch(fn, lam, refine)
+    refine = _check_batch(fn, lam, model, refine)
     default = model_default_lambda(model)
     options = dict(
         normalization=normalization,
@@ -212,15 +212,15 @@ def batch_register(
     return report
 
 
-def _check_batch(fn: str, lam: float | str | None, refine: Any) -> None:
-    """Before any work: the refinement and the λ for rows without one."""
+def _check_batch(fn: str, lam: float | str | None, model: Any, refine: Any) -> Any:
+    """Before any work: λ, and the refinement resolved (None: the model's; none: 0 steps)."""
+    from hyperreg.apps.models import check_lambda, pair_refinement
+    from hyperreg.registration.refine import Refinement, check_refinement
+
     if refine is not None:
-        from hyperreg.registration.refine import check_refinement
-
         check_refinement(fn, refine)
-    from hyperreg.apps.models import check_lambda
-
     check_lambda(fn, lam)
+    return pair_refinement(model, refine) or Refinement(steps=0)
 
 
 def _lambda_reason(pair: PairSpec, lam: float | str | None, result: Any) -> str:

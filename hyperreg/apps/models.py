@@ -9,7 +9,9 @@ run asks for with that of the checkpoint it continues or fine-tunes. Errors are
 :func:`model_default_lambda` gives the λ a model registers at when none is asked for (the
 checkpoint's own, its bundled card's, its best validation Dice, or :data:`FALLBACK_LAMBDA`,
 always with where it came from); :func:`pair_lambda` turns what a caller asked for (a number,
-``"auto"`` or None) into the λ of one prepared pair. Must not import cli.
+``"auto"`` or None) into the λ of one prepared pair. :func:`model_default_refine` and
+:func:`pair_refinement` do the same for test-time refinement (a bundled model's card may ask for
+some steps by default). Must not import cli.
 """
 
 from __future__ import annotations
@@ -31,13 +33,17 @@ __all__ = [
     "MODEL_FILE",
     "ChosenLambda",
     "DefaultLambda",
+    "DefaultRefine",
     "ResolvedModel",
     "check_lambda",
     "checkpoint_default_lambda",
+    "checkpoint_default_refine",
     "model_architecture",
     "model_default_lambda",
+    "model_default_refine",
     "model_file",
     "pair_lambda",
+    "pair_refinement",
     "resolve_model",
 ]
 
@@ -185,6 +191,54 @@ def checkpoint_default_lambda(
     )
 
 
+@dataclass(frozen=True)
+class DefaultRefine:
+    """The test-time refinement steps a model runs when none are asked for.
+
+    Attributes:
+        steps: Adam steps (:class:`~hyperreg.registration.refine.Refinement`); 0 = none.
+        source: One line saying where they come from (printed by the command line).
+    """
+
+    steps: int
+    source: str
+
+
+def checkpoint_default_refine(path: str | os.PathLike[str]) -> DefaultRefine:
+    """The default refinement of the checkpoint ``path``: ``default_refine`` of its entry in
+    ``index.json`` for a bundled model (from its model card), else none (0 steps)."""
+    for bundled in bundled_models():
+        if bundled.default_refine and bundled.path.resolve() == Path(path).resolve():
+            note = f" ({bundled.default_refine_note})" if bundled.default_refine_note else ""
+            return DefaultRefine(
+                bundled.default_refine, f"the card of the bundled model {bundled.name}{note}"
+            )
+    return DefaultRefine(0, f"'{path}' records no default refinement")
+
+
+def model_default_refine(model: Any) -> DefaultRefine:
+    """The default refinement :func:`resolve_model` recorded on ``model`` (attribute
+    ``default_refine``), else none (0 steps)."""
+    found = getattr(model, "default_refine", None)
+    if isinstance(found, DefaultRefine):
+        return found
+    return DefaultRefine(0, "the model records no default refinement")
+
+
+def pair_refinement(model: Any, refine: Any) -> Any:
+    """The :class:`~hyperreg.registration.refine.Refinement` to register with: ``refine``
+    itself, or for None the model's default (:func:`model_default_refine`; its other settings
+    the library's). Returns None when that is 0 steps."""
+    if refine is None:
+        steps = model_default_refine(model).steps
+        if not steps:
+            return None
+        from hyperreg.registration.refine import Refinement
+
+        refine = Refinement(steps=steps)
+    return refine if refine.steps > 0 else None
+
+
 def model_default_lambda(model: Any) -> DefaultLambda:
     """The default λ of ``model``: the one :func:`resolve_model` recorded on it (attribute
     ``default_lambda``, see :func:`checkpoint_default_lambda`), else :data:`FALLBACK_LAMBDA`
@@ -286,7 +340,8 @@ def resolve_model(
 
     Returns:
         A :class:`ResolvedModel`; its model carries its default λ as ``model.default_lambda``
-        (:func:`checkpoint_default_lambda`).
+        (:func:`checkpoint_default_lambda`) and its default refinement as
+        ``model.default_refine`` (:func:`checkpoint_default_refine`).
 
     Raises:
         InputError: If ``spec`` names nothing usable, is not a hyperreg checkpoint, or no
@@ -317,6 +372,7 @@ def resolve_model(
     model, payload = _load(path, device, argument)
     default = checkpoint_default_lambda(payload, path)
     model.default_lambda = default
+    model.default_refine = checkpoint_default_refine(path)
     return ResolvedModel(model, path, bundled, default)
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from hyperreg._checks import check_option
 from hyperreg._errors import InputError, passed_as
-from hyperreg.apps.models import check_lambda, pair_lambda
+from hyperreg.apps.models import check_lambda, pair_lambda, pair_refinement
 from hyperreg.apps.transforms import check_transform_path
 from hyperreg.geometry.affine import AffineTransform, save_affine
 from hyperreg.geometry.fields import DISPLACEMENT_FORMATS, check_itk_grid, save_displacement
@@ -105,8 +105,10 @@ def register_files(
         resample: Resample inputs on other grids onto the fixed grid (default True).
         warp_format: ``"voxel"`` (default) or ``"itk"``.
         refine: Test-time refinement of the field for this pair
-            (:func:`hyperreg.registration.refine.refine_pair`); None or 0 steps: the network's
-            field as it is.
+            (:func:`hyperreg.registration.refine.refine_pair`); 0 steps: the network's field as
+            it is; None (default): the model's default
+            (:func:`hyperreg.apps.models.pair_refinement`: a bundled model's card may ask for
+            some steps, any other model runs none).
         inverse_warp_out: Output for the inverse displacement field (``exp(−v)``, same grid,
             affine and ``warp_format`` as ``warp_out``), or None. Needs a diffeomorphic model
             and ``init="none"``.
@@ -160,6 +162,7 @@ def register_files(
         _check_inverse(fn, model, init, initial_affine)
     if refine is not None:
         check_refinement(fn, refine)
+    refine = pair_refinement(model, refine)
     # each input is read once (and warned about once)
     with passed_as(path="fixed"):
         fixed_v = load_input(fixed, npz_geometry=npz_geometry)

@@ -335,17 +335,24 @@ def refine_steps(text: str) -> int:
     return value
 
 
-def add_refine_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--refine N``, ``--refine-sim {ncc,mi}`` and ``--refine-lr``: test-time refinement."""
+def add_refine_arguments(parser: argparse.ArgumentParser, model_default: bool = False) -> None:
+    """``--refine N``, ``--refine-sim {ncc,mi}`` and ``--refine-lr``: test-time refinement.
+    With ``model_default``, no ``--refine`` (None) means the model's default steps
+    (:func:`hyperreg.apps.models.pair_refinement`), else none."""
+    default = (
+        "default: the model's own (the bundled 3D model: 30, from its card; others: 0)"
+        if model_default
+        else "default 0"
+    )
     parser.add_argument(
         "--refine",
         type=refine_steps,
-        default=0,
+        default=None,
         metavar="N",
         help="refine the network's field for each pair with at most N Adam steps on the "
-        "model's own objective at the same λ (instance optimisation; 0 = off, default; 30 "
-        "typical: about 10 ms a step for a 2D slice, 0.7 s for a 3D pair at 2 mm on a CPU); "
-        "prints time and similarity before/after",
+        f"model's own objective at the same λ (instance optimisation; 0 = off, the network "
+        f"alone; {default}; about 10 ms a step for a 2D slice, 0.3 s for a 3D pair at 2 mm on "
+        "2 CPU cores); prints time and similarity before/after",
     )
     parser.add_argument(
         "--refine-sim",
@@ -403,13 +410,15 @@ def add_affine_out_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def refinement_from(args: Any) -> Any:
-    """The :class:`~hyperreg.registration.refine.Refinement` of ``args``, or None for 0 steps.
+    """The :class:`~hyperreg.registration.refine.Refinement` of ``args``: None without
+    ``--refine`` (the callee's default: the model's for ``register`` and ``batch``, none for
+    ``sweep``), 0 steps for ``--refine 0``.
 
     Raises:
         InputError (a ValueError): If ``--refine-lr`` is not in (0, 100); its ``argument`` is the
             ``dest`` of the option that fed the field of ``Refinement``.
     """
-    if not getattr(args, "refine", 0):
+    if getattr(args, "refine", None) is None:
         return None
     from hyperreg._errors import passed_as
     from hyperreg.registration.refine import Refinement, check_refinement

@@ -55,7 +55,7 @@ def _add_batch(sub: Any) -> None:
         "λ used (lambda_chosen) and why (lambda_reason)",
     )
     opts.add_warp_format_argument(batch, "warp.nii.gz")
-    opts.add_refine_arguments(batch)
+    opts.add_refine_arguments(batch, model_default=True)
     opts.add_init_argument(batch, initial=False)  # per pair: the CSV's initial_affine column
     opts.add_preprocessing_arguments(batch, then="then a failed pair")
     opts.add_npz_geometry_argument(batch)
@@ -113,6 +113,15 @@ def _cmd_batch(args: argparse.Namespace) -> int:
     )
     if run.bundled is not None:
         print(f"{opts.PROG} batch: used the bundled model {run.bundled} ({run.model})")
+    if args.refine is None and run.model is not None:
+        from hyperreg.apps.models import checkpoint_default_refine
+
+        default = checkpoint_default_refine(run.model)
+        if default.steps:
+            print(
+                f"{opts.PROG} batch: refined each pair {default.steps} steps, {default.source}; "
+                "--refine 0: the network alone"
+            )
     report = run.report
     who = f"rank {run.rank}/{run.world_size}: " if run.world_size > 1 else ""
     print(

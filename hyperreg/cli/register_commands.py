@@ -79,7 +79,7 @@ def _add_register(sub: Any) -> None:
         "edges overlaid, checkerboard, |difference|, and label borders with both label maps; "
         "every panel titled; 3D: middle slice",
     )
-    opts.add_refine_arguments(reg)
+    opts.add_refine_arguments(reg, model_default=True)
     opts.add_preprocessing_arguments(reg)
     opts.add_npz_geometry_argument(reg)
     opts.add_common(reg)
@@ -225,8 +225,9 @@ def _cmd_register(args: argparse.Namespace) -> int:
         raise ValueError("--moving-seg is used only with --moved-seg or --fixed-seg; add one")
     if args.fixed_seg and not args.moving_seg:
         raise ValueError("--fixed-seg needs --moving-seg (Dice compares the two label maps)")
+    model = model_for(args)
     result = register_files(
-        model_for(args),
+        model,
         args.moving,
         args.fixed,
         args.lam,
@@ -251,7 +252,7 @@ def _cmd_register(args: argparse.Namespace) -> int:
     if result.affine is not None:
         print(affine_text(args.init, result.affine))
     if refine_text(result.refinement):
-        print(refine_text(result.refinement))
+        print(refine_text(result.refinement) + _default_refine_note(args, model))
     written = [
         p
         for p in (
@@ -276,6 +277,15 @@ def _cmd_register(args: argparse.Namespace) -> int:
         )
     _print_field_summary(result.folding_fraction, result.log_jacobian_std)
     return 0
+
+
+def _default_refine_note(args: argparse.Namespace, model: Any) -> str:
+    """Why a pair was refined without --refine: the model's default, and how to turn it off."""
+    if args.refine is not None:
+        return ""
+    from hyperreg.apps.models import model_default_refine
+
+    return f" ({model_default_refine(model).source}; --refine 0: the network alone)"
 
 
 def _print_field_summary(folding_fraction: float, log_jacobian_std: float) -> None:

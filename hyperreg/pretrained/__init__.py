@@ -42,6 +42,9 @@ class BundledModel:
         default: Whether it is the default for its ``ndim``.
         default_lambda: The λ its card recommends when none is given (``index.json``), or None.
         default_lambda_note: Where that λ comes from (one line, from ``index.json``).
+        default_refine: Test-time refinement steps its card recommends when none are asked for
+            (``index.json``; 0 = the network's field as it is).
+        default_refine_note: Why (one line, from ``index.json``).
     """
 
     name: str
@@ -52,6 +55,8 @@ class BundledModel:
     default: bool
     default_lambda: float | None = None
     default_lambda_note: str = ""
+    default_refine: int = 0
+    default_refine_note: str = ""
 
 
 def bundled_models(folder: Path = PRETRAINED_DIR) -> list[BundledModel]:
@@ -77,6 +82,8 @@ def bundled_models(folder: Path = PRETRAINED_DIR) -> list[BundledModel]:
                     None if e.get("default_lambda") is None else float(e["default_lambda"])
                 ),
                 default_lambda_note=str(e.get("default_lambda_note", "")),
+                default_refine=int(e.get("default_refine", 0)),
+                default_refine_note=str(e.get("default_refine_note", "")),
             )
             for e in entries
         ]
