@@ -125,8 +125,7 @@ def hyperreg_cli(model: str, pair: dict, lam: float, refine: int, work: Path) ->
         "--field-out",
         str(field),
     ]
-    if refine:
-        command += ["--refine", str(refine)]
+    command += ["--refine", str(refine)]  # 0 too: the bundled 3D model refines by default
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True)
     seconds = time.perf_counter() - start
