@@ -37,13 +37,16 @@ def pair(tmp_path: Path) -> dict[str, Path]:
 @pytest.fixture()
 def three_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every model resolved from now on records a default of 3 refinement steps."""
-    monkeypatch.setattr(models, "checkpoint_default_refine", lambda path: DefaultRefine(3, "a test"))
+    found = DefaultRefine(3, "refinement: 3 steps, a test")
+    monkeypatch.setattr(models, "checkpoint_default_refine", lambda path: found)
 
 
 def test_the_cards_give_the_defaults(tmp_path: Path) -> None:
     three_d = default_model(3)
     found = checkpoint_default_refine(three_d.path)
-    assert found.steps == three_d.default_refine == 30 and three_d.name in found.source
+    assert found.steps == three_d.default_refine == 30
+    source = f"refinement: 30 steps, the default of the bundled model {three_d.name} ("
+    assert found.source.startswith(source)
     assert checkpoint_default_refine(default_model(2).path).steps == 0
     assert checkpoint_default_refine(tmp_path / "model.pt").steps == 0
     assert {m.name: m.default_refine for m in bundled_models()} == {
@@ -80,8 +83,9 @@ def test_register_cli_says_why_it_refined(pair: dict[str, Path], capsys, three_s
     base = ["register", "--moving", str(pair["moving"]), "--fixed", str(pair["fixed"])]
     base += ["--moved", str(pair["out"] / "moved.nii.gz"), "--init", "none", "--device", "cpu"]
     assert main(base) == 0
-    line = next(t for t in capsys.readouterr().out.splitlines() if t.startswith("refined"))
-    assert line.endswith("(a test; --refine 0: the network alone)")
+    lines = capsys.readouterr().out.splitlines()
+    at = next(i for i, t in enumerate(lines) if t.startswith("refined"))
+    assert lines[at - 1] == "refinement: 3 steps, a test; --refine 0: the network alone"
     assert main([*base, "--refine", "0"]) == 0
     assert "refined" not in capsys.readouterr().out
     assert main([*base, "--refine", "2"]) == 0
@@ -95,9 +99,9 @@ def test_batch_and_sweep_with_a_default(pair: dict[str, Path], capsys, three_ste
     table.write_text(f"moving,fixed\n{pair['moving']},{pair['fixed']}\n")
     batch = ["batch", "--pairs", str(table), "--init", "none", "--no-progress", "--device", "cpu"]
     assert main([*batch, "--out", str(out / "b")]) == 0
-    assert "refined each pair 3 steps, a test; --refine 0" in capsys.readouterr().out
+    assert "batch: refinement: 3 steps, a test; --refine 0" in capsys.readouterr().out
     assert main([*batch, "--out", str(out / "b0"), "--refine", "0"]) == 0
-    assert "refined each pair" not in capsys.readouterr().out
+    assert "refinement:" not in capsys.readouterr().out
     for name, refined in (("b", True), ("b0", False)):
         with open(out / name / "summary.csv", newline="") as handle:
             (row,) = list(csv.DictReader(handle))

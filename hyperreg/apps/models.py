@@ -197,7 +197,8 @@ class DefaultRefine:
 
     Attributes:
         steps: Adam steps (:class:`~hyperreg.registration.refine.Refinement`); 0 = none.
-        source: One line saying where they come from (printed by the command line).
+        source: One line, ``"refinement: <n> steps, <where from>"`` (printed by the command
+            line).
     """
 
     steps: int
@@ -210,10 +211,10 @@ def checkpoint_default_refine(path: str | os.PathLike[str]) -> DefaultRefine:
     for bundled in bundled_models():
         if bundled.default_refine and bundled.path.resolve() == Path(path).resolve():
             note = f" ({bundled.default_refine_note})" if bundled.default_refine_note else ""
-            return DefaultRefine(
-                bundled.default_refine, f"the card of the bundled model {bundled.name}{note}"
-            )
-    return DefaultRefine(0, f"'{path}' records no default refinement")
+            steps = bundled.default_refine
+            source = f"refinement: {steps} steps, the default of the bundled model {bundled.name}"
+            return DefaultRefine(steps, source + note)
+    return DefaultRefine(0, f"refinement: none, '{path}' records no default")
 
 
 def model_default_refine(model: Any) -> DefaultRefine:
@@ -222,7 +223,7 @@ def model_default_refine(model: Any) -> DefaultRefine:
     found = getattr(model, "default_refine", None)
     if isinstance(found, DefaultRefine):
         return found
-    return DefaultRefine(0, "the model records no default refinement")
+    return DefaultRefine(0, "refinement: none, the model records no default")
 
 
 def pair_refinement(model: Any, refine: Any) -> Any:

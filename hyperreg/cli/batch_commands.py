@@ -118,10 +118,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
 
         default = checkpoint_default_refine(run.model)
         if default.steps:
-            print(
-                f"{opts.PROG} batch: refined each pair {default.steps} steps, {default.source}; "
-                "--refine 0: the network alone"
-            )
+            print(f"{opts.PROG} batch: {default.source}; --refine 0: the network alone")
     report = run.report
     who = f"rank {run.rank}/{run.world_size}: " if run.world_size > 1 else ""
     print(

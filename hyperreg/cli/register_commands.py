@@ -252,7 +252,7 @@ def _cmd_register(args: argparse.Namespace) -> int:
     if result.affine is not None:
         print(affine_text(args.init, result.affine))
     if refine_text(result.refinement):
-        print(refine_text(result.refinement) + _default_refine_note(args, model))
+        print(_default_refine_note(args, model) + refine_text(result.refinement))
     written = [
         p
         for p in (
@@ -280,12 +280,13 @@ def _cmd_register(args: argparse.Namespace) -> int:
 
 
 def _default_refine_note(args: argparse.Namespace, model: Any) -> str:
-    """Why a pair was refined without --refine: the model's default, and how to turn it off."""
+    """Why a pair was refined without --refine (a line of its own, or ''): the model's default,
+    and how to turn it off."""
     if args.refine is not None:
         return ""
     from hyperreg.apps.models import model_default_refine
 
-    return f" ({model_default_refine(model).source}; --refine 0: the network alone)"
+    return f"{model_default_refine(model).source}; --refine 0: the network alone\n"
 
 
 def _print_field_summary(folding_fraction: float, log_jacobian_std: float) -> None:
