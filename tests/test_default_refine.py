@@ -110,3 +110,15 @@ def test_batch_and_sweep_with_a_default(pair: dict[str, Path], capsys, three_ste
     sweep = ["sweep", *images, "--lambdas", "0.2,0.5", "--init", "none", "--device", "cpu"]
     assert main([*sweep, "--out", str(out / "s")]) == 0
     assert "refined" not in capsys.readouterr().out  # sweep refines only when asked
+
+
+@pytest.mark.parametrize("option", [["--refine-sim", "mi"], ["--refine-lr", "0.2"]])
+def test_refine_settings_need_refine(pair: dict[str, Path], capsys, option) -> None:
+    base = ["register", "--moving", str(pair["moving"]), "--fixed", str(pair["fixed"])]
+    base += ["--moved", str(pair["out"] / "moved.nii.gz"), "--init", "none", "--device", "cpu"]
+    assert main([*base, *option]) == 2
+    err = capsys.readouterr().err.strip()
+    wanted = f"{option[0]} needs --refine N (how many steps to refine with it)"
+    assert err == f"hyperreg register: error: {wanted}"
+    assert not (pair["out"] / "moved.nii.gz").exists()
+    assert main([*base, *option, "--refine", "2"]) == 0

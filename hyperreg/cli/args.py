@@ -339,11 +339,12 @@ def add_refine_arguments(parser: argparse.ArgumentParser, model_default: bool = 
     """``--refine N``, ``--refine-sim {ncc,mi}`` and ``--refine-lr``: test-time refinement.
     With ``model_default``, no ``--refine`` (None) means the model's default steps
     (:func:`hyperreg.apps.models.pair_refinement`), else none."""
-    default = (
-        "default: the model's own (the bundled 3D model: 30, from its card; others: 0)"
-        if model_default
-        else "default 0"
-    )
+    default = "default 0"
+    if model_default:
+        from hyperreg.pretrained import bundled_models  # index.json only: --help stays fast
+
+        cards = ", ".join(f"{m.name} {m.default_refine}" for m in bundled_models())
+        default = f"default: the model's own, from its card ({cards}; a trained model 0)"
     parser.add_argument(
         "--refine",
         type=refine_steps,
@@ -417,8 +418,12 @@ def refinement_from(args: Any) -> Any:
     Raises:
         InputError (a ValueError): If ``--refine-lr`` is not in (0, 100); its ``argument`` is the
             ``dest`` of the option that fed the field of ``Refinement``.
+        ValueError: If ``--refine-sim`` or ``--refine-lr`` is given without ``--refine``.
     """
     if getattr(args, "refine", None) is None:
+        if getattr(args, "refine_sim", "ncc") != "ncc" or getattr(args, "refine_lr", None):
+            option = "--refine-sim" if args.refine_sim != "ncc" else "--refine-lr"
+            raise ValueError(f"{option} needs --refine N (how many steps to refine with it)")
         return None
     from hyperreg._errors import passed_as
     from hyperreg.registration.refine import Refinement, check_refinement
