@@ -404,6 +404,8 @@ def _cmd_models(args: argparse.Namespace) -> int:
         default = ", default" if m.default else ""
         print(f"{m.name}: {m.ndim}D{default}, {size:.1f} MB, {m.path}")
         print(f"    {m.summary}")
+        lam = "none recorded" if m.default_lambda is None else f"{m.default_lambda:g}"
+        print(f"    defaults: λ {lam}, refinement {m.default_refine} steps")
         print(f"    model card: {m.card}")
     return 0
 
