@@ -165,9 +165,23 @@ def ants_run(pair: dict, kind: str) -> dict:
     return {"dice": dice, "folding": folding, "ndv": ndv, "seconds": seconds}
 
 
-def cached_ants(cache: Path | None, pair: dict, kind: str, threads: int) -> dict:
+def mean_rows(summary: dict[str, list], pairs_kept: set | None) -> list[list[str]]:
+    """One row per method: the mean over its pairs (or over ``pairs_kept`` only)."""
+    out = []
+    for name, found in summary.items():
+        rs = [r for n, r in found if pairs_kept is None or n in pairs_kept]
+        if not rs:
+            continue
+        cells = [np.mean([r[key] for r in rs]) for key in ("dice", "folding", "ndv", "seconds")]
+        out.append([name, str(len(rs)), *(f"{c:.4f}" for c in cells[:3]), f"{cells[3]:.1f}"])
+    return out
+
+
+def cached_ants(
+    cache: Path | None, pair: dict, kind: str, threads: int, only: bool = False
+) -> dict | None:
     """``ants_run`` of the pair, or its earlier result from ``cache`` (a JSON file), which
-    then says when it ran and with how many threads."""
+    then says when it ran and with how many threads; with ``only``, None when not cached."""
     import datetime
     import json
 
@@ -176,6 +190,8 @@ def cached_ants(cache: Path | None, pair: dict, kind: str, threads: int) -> dict
     if key in known:
         found = known[key]
         return {**found, "cached": f"{found['threads']} threads, {found['date']}"}
+    if only:
+        return None
     log(f"{pair['name']}: ANTs {kind} ...")
     result = ants_run(pair, kind)
     if cache is not None:
@@ -191,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=DATA_ROOT)
     parser.add_argument("--model", required=True)
     parser.add_argument("--lambda", dest="lam", type=float, required=True)
-    parser.add_argument("--refine", type=int, default=100)
+    parser.add_argument("--refine", type=int, default=30)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-ants", action="store_true")
     parser.add_argument(
@@ -209,6 +225,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--ants-only", action="store_true", help="ANTs only (e.g. to fill the cache)"
+    )
+    parser.add_argument(
+        "--syncc-cached-only",
+        action="store_true",
+        help="SyNCC only from --ants-cache: a pair without a cached SyNCC result gets a 'not "
+        "measured' row and is left out of SyNCC's mean (the means over the pairs every method "
+        "has are printed too)",
     )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
@@ -232,9 +255,16 @@ def main(argv: list[str] | None = None) -> int:
                 results[methods[1]] = hyperreg_cli(args.model, pair, args.lam, args.refine, work)
             if have_ants:
                 for kind in kinds:
+                    if kind == "SyNCC" and args.syncc_cached_only:
+                        found = cached_ants(args.ants_cache, pair, kind, args.threads, only=True)
+                        if found is None:
+                            rows.append([pair["name"], "ANTs SyNCC", "not measured", "", "", ""])
+                            continue
+                        results["ANTs SyNCC"] = found
+                        continue
                     results[f"ANTs {kind}"] = cached_ants(args.ants_cache, pair, kind, args.threads)
         for name, r in results.items():
-            summary[name].append(r)
+            summary[name].append((pair["name"], r))
             rows.append(
                 [
                     pair["name"],
@@ -246,17 +276,10 @@ def main(argv: list[str] | None = None) -> int:
                 ]
             )
         rows.append([pair["name"], "(no registration, voxel to voxel)", f"{none:.4f}", "", "", ""])
-    means = [
-        [
-            name,
-            f"{np.mean([r['dice'] for r in rs]):.4f}",
-            f"{np.mean([r['folding'] for r in rs]):.4f}",
-            f"{np.mean([r['ndv'] for r in rs]):.4f}",
-            f"{np.mean([r['seconds'] for r in rs]):.1f}",
-        ]
-        for name, rs in summary.items()
-        if rs
-    ]
+    found = [{n for n, _ in rs} for rs in summary.values() if rs]
+    everyone = set.intersection(*found) if found else set()
+    means = mean_rows(summary, None)
+    common = mean_rows(summary, everyone)
     text = "\n".join(
         [
             "# 3D on people the model never saw: hyperreg register beside ANTs",
@@ -264,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
             f"Command: `python benchmarks/bench_3d_heldout.py --model {args.model} --lambda "
             f"{args.lam:g} --refine {args.refine} --threads {args.threads}"
             f"{' --no-syncc' if args.no_syncc else ''}"
-            f"{f' --ants-cache {args.ants_cache}' if args.ants_cache else ''}`; "
+            f"{f' --ants-cache {args.ants_cache}' if args.ants_cache else ''}"
+            f"{' --syncc-cached-only' if args.syncc_cached_only else ''}`; "
             f"{args.threads} threads "
             "each; nothing else running unless said below.",
             "",
@@ -274,8 +298,20 @@ def main(argv: list[str] | None = None) -> int:
             "",
             "## Mean over the pairs",
             "",
-            table(["method", "mean Dice", "folding %", "NDV %", "seconds"], means),
+            table(["method", "pairs", "mean Dice", "folding %", "NDV %", "seconds"], means),
             "",
+            *(
+                [
+                    f"Over the {len(everyone)} pairs every method has:",
+                    "",
+                    table(
+                        ["method", "pairs", "mean Dice", "folding %", "NDV %", "seconds"], common
+                    ),
+                    "",
+                ]
+                if common != means
+                else []
+            ),
             "## Per pair",
             "",
             table(["pair", "method", "Dice", "folding %", "NDV %", "seconds"], rows),
