@@ -51,7 +51,7 @@ AUTO_GRID = (0.01, 0.03, 0.05, 0.07, 0.1, 0.15, 0.2, 0.25, 0.3, 0.5, 0.7, 0.9)
 """λ values of the label-free sweep: the earlier nine-value grid with 0.07, 0.15 and 0.25 added,
 where the bundled models' best λ lie (chosen on tuning pairs, see the module docstring).
 Twelve values: ``auto`` costs twelve forward passes of the model."""
-AUTO_GAIN = 0.95
+AUTO_GAIN = 0.94
 """Share of the similarity gain over :data:`AUTO_GRID` the chosen λ keeps (chosen on tuning
 pairs, see the module docstring)."""
 AUTO_MAX_FOLDING = 0.001  # share of voxels with J <= 0
