@@ -12,6 +12,8 @@ import argparse
 import math
 from typing import Any
 
+from hyperreg.registration.autolambda import AUTO_GAIN, AUTO_MAX_FOLDING  # constants only: fast
+
 __all__ = [
     "DEVICE_HELP",
     "INIT_HELP",
@@ -97,8 +99,8 @@ LAMBDA_HELP = (
     "regularisation weight λ in [0, 1] (0 = similarity only, sharpest match, least smooth "
     "field; 1 = smoothness only: the smoothest field, which a uniform shift does not "
     "violate, so not necessarily the identity), or 'auto': chosen per pair without labels "
-    "(one batched sweep over a grid, then the smoothest λ keeping 95 %% of the similarity gain "
-    "with folding at most 0.1 %%; the reason is printed)"
+    f"(one batched sweep over a grid, then the smoothest λ keeping {100 * AUTO_GAIN:g} %% of the "
+    f"similarity gain with folding at most {100 * AUTO_MAX_FOLDING:g} %%; the reason is printed)"
 )
 
 
