@@ -122,3 +122,15 @@ def test_refine_settings_need_refine(pair: dict[str, Path], capsys, option) -> N
     assert err == f"hyperreg register: error: {wanted}"
     assert not (pair["out"] / "moved.nii.gz").exists()
     assert main([*base, *option, "--refine", "2"]) == 0
+
+
+def test_load_pretrained_models_carry_their_cards_defaults() -> None:
+    from hyperreg import load_pretrained
+    from hyperreg.apps.models import model_default_lambda
+
+    three_d, two_d = load_pretrained(ndim=3), load_pretrained(ndim=2)
+    assert model_default_refine(three_d).steps == 30 and model_default_refine(two_d).steps == 0
+    assert pair_refinement(three_d, None) == Refinement(steps=30)
+    assert model_default_lambda(three_d).lam == default_model(3).default_lambda
+    assert "hypermorph-3d" in model_default_lambda(three_d).source
+    assert model_default_lambda(two_d).lam == default_model(2).default_lambda

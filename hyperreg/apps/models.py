@@ -219,10 +219,14 @@ def checkpoint_default_refine(path: str | os.PathLike[str]) -> DefaultRefine:
 
 def model_default_refine(model: Any) -> DefaultRefine:
     """The default refinement :func:`resolve_model` recorded on ``model`` (attribute
-    ``default_refine``), else none (0 steps)."""
+    ``default_refine``), or its bundled card's (a model from
+    :func:`hyperreg.pretrained.load_pretrained`), else none (0 steps)."""
     found = getattr(model, "default_refine", None)
     if isinstance(found, DefaultRefine):
         return found
+    bundled = getattr(model, "bundled", None)  # hyperreg.pretrained.load_pretrained
+    if isinstance(bundled, BundledModel):
+        return checkpoint_default_refine(bundled.path)
     return DefaultRefine(0, "refinement: none, the model records no default")
 
 
@@ -242,11 +246,15 @@ def pair_refinement(model: Any, refine: Any) -> Any:
 
 def model_default_lambda(model: Any) -> DefaultLambda:
     """The default λ of ``model``: the one :func:`resolve_model` recorded on it (attribute
-    ``default_lambda``, see :func:`checkpoint_default_lambda`), else :data:`FALLBACK_LAMBDA`
-    (a model built or loaded some other way records none)."""
+    ``default_lambda``, see :func:`checkpoint_default_lambda`), or its bundled card's (a model
+    from :func:`hyperreg.pretrained.load_pretrained`), else :data:`FALLBACK_LAMBDA` (a model
+    built or loaded some other way records none)."""
     found = getattr(model, "default_lambda", None)
     if isinstance(found, DefaultLambda):
         return found
+    bundled = getattr(model, "bundled", None)  # hyperreg.pretrained.load_pretrained
+    if isinstance(bundled, BundledModel):
+        return checkpoint_default_lambda({}, bundled.path)
     return DefaultLambda(
         FALLBACK_LAMBDA,
         "the fallback value, as the model records none (load it with "

@@ -116,14 +116,18 @@ def load_pretrained(ndim: int = 2, device: Any = "cpu") -> Any:
         device: A ``torch.device`` or its name (``"cpu"``, ``"cuda"``); never chosen here.
 
     Returns:
-        The :class:`~hyperreg.method.model.HyperMorph` in eval mode.
+        The :class:`~hyperreg.method.model.HyperMorph` in eval mode; its ``bundled`` attribute
+        is the :class:`BundledModel` it came from, so the registration entry points
+        (``hyperreg.apps``) use its card's default λ and refinement, as the command line does.
 
     Raises:
         ValueError: If no bundled model registers ``ndim``-dimensional images.
     """
     from hyperreg.method.model import load_checkpoint
 
-    model, _ = load_checkpoint(default_model(ndim).path, map_location=device)
+    bundled = default_model(ndim)
+    model, _ = load_checkpoint(bundled.path, map_location=device)
+    model.bundled = bundled  # its card's defaults (λ, refinement) for hyperreg.apps.models
     return model.eval()
 
 
