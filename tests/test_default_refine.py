@@ -113,15 +113,45 @@ def test_batch_and_sweep_with_a_default(pair: dict[str, Path], capsys, three_ste
 
 
 @pytest.mark.parametrize("option", [["--refine-sim", "mi"], ["--refine-lr", "0.2"]])
-def test_refine_settings_need_refine(pair: dict[str, Path], capsys, option) -> None:
+def test_refine_settings_without_steps(
+    pair: dict[str, Path], capsys, monkeypatch: pytest.MonkeyPatch, option
+) -> None:
     base = ["register", "--moving", str(pair["moving"]), "--fixed", str(pair["fixed"])]
     base += ["--moved", str(pair["out"] / "moved.nii.gz"), "--init", "none", "--device", "cpu"]
+    # a model that refines no steps by default: the settings alone are an error
     assert main([*base, *option]) == 2
     err = capsys.readouterr().err.strip()
-    wanted = f"{option[0]} needs --refine N (how many steps to refine with it)"
-    assert err == f"hyperreg register: error: {wanted}"
+    assert err == (
+        "hyperreg register: error: argument --refine: give --refine a number of steps: the "
+        "model refines none by default, so a similarity or learning rate alone would change "
+        "nothing"
+    )
     assert not (pair["out"] / "moved.nii.gz").exists()
-    assert main([*base, *option, "--refine", "2"]) == 0
+    sweep = ["sweep", "--moving", str(pair["moving"]), "--fixed", str(pair["fixed"])]
+    assert main([*sweep, "--out", str(pair["out"] / "s"), *option]) == 2
+    assert f"{option[0]} needs --refine N" in capsys.readouterr().err
+    # a model with a default: its steps, with these settings
+    found = DefaultRefine(3, "refinement: 3 steps, a test")
+    monkeypatch.setattr(models, "checkpoint_default_refine", lambda path: found)
+    assert main([*base, *option]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    line = next(t for t in lines if t.startswith("refined"))
+    assert ("MI (nats)" in line) is (option[0] == "--refine-sim")
+
+
+def test_pair_refinement_with_default_steps() -> None:
+    from hyperreg.apps.models import DefaultSteps
+    from hyperreg.registration.pipeline import InputError
+
+    model = resolve_model("hypermorph-2d").model
+    with pytest.raises(InputError, match="'refine' a number of steps"):
+        pair_refinement(model, DefaultSteps(sim="mi"))
+    model.default_refine = DefaultRefine(5, "a test")
+    assert pair_refinement(model, DefaultSteps(sim="mi", lr=0.3)) == Refinement(
+        steps=5, sim="mi", lr=0.3
+    )
+    with pytest.raises(InputError, match="'lr' must lie in"):
+        pair_refinement(model, DefaultSteps(lr=-1.0))
 
 
 def test_load_pretrained_models_carry_their_cards_defaults() -> None:

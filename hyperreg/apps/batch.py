@@ -217,7 +217,7 @@ def _check_batch(fn: str, lam: float | str | None, model: Any, refine: Any) -> A
     from hyperreg.apps.models import check_lambda, pair_refinement
     from hyperreg.registration.refine import Refinement, check_refinement
 
-    if refine is not None:
+    if isinstance(refine, Refinement):
         check_refinement(fn, refine)
     check_lambda(fn, lam)
     return pair_refinement(model, refine) or Refinement(steps=0)

@@ -34,6 +34,7 @@ __all__ = [
     "ChosenLambda",
     "DefaultLambda",
     "DefaultRefine",
+    "DefaultSteps",
     "ResolvedModel",
     "check_lambda",
     "checkpoint_default_lambda",
@@ -230,17 +231,48 @@ def model_default_refine(model: Any) -> DefaultRefine:
     return DefaultRefine(0, "refinement: none, the model records no default")
 
 
+@dataclass(frozen=True)
+class DefaultSteps:
+    """Refinement settings without a step count: the model's default number of steps
+    (:func:`model_default_refine`) with this similarity and learning rate (what
+    ``--refine-sim`` or ``--refine-lr`` without ``--refine`` asks for).
+
+    Attributes:
+        sim: ``"ncc"`` or ``"mi"`` (:class:`~hyperreg.registration.refine.Refinement`).
+        lr: Adam learning rate, or None for the library's.
+    """
+
+    sim: str = "ncc"
+    lr: float | None = None
+
+
 def pair_refinement(model: Any, refine: Any) -> Any:
     """The :class:`~hyperreg.registration.refine.Refinement` to register with: ``refine``
-    itself, or for None the model's default (:func:`model_default_refine`; its other settings
-    the library's). Returns None when that is 0 steps."""
-    if refine is None:
+    itself; for None the model's default steps (:func:`model_default_refine`) with the
+    library's settings; for :class:`DefaultSteps` those steps with its settings. Returns None
+    when that is 0 steps.
+
+    Raises:
+        InputError: If ``refine`` is a :class:`DefaultSteps` and the model refines no steps by
+            default (argument ``refine``), or its settings are invalid.
+    """
+    from hyperreg.registration.refine import Refinement, check_refinement
+
+    if refine is None or isinstance(refine, DefaultSteps):
         steps = model_default_refine(model).steps
+        if not steps and refine is not None:
+            raise InputError(
+                "pair_refinement",
+                "give {0} a number of steps: the model refines none by default, so a "
+                "similarity or learning rate alone would change nothing",
+                "refine",
+            )
         if not steps:
             return None
-        from hyperreg.registration.refine import Refinement
-
-        refine = Refinement(steps=steps)
+        given = refine or DefaultSteps()
+        options = {} if given.lr is None else {"lr": given.lr}
+        refine = Refinement(steps=steps, sim=given.sim, **options)
+        check_refinement("pair_refinement", refine)
     return refine if refine.steps > 0 else None
 
 

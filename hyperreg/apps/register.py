@@ -21,7 +21,7 @@ from pathlib import Path
 
 from hyperreg._checks import check_option
 from hyperreg._errors import InputError, passed_as
-from hyperreg.apps.models import check_lambda, pair_lambda, pair_refinement
+from hyperreg.apps.models import DefaultSteps, check_lambda, pair_lambda, pair_refinement
 from hyperreg.apps.transforms import check_transform_path
 from hyperreg.geometry.affine import AffineTransform, save_affine
 from hyperreg.geometry.fields import DISPLACEMENT_FORMATS, check_itk_grid, save_displacement
@@ -61,7 +61,7 @@ def register_files(
     normalization: str = DEFAULT_NORMALIZATION,
     resample: bool = True,
     warp_format: str = "voxel",
-    refine: Refinement | None = None,
+    refine: Refinement | DefaultSteps | None = None,
     inverse_warp_out: PathLike | None = None,
     init: str = DEFAULT_INIT,
     affine_out: PathLike | None = None,
@@ -108,7 +108,8 @@ def register_files(
             (:func:`hyperreg.registration.refine.refine_pair`); 0 steps: the network's field as
             it is; None (default): the model's default
             (:func:`hyperreg.apps.models.pair_refinement`: a bundled model's card may ask for
-            some steps, any other model runs none).
+            some steps, any other model runs none); a
+            :class:`~hyperreg.apps.models.DefaultSteps`: those steps with its settings.
         inverse_warp_out: Output for the inverse displacement field (``exp(−v)``, same grid,
             affine and ``warp_format`` as ``warp_out``), or None. Needs a diffeomorphic model
             and ``init="none"``.
@@ -160,7 +161,7 @@ def register_files(
         raise InputError(fn, "{0} must end in .png, got '{figure}'", "figure", figure=figure)
     if inverse_warp_out is not None:
         _check_inverse(fn, model, init, initial_affine)
-    if refine is not None:
+    if isinstance(refine, Refinement):
         check_refinement(fn, refine)
     refine = pair_refinement(model, refine)
     # each input is read once (and warned about once)

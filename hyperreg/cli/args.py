@@ -412,26 +412,34 @@ def add_affine_out_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def refinement_from(args: Any) -> Any:
+def refinement_from(args: Any, model_default: bool = False) -> Any:
     """The :class:`~hyperreg.registration.refine.Refinement` of ``args``: None without
-    ``--refine`` (the callee's default: the model's for ``register`` and ``batch``, none for
-    ``sweep``), 0 steps for ``--refine 0``.
+    ``--refine`` (the callee's default: with ``model_default`` the model's, as ``register``
+    and ``batch`` run it, else none), 0 steps for ``--refine 0``. With ``model_default``,
+    ``--refine-sim`` / ``--refine-lr`` without ``--refine`` give a
+    :class:`~hyperreg.apps.models.DefaultSteps` (the model's steps, these settings).
 
     Raises:
         InputError (a ValueError): If ``--refine-lr`` is not in (0, 100); its ``argument`` is the
             ``dest`` of the option that fed the field of ``Refinement``.
         ValueError: If ``--refine-sim`` or ``--refine-lr`` is given without ``--refine``.
     """
-    if getattr(args, "refine", None) is None:
-        if getattr(args, "refine_sim", "ncc") != "ncc" or getattr(args, "refine_lr", None):
-            option = "--refine-sim" if args.refine_sim != "ncc" else "--refine-lr"
-            raise ValueError(f"{option} needs --refine N (how many steps to refine with it)")
+    settings = getattr(args, "refine_sim", "ncc") != "ncc" or getattr(args, "refine_lr", None)
+    if getattr(args, "refine", None) is None and not settings:
         return None
+    if args.refine is None and not model_default:
+        option = "--refine-sim" if args.refine_sim != "ncc" else "--refine-lr"
+        raise ValueError(f"{option} needs --refine N (how many steps to refine with it)")
     from hyperreg._errors import passed_as
     from hyperreg.registration.refine import Refinement, check_refinement
 
     options = {} if args.refine_lr is None else {"lr": args.refine_lr}
-    refinement = Refinement(steps=args.refine, sim=args.refine_sim, **options)
+    steps = 1 if args.refine is None else args.refine  # 1: checks the settings alone
+    refinement = Refinement(steps=steps, sim=args.refine_sim, **options)
     with passed_as(steps="refine", sim="refine_sim", lr="refine_lr"):  # field -> dest
         check_refinement("refine", refinement)
+    if args.refine is None:
+        from hyperreg.apps.models import DefaultSteps
+
+        return DefaultSteps(sim=args.refine_sim, lr=args.refine_lr)
     return refinement

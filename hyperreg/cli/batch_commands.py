@@ -106,7 +106,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
         device=args.device,
         warp_format=args.warp_format,
         progress=args.progress,
-        refine=opts.refinement_from(args),
+        refine=opts.refinement_from(args, model_default=True),
         init=args.init,
         npz_geometry=args.npz_geometry,
         **preprocessing_options(args),

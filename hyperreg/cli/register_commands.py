@@ -235,7 +235,7 @@ def _cmd_register(args: argparse.Namespace) -> int:
         warp_out=args.warp_out,
         moved_seg=args.moved_seg,
         warp_format=args.warp_format,
-        refine=opts.refinement_from(args),
+        refine=opts.refinement_from(args, model_default=True),
         inverse_warp_out=args.inverse_warp_out,
         init=args.init,
         initial_affine=args.initial_affine,
