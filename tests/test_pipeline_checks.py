@@ -63,3 +63,22 @@ def test_cli_prints_each_warning_on_one_line(images: dict[str, Path], tmp_path, 
     err = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
     assert len(err) == 1 and "looks like a label map" in err[0]
     assert err[0].startswith("hyperreg register: warning: ")
+
+
+@pytest.mark.parametrize("side", ["moving_seg", "fixed_seg"])
+def test_label_map_of_another_dimensionality_names_its_option(
+    images: dict[str, Path], tmp_path, capsys, side
+) -> None:
+    seg3d = np.zeros((8, 8, 8), np.int16)
+    seg3d[2:5, 2:5, 2:5] = 4
+    wrong = _save(tmp_path / "seg3d.nii.gz", seg3d)
+    maps = {"moving_seg": images["seg"], "fixed_seg": images["seg"], side: wrong}
+    out = tmp_path / "out" / "moved.nii.gz"
+    args = ["register", "--moving", str(images["moving"]), "--fixed", str(images["fixed"])]
+    args += ["--moving-seg", str(maps["moving_seg"]), "--fixed-seg", str(maps["fixed_seg"])]
+    assert main([*args, "--moved", str(out), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    option = "--" + side.replace("_", "-")
+    assert err.startswith(f"hyperreg register: error: argument {option}: ")
+    assert "seg3d.nii.gz' is 3D but" in err and "is 2D" in err and len(err.splitlines()) == 1
+    assert not out.exists() and not out.parent.exists()

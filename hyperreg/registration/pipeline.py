@@ -349,10 +349,11 @@ def load_pair(
 
     Raises:
         FileNotFoundError: If an input is missing.
-        InputError: On 2D with 3D, a model of another dimensionality (``argument`` "model"),
-            a bad ``initial_affine`` file (not an affine of the pair's dimensionality, or
-            off the fixed view; ``argument`` "initial_affine"), an unknown ``init``, or an npz
-            input without ``npz_geometry`` (``argument`` "npz_geometry").
+        InputError: On 2D with 3D (the images, or a label map and its image), a model of
+            another dimensionality (``argument`` "model"), a bad ``initial_affine`` file (not
+            an affine of the pair's dimensionality, or off the fixed view; ``argument``
+            "initial_affine"), an unknown ``init``, or an npz input without ``npz_geometry``
+            (``argument`` "npz_geometry").
         ValueError: On unreadable inputs, differing grids with ``resample=False``, or a failed
             affine stage.
     """
@@ -371,6 +372,10 @@ def load_pair(
     for name, seg in segs.items():
         with passed_as(path=name):  # a label map's errors name the argument that gave it
             segs[name] = None if seg is None else load_input(seg, label=True, **geometry)
+    for name, image in (("moving_seg", moving_v), ("fixed_seg", fixed_v)):
+        if segs[name] is not None:  # a label map of another dimensionality than its image
+            with passed_as(moving=name):
+                check_same_ndim(fn, segs[name], image)
     moving_seg_v, fixed_seg_v = segs.values()
     if not resample:
         check_same_grid(moving_v, fixed_v)
