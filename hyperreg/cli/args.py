@@ -15,6 +15,7 @@ from typing import Any
 from hyperreg.registration.autolambda import AUTO_GAIN, AUTO_MAX_FOLDING  # constants only: fast
 
 __all__ = [
+    "AUTO_HELP",
     "DEVICE_HELP",
     "INIT_HELP",
     "LAMBDA_HELP",
@@ -95,12 +96,15 @@ def lambda_request(text: str) -> float | str:
     return value
 
 
+AUTO_HELP = (
+    "'auto': chosen per pair without labels (one batched sweep over a grid, then the smoothest "
+    f"λ keeping {100 * AUTO_GAIN:g} %% of the similarity gain with folding at most "
+    f"{100 * AUTO_MAX_FOLDING:g} %%; the reason is printed)"
+)
 LAMBDA_HELP = (
     "regularisation weight λ in [0, 1] (0 = similarity only, sharpest match, least smooth "
     "field; 1 = smoothness only: the smoothest field, which a uniform shift does not "
-    "violate, so not necessarily the identity), or 'auto': chosen per pair without labels "
-    f"(one batched sweep over a grid, then the smoothest λ keeping {100 * AUTO_GAIN:g} %% of the "
-    f"similarity gain with folding at most {100 * AUTO_MAX_FOLDING:g} %%; the reason is printed)"
+    f"violate, so not necessarily the identity), or {AUTO_HELP}"
 )
 
 

@@ -38,9 +38,7 @@ def _add_sweep(sub: Any) -> None:
         dest="lam",
         type=opts.lambda_request,
         help="a λ to mark among the results ('chosen' column of sweep.csv, added to --lambdas "
-        "if missing): a number, or 'auto': chosen for the pair without labels (one batched "
-        "sweep over a fixed grid, then the smoothest λ keeping 90 %% of the similarity gain "
-        "with folding at most 0.1 %%; printed with its reason)",
+        f"if missing): a number, or {opts.AUTO_HELP}",
     )
     opts.add_out_argument(
         sweep,
