@@ -80,13 +80,13 @@ def folding_text(percent: float) -> str:
 
 
 def mi_text(before: float, after: float) -> str:
-    """``"Mattes MI -0.1316 -> -0.6261"``; ``n/a`` where the metric is undefined (a constant
-    image has no intensity histogram to match), never ``nan``."""
+    """``"Mattes MI -0.1316 -> -0.6261 (ITK's sign: lower is better)"``; ``n/a`` where the
+    metric is undefined (a constant image has no intensity histogram to match), never ``nan``."""
 
     def shown(value: float) -> str:
         return f"{value:.4f}" if math.isfinite(value) else "n/a"
 
-    return f"Mattes MI {shown(before)} -> {shown(after)}"
+    return f"Mattes MI {shown(before)} -> {shown(after)} (ITK's sign: lower is better)"
 
 
 def affine_text(init: str, stage: Any) -> str:

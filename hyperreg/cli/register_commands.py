@@ -247,10 +247,10 @@ def _cmd_register(args: argparse.Namespace) -> int:
     )
     for message in result.resampled:
         print(f"{opts.PROG} register: {message}")
+    if result.affine is not None:  # in the order they ran: affine stage, λ (auto: after it)
+        print(affine_text(args.init, result.affine))
     if result.lam_reason != "given":
         print(f"λ = {result.lam:.4g}: {result.lam_reason}")
-    if result.affine is not None:
-        print(affine_text(args.init, result.affine))
     if refine_text(result.refinement):
         print(_default_refine_note(args, model) + refine_text(result.refinement))
     written = [

@@ -539,8 +539,9 @@ def _register(
     improved = math.isnan(before) or after < before
     if early or not improved or motion < threshold:
         # an already-aligned pair: nothing better than where it started, or a change of a few
-        # voxels (MI with linear interpolation favours a slight zoom on aligned images)
-        logger.info(
+        # voxels (MI with linear interpolation favours a slight zoom on aligned images);
+        # debug: the result's identity_kept says it (the command line prints it once)
+        logger.debug(
             "the %s stage moved the fixed grid's corners by at most %.2f mm%s with mutual "
             "information %.4f -> %.4f; keeping the %s",
             kind,
