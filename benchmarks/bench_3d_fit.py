@@ -56,7 +56,9 @@ def ixi_groups(root: Path, holdout: tuple[str, ...]) -> dict[str, list[str]]:
     }
 
 
-def fit_rows(model_path: str, root: Path, lam: float, steps: int) -> tuple[list, list]:
+def fit_rows(
+    model_path: str, root: Path, lam: float, steps: int, most: int = 0
+) -> tuple[list, list]:
     """Per pair and per group: Dice (affine, network, refined), loss and NCC before/after."""
     from hyperreg.method.model import load_checkpoint
     from hyperreg.registration.pipeline import load_pair
@@ -67,6 +69,7 @@ def fit_rows(model_path: str, root: Path, lam: float, steps: int) -> tuple[list,
     ixi = root / "ixi-2mm"
     rows, means = [], []
     for group, people in ixi_groups(root, HOLDOUT).items():
+        people = people[:most] if most else people  # a cycle of the first ``most`` people
         found = []
         for i, moving in enumerate(people):
             fixed = people[(i + 1) % len(people)]
@@ -166,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--widths", type=float, nargs="*", default=[])
     parser.add_argument("--threads", type=int, default=1, help="torch threads (width timing)")
     parser.add_argument("--no-fit", action="store_true", help="the width timing only")
+    parser.add_argument("--pairs", type=int, default=0, help="at most N people a group (smoke)")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -179,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(1)
-        rows, means = fit_rows(args.model, args.data, args.lam, args.refine)
+        rows, means = fit_rows(args.model, args.data, args.lam, args.refine, args.pairs)
         head = ["affine Dice", "network Dice", "refined Dice", "loss network", "loss refined"]
         head += ["NCC network", "NCC refined"]
         text += [

@@ -289,12 +289,26 @@ SUITE: dict[str, Bench] = {
             "smoke": ["--pairs", "1", "--refine", "2", "--threads", "1", "--no-ants"],
             "small": ["--no-syncc"],  # SyNCC: over 7 minutes a pair (RESULTS_3d_heldout.md)
             "full": [],
-            "both": ["--model", MODEL_3D, "--lambda", "0.3"],
+            "both": ["--model", MODEL_3D, "--lambda", "0.1"],
         },
         group="by-hand",
         data="root",
         device=False,
         needs=("ixi-2mm", "oasis1-freesurfer"),
+    ),
+    "3d_fit": Bench(
+        "Is the 3D network too small? Its amortisation gap",
+        "bench_3d_fit.py",
+        {
+            "smoke": ["--pairs", "2", "--refine", "2"],
+            "small": [],
+            "full": ["--widths", "1", "1.5", "2"],
+            "both": ["--model", MODEL_3D],
+        },
+        group="by-hand",
+        data="root",
+        device=False,
+        needs=("ixi-2mm",),
     ),
     "speed": Bench(
         "Where the seconds go: affine stage, network, coarse-to-fine refinement",
