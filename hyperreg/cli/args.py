@@ -358,7 +358,7 @@ def add_refine_arguments(parser: argparse.ArgumentParser, model_default: bool = 
         metavar="N",
         help="refine the network's field for each pair with at most N Adam steps on the "
         f"model's own objective at the same λ (instance optimisation; 0 = off, the network "
-        f"alone; {default}; about 10 ms a step for a 2D slice, 0.3 s for a 3D pair at 2 mm on "
+        f"alone; {default}; about 10 ms a step for a 2D slice, 0.4-0.8 s for a 3D pair at 2 mm on "
         "2 CPU cores); prints time and similarity before/after",
     )
     parser.add_argument(
