@@ -62,6 +62,16 @@ def tiny_model(ndim: int = 2, flow_scale: float = 3e4, seed: int = 0) -> HyperMo
     return model.eval()
 
 
+def write_blob_pair(folder: Path) -> dict[str, Path]:
+    """Moving and fixed 64 x 64 blobs (slightly shifted and of other sizes) as 2D NIfTI, no
+    label maps: a pair the bundled 2D model registers in milliseconds."""
+    shape = (64, 64)
+    return {
+        "moving": write_nifti(folder / "m.nii.gz", blob(shape, (30, 34), 8.0).astype(np.float32)),
+        "fixed": write_nifti(folder / "f.nii.gz", blob(shape, (33, 31), 9.0).astype(np.float32)),
+    }
+
+
 def write_pair(folder: Path, tag: str, offset: float = 0.0) -> dict[str, Path]:
     """Moving/fixed images and label maps of one pair, stored as (I, J, 1) NIfTI."""
     folder.mkdir(parents=True, exist_ok=True)

@@ -94,16 +94,15 @@ def test_bad_input(lambdas, similarity, folding, message) -> None:
 
 
 def test_auto_lambda_on_a_pair_returns_a_grid_value(tmp_path) -> None:
-    import numpy as np
 
-    from lambda_helpers import blob, write_nifti
+    from lambda_helpers import write_blob_pair
     from hyperreg import load_pretrained
     from hyperreg.registration.autolambda import auto_lambda
     from hyperreg.registration.pipeline import load_pair
 
-    shape = (64, 64)
-    moving = write_nifti(tmp_path / "m.nii.gz", blob(shape, (30, 34), 8.0).astype(np.float32))
-    fixed = write_nifti(tmp_path / "f.nii.gz", blob(shape, (33, 31), 9.0).astype(np.float32))
-    pick = auto_lambda(load_pair(moving, fixed, init="none"), load_pretrained(ndim=2))
+    pair = write_blob_pair(tmp_path)
+    pick = auto_lambda(
+        load_pair(pair["moving"], pair["fixed"], init="none"), load_pretrained(ndim=2)
+    )
     assert pick.lam in AUTO_GRID
     assert len(pick.similarity) == len(AUTO_GRID) and pick.reason

@@ -6,10 +6,9 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from lambda_helpers import blob, write_nifti
+from lambda_helpers import write_blob_pair
 from hyperreg.apps import models
 from hyperreg.apps.models import (
     DefaultRefine,
@@ -25,13 +24,8 @@ from hyperreg.registration.refine import Refinement
 
 @pytest.fixture()
 def pair(tmp_path: Path) -> dict[str, Path]:
-    """Two 64 x 64 blobs, as in tests/test_default_lambda.py."""
-    shape = (64, 64)
-    return {
-        "moving": write_nifti(tmp_path / "m.nii.gz", blob(shape, (30, 34), 8.0).astype(np.float32)),
-        "fixed": write_nifti(tmp_path / "f.nii.gz", blob(shape, (33, 31), 9.0).astype(np.float32)),
-        "out": tmp_path / "out",
-    }
+    """Two 64 x 64 blobs (:func:`lambda_helpers.write_blob_pair`) and an output folder."""
+    return {**write_blob_pair(tmp_path), "out": tmp_path / "out"}
 
 
 @pytest.fixture()
