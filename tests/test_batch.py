@@ -193,3 +193,38 @@ def test_batch_rerun_without_affine_stage_drops_the_old_affine(job: dict[str, Pa
     assert list(out.glob("pairs/*/affine.mat"))
     main([*args, "--init", "none"])
     assert not list(out.glob("pairs/*/affine.mat"))
+
+
+def test_batch_summary_has_affine_and_unregistered_dice_and_prints_means(
+    job: dict[str, Path], capsys
+) -> None:
+    """summary.csv has Dice before registration and of the affine stage beside the registered
+    one, as register prints them; the command prints their means over the finished pairs."""
+    (job["data"] / "p2_moving.nii.gz").write_bytes((job["data"] / "p2_moving.good").read_bytes())
+    assert main(_batch_args(job, "--lambda", "0.5", "--init", "affine")) == 0
+    rows = _rows(job["out"] / "summary.csv")
+    for column in ("mean_dice", "dice_affine", "dice_before"):
+        assert all(0.0 <= float(r[column]) <= 1.0 for r in rows), column
+    registered = sum(float(r["mean_dice"]) for r in rows) / len(rows)
+    before = sum(float(r["dice_before"]) for r in rows) / len(rows)
+    assert registered > before  # the blobs are shifted: registration must help
+    out = capsys.readouterr().out
+    assert f"mean Dice {registered:.4f} over 5 pair(s) with label maps" in out
+    assert f"before registration {before:.4f}" in out and "affine alone" in out
+
+
+def test_batch_names_the_bundled_model_first_and_says_what_changed(
+    job: dict[str, Path], capsys, caplog
+) -> None:
+    """Without --model the bundled model is named before any pair's message; a rerun with other
+    settings says which changed before it registers a pair again (a refined record is not
+    taken for a --refine 0 one)."""
+    args = ["batch", "--pairs", str(job["csv"]), "--out", str(job["out"]), "--no-progress"]
+    assert main([*args, "--lambda", "0.5", "--refine", "2"]) == 1  # the broken pair
+    captured = capsys.readouterr()
+    assert captured.out.startswith("hyperreg batch: using the bundled model hypermorph-2d")
+    caplog.clear()
+    assert main([*args, "--lambda", "0.5", "--refine", "0"]) == 1
+    assert "4 registered, 0 already done, 1 failed" in capsys.readouterr().out
+    changed = [r.getMessage() for r in caplog.records if "settings changed" in r.getMessage()]
+    assert len(changed) == 4 and "refine 2 ncc" in changed[0] and "-> none" in changed[0]

@@ -4,7 +4,8 @@
 ``fixed_seg``, ``lambda``; relative paths are relative to the CSV). :func:`batch_register` runs
 :func:`hyperreg.apps.register.register_files` on each pair of one shard and keeps a per-pair
 record on disk, so a rerun skips finished pairs and a bad pair is recorded while the rest go on.
-:func:`merge_records` turns the records into ``summary.csv`` and ``failures.csv``.
+:func:`merge_records` (:mod:`hyperreg.apps.batch_records`, the records on disk) turns the
+records into ``summary.csv`` and ``failures.csv``.
 :func:`run_batch` is the whole job, one process of possibly several (``torchrun``: rank ``r`` of
 ``N`` takes rows ``r::N``). Must not import train or cli.
 
@@ -18,7 +19,6 @@ Output layout under ``out``::
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -28,7 +28,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hyperreg._files import write_csv, write_json
+from hyperreg._files import write_json
+from hyperreg.apps.batch_records import (
+    FAILURE,
+    RECORD,
+    changed_settings,
+    finished,
+    merge_records,
+    pair_identity,
+    scores,
+)
 from hyperreg.apps.inputs import PairSpec, read_pairs, shard
 
 if TYPE_CHECKING:  # annotations only: the module stays light to import (no torch)
@@ -46,9 +55,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-RECORD = "record.json"
-FAILURE = "failure.json"
-
 
 @dataclass
 class BatchReport:
@@ -65,31 +71,6 @@ class BatchReport:
     skipped: int = 0
     failed: int = 0
     seconds: float = 0.0
-
-
-def _identity(pair: PairSpec, lam: float | str) -> dict[str, Any]:
-    return {
-        "index": pair.index,
-        "moving": str(pair.moving),
-        "fixed": str(pair.fixed),
-        "moving_seg": str(pair.moving_seg or ""),
-        "fixed_seg": str(pair.fixed_seg or ""),
-        "lambda": lam,
-    }
-
-
-def _finished(folder: Path, identity: dict[str, Any]) -> bool:
-    """A record for this exact pair and λ exists and every output it lists is on disk."""
-    try:
-        record = json.loads((folder / RECORD).read_text())
-    except (OSError, ValueError):
-        return False
-    if any(record.get(k) != v for k, v in identity.items()):
-        return False
-    if record.get("init", "none") != identity.get("init", "none"):
-        return False
-    outputs = [record.get(k) for k in ("moved", "warp", "moved_seg")]
-    return all((folder / o).is_file() for o in outputs if o)
 
 
 def batch_register(
@@ -110,10 +91,11 @@ def batch_register(
 ) -> BatchReport:
     """Register every pair of ``pairs`` (one shard) with per-pair records, resumably.
 
-    For each pair: if ``pairs/<name>/record.json`` matches the pair (same files and λ) and its
-    outputs exist, skip it. Otherwise check its label maps
-    (:func:`hyperreg.apps.inputs.check_label_map`: integer ids, not an intensity image) and
-    call :func:`hyperreg.apps.register.register_files`, which
+    For each pair: if ``pairs/<name>/record.json`` matches the pair (same files, λ, refinement
+    and affine stage: :func:`hyperreg.apps.batch_records.pair_identity`) and its outputs
+    exist, skip it (a record with other settings is replaced, and the change logged).
+    Otherwise check its label maps (:func:`hyperreg.apps.inputs.check_label_map`: integer
+    ids, not an intensity image) and call :func:`hyperreg.apps.register.register_files`, which
     writes ``moved.nii.gz``, ``warp.nii.gz`` (and ``moved_seg.nii.gz`` with a moving label map)
     atomically, then write the record (the pair's summary row) atomically. Any exception of one
     pair is stored in ``pairs/<name>/failure.json`` (type, message, traceback) and the loop goes
@@ -176,10 +158,15 @@ def batch_register(
         pair_lam = pair.lam if pair.lam is not None else lam  # None: the model's default
         folder = root / pair.name
         planned = default.lam if pair_lam is None else pair_lam
-        identity, outputs = _plan(pair, planned, refine, init)
-        if _finished(folder, identity):
+        identity, outputs = pair_identity(pair, planned, refine, init), _outputs(pair, init)
+        if finished(folder, identity):
             report.skipped += 1
             continue
+        changed = changed_settings(folder, identity)
+        if changed:
+            logger.info(
+                "%s: registered again, its settings changed (%s)", pair.name, "; ".join(changed)
+            )
         folder.mkdir(exist_ok=True)
         tic = time.perf_counter()
         try:
@@ -196,7 +183,7 @@ def batch_register(
             **identity,
             "lambda_chosen": result.lam,
             "lambda_reason": _lambda_reason(pair, lam, result),
-            **_scores(result),
+            **scores(result),
             "seconds": time.perf_counter() - tic,
             "rank": rank,
             **outputs,
@@ -230,22 +217,16 @@ def _lambda_reason(pair: PairSpec, lam: float | str | None, result: Any) -> str:
     return result.lam_reason if lam is None or lam == "auto" else "given for every row"
 
 
-def _plan(
-    pair: PairSpec, lam: float | str, refine: Any, init: str
-) -> tuple[dict[str, Any], dict[str, str]]:
-    """A pair's identity (what a finished record must match) and its output file names."""
-    identity = _identity(pair, lam)
-    if refine is not None and refine.steps > 0:
-        identity["refine"] = f"{refine.steps} {refine.sim} {refine.lr:g}"
+def _outputs(pair: PairSpec, init: str) -> dict[str, str]:
+    """A pair's output file names in its folder."""
     outputs = {
         "moved": "moved.nii.gz",
         "warp": "warp.nii.gz",
         "moved_seg": "moved_seg.nii.gz" if pair.moving_seg else "",
     }
     if init != "none":
-        identity["init"] = init
         outputs["affine"] = "affine.mat"
-    return identity, outputs
+    return outputs
 
 
 def _register_pair(
@@ -281,19 +262,6 @@ def _register_pair(
     )
 
 
-def _scores(result: Any) -> dict[str, Any]:
-    """The summary cells of one result: Dice, folding and the refinement's statistics."""
-    refined = result.refinement
-    return {
-        "mean_dice": result.mean_dice if result.dice is not None else None,
-        "folding_percent": 100.0 * result.folding_fraction,
-        "log_jacobian_std": result.log_jacobian_std,
-        "refine_seconds": refined.seconds if refined else None,
-        "similarity_before": refined.similarity_before if refined else None,
-        "similarity_after": refined.similarity_after if refined else None,
-    }
-
-
 def _error_text(err: BaseException) -> str:
     """The message of a failed pair for ``failures.csv``: the library's own words (an InputError's
     ``detail``); the exception type only when the message is empty, or for an unexpected error."""
@@ -301,73 +269,6 @@ def _error_text(err: BaseException) -> str:
     if isinstance(err, (ValueError, TypeError, OSError)) and text:
         return text
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
-
-
-SUMMARY_COLUMNS = (
-    "index",
-    "name",
-    "moving",
-    "fixed",
-    "moving_seg",
-    "fixed_seg",
-    "lambda",
-    "lambda_chosen",
-    "lambda_reason",
-    "mean_dice",
-    "folding_percent",
-    "log_jacobian_std",
-    "seconds",
-    "refine_seconds",
-    "similarity_before",
-    "similarity_after",
-    "rank",
-    "moved",
-    "warp",
-    "moved_seg",
-    "resampled",
-)
-FAILURE_COLUMNS = ("index", "name", "moving", "fixed", "moving_seg", "fixed_seg", "lambda", "error")
-
-
-def merge_records(out: PathLike) -> tuple[Path, Path, int, int]:
-    """Merge every ``pairs/*/record.json`` into ``summary.csv`` and every ``failure.json`` of a
-    pair without a record into ``failures.csv`` (both sorted by index, written atomically).
-
-    ``summary.csv`` columns: :data:`SUMMARY_COLUMNS`, then ``dice_<label>`` for every label of
-    any pair (empty where a pair lacks it). Output paths are relative to ``out``. Merging is
-    idempotent: run it again at any time.
-
-    Returns:
-        ``(summary_path, failures_path, rows, failures)``.
-    """
-    root = Path(out)
-    records, failures = [], []
-    for folder in sorted((root / "pairs").glob("pair*")):
-        record_path, failure_path = folder / RECORD, folder / FAILURE
-        try:
-            if record_path.is_file():
-                record = json.loads(record_path.read_text())
-                record["name"] = folder.name
-                for key in ("moved", "warp", "moved_seg"):
-                    if record.get(key):
-                        record[key] = f"pairs/{folder.name}/{record[key]}"
-                for label, dice in record.pop("dice", {}).items():
-                    record[f"dice_{label}"] = dice
-                records.append(record)
-            elif failure_path.is_file():
-                failure = json.loads(failure_path.read_text())
-                failure["name"] = folder.name
-                failures.append(failure)
-        except (OSError, ValueError) as err:  # a record being replaced right now
-            logger.warning("cannot read the results in %s: %s", folder, err)
-    records.sort(key=lambda r: r["index"])
-    failures.sort(key=lambda r: r["index"])
-    labels = sorted(
-        {k for r in records for k in r if k.startswith("dice_")}, key=lambda k: int(k[5:])
-    )
-    summary = write_csv(root / "summary.csv", records, [*SUMMARY_COLUMNS, *labels])
-    failed = write_csv(root / "failures.csv", failures, FAILURE_COLUMNS)
-    return summary, failed, len(records), len(failures)
 
 
 @dataclass

@@ -1,9 +1,10 @@
 """Which model a user means: a checkpoint file, a training run folder, or a bundled name.
 
-:func:`model_file` turns such a spec into the checkpoint file; :func:`resolve_model` loads it
-(or, without a spec, the bundled model for the images' dimensionality) onto a device and says
-which bundled model it took; :func:`model_architecture` reconciles the architecture a training
-run asks for with that of the checkpoint it continues or fine-tunes. Errors are
+:func:`model_file` turns such a spec into the checkpoint file; :func:`model_source` also
+picks, without a spec, the bundled model for the images' dimensionality (nothing loaded);
+:func:`resolve_model` loads that onto a device and says which bundled model it took;
+:func:`model_architecture` reconciles the architecture a training run asks for with that of
+the checkpoint it continues or fine-tunes. Errors are
 :class:`~hyperreg.registration.pipeline.InputError` carrying the caller's argument name in
 ``argument`` (a front end maps it to its own option); messages never name command-line flags.
 :func:`model_default_lambda` gives the λ a model registers at when none is asked for (the
@@ -43,6 +44,7 @@ __all__ = [
     "model_default_lambda",
     "model_default_refine",
     "model_file",
+    "model_source",
     "pair_lambda",
     "pair_refinement",
     "resolve_model",
@@ -182,9 +184,7 @@ def checkpoint_default_lambda(
             dice, lam = max(scores)
             step = payload.get("step")
             at = f" at step {step}" if step is not None else ""
-            return DefaultLambda(
-                lam, f"the best validation Dice of '{path}' ({dice:.4f}{at})"
-            )
+            return DefaultLambda(lam, f"the best validation Dice of '{path}' ({dice:.4f}{at})")
     return DefaultLambda(
         FALLBACK_LAMBDA,
         f"the fallback value, as '{path}' records none (no default_lambda, model card or "
@@ -362,6 +362,49 @@ class ResolvedModel:
     default_lambda: DefaultLambda | None = None
 
 
+def model_source(
+    spec: str | os.PathLike[str] | None,
+    *,
+    image: str | os.PathLike[str] | None = None,
+    argument: str = "model",
+) -> tuple[Path, BundledModel | None]:
+    """The checkpoint file ``spec`` names, and the bundled model it is (None for a file or
+    folder), without loading it: what :func:`resolve_model` loads.
+
+    Args:
+        spec: A checkpoint file, a run folder holding ``model.pt``, a bundled model's name, or
+            None: the bundled model for the dimensionality of ``image``.
+        image: An image of the pair(s) to register (only its header is read); needed when
+            ``spec`` is None.
+        argument: The caller's name for ``spec``, stored in errors.
+
+    Raises:
+        InputError: If ``spec`` names nothing usable, or no bundled model registers images
+            like ``image``.
+    """
+    bundled = None
+    if spec is None:
+        if image is None:
+            raise InputError("model_source", "give a model, or an image to pick one for", argument)
+        with passed_as(path="image"):  # the file's errors name this function's argument
+            ndim = _image_ndim(image)
+        try:
+            bundled = default_model(ndim)
+        except ValueError as err:
+            raise InputError(
+                "model_source",
+                "no bundled model registers {ndim}D images like '{image}'; give a model trained "
+                "with 'hyperreg train'",
+                argument,
+                ndim=ndim,
+                image=image,
+            ) from err
+        path = bundled.path
+    else:
+        path = model_file(spec, argument)
+    return path, bundled
+
+
 def resolve_model(
     spec: str | os.PathLike[str] | None,
     device: Any = "cpu",
@@ -390,26 +433,7 @@ def resolve_model(
         RuntimeError: If the checkpoint's format is unknown or its weights do not match its
             config (:func:`hyperreg.method.model.load_checkpoint`).
     """
-    bundled = None
-    if spec is None:
-        if image is None:
-            raise InputError("resolve_model", "give a model, or an image to pick one for", argument)
-        with passed_as(path="image"):  # the file's errors name this function's argument
-            ndim = _image_ndim(image)
-        try:
-            bundled = default_model(ndim)
-        except ValueError as err:
-            raise InputError(
-                "resolve_model",
-                "no bundled model registers {ndim}D images like '{image}'; give a model trained "
-                "with 'hyperreg train'",
-                argument,
-                ndim=ndim,
-                image=image,
-            ) from err
-        path = bundled.path
-    else:
-        path = model_file(spec, argument)
+    path, bundled = model_source(spec, image=image, argument=argument)
     model, payload = _load(path, device, argument)
     default = checkpoint_default_lambda(payload, path)
     model.default_lambda = default

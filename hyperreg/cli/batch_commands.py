@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from hyperreg.cli import args as opts
-from hyperreg.cli.inputs import check_out_folder, preprocessing_options
+from hyperreg.cli.inputs import check_out_folder, model_path_for, preprocessing_options
 
 __all__ = ["COMMANDS", "add_parsers"]
 
@@ -98,6 +98,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
     check_out_folder(args.out)
     with passed_as(path="pairs"):  # a malformed CSV is exit 2 before any work
         read_pairs(args.pairs)
+    model_path_for(args)  # a bad --model is exit 2 before any work; the bundled one is named
     run = run_batch(
         args.model,
         args.pairs,
@@ -111,8 +112,6 @@ def _cmd_batch(args: argparse.Namespace) -> int:
         npz_geometry=args.npz_geometry,
         **preprocessing_options(args),
     )
-    if run.bundled is not None:
-        print(f"{opts.PROG} batch: used the bundled model {run.bundled} ({run.model})")
     if args.refine is None and run.model is not None:
         from hyperreg.apps.models import checkpoint_default_refine
 
@@ -127,6 +126,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
     )
     if run.merged is not None:
         summary, failures, rows, failed = run.merged
+        _print_means(summary)
         print(f"{summary}: {rows} of {run.total} pairs done; {failures}: {failed} failure(s)")
     if report.failed:
         print(
@@ -135,6 +135,32 @@ def _cmd_batch(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def _print_means(summary: Any) -> None:
+    """Mean Dice (registered, affine alone, unregistered) over the pairs of ``summary.csv``
+    with label maps, and mean folding over all of them."""
+    import csv
+
+    with open(summary, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+
+    def mean(column: str) -> float | None:
+        kept = [float(r[column]) for r in rows if r.get(column) not in (None, "")]
+        return sum(kept) / len(kept) if kept else None
+
+    dice = mean("mean_dice")
+    if dice is not None:
+        labelled = sum(1 for r in rows if r.get("mean_dice"))
+        text = f"mean Dice {dice:.4f} over {labelled} pair(s) with label maps"
+        before = (
+            ("affine alone", mean("dice_affine")),
+            ("before registration", mean("dice_before")),
+        )
+        others = ", ".join(f"{name} {value:.4f}" for name, value in before if value is not None)
+        print(text + (f" ({others})" if others else ""))
+    if rows:
+        print(f"folding {mean('folding_percent'):.3f} % of voxels (J ≤ 0), mean of {len(rows)}")
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:

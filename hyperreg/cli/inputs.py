@@ -19,6 +19,7 @@ __all__ = [
     "check_out_folder",
     "created_folders",
     "model_for",
+    "model_path_for",
     "new_folders",
     "pair_options",
     "preprocessing_options",
@@ -26,15 +27,23 @@ __all__ = [
 
 
 def model_for(args: Any) -> Any:
-    """The model ``--model`` names (:func:`hyperreg.apps.models.resolve_model`) on the device of
-    ``--device``; without ``--model``, the bundled model for the dimensionality of the fixed image
-    (``--fixed``, or the first row of ``--pairs``), and which one is printed. ``args.model``
-    becomes the checkpoint file."""
+    """The model ``--model`` names (:func:`model_path_for`), loaded on the device of
+    ``--device`` (:func:`hyperreg.apps.models.resolve_model`)."""
     from hyperreg._checks import resolve_device
-    from hyperreg._errors import passed_as
     from hyperreg.apps.models import resolve_model
 
     device = resolve_device(args.command, args.device)
+    return resolve_model(model_path_for(args), device).model
+
+
+def model_path_for(args: Any) -> str:
+    """The checkpoint file ``--model`` names (:func:`hyperreg.apps.models.model_source`);
+    without ``--model``, the bundled model for the dimensionality of the fixed image
+    (``--fixed``, or the first row of ``--pairs``), and which one is printed. ``args.model``
+    becomes that file."""
+    from hyperreg._errors import passed_as
+    from hyperreg.apps.models import model_source
+
     image = getattr(args, "fixed", None)
     source = "fixed"  # the dest that gave ``image``
     if image is None and args.model is None:
@@ -44,12 +53,12 @@ def model_for(args: Any) -> Any:
             image = read_pairs(args.pairs)[0].fixed
         source = "pairs"
     with passed_as(image=source):
-        resolved = resolve_model(args.model, device, image=image)
-    if resolved.bundled is not None:
-        name, card = resolved.bundled.name, resolved.bundled.card
+        path, bundled = model_source(args.model, image=image)
+    if bundled is not None:
+        name, card = bundled.name, bundled.card
         print(f"hyperreg {args.command}: using the bundled model {name} (card: {card})")
-    args.model = str(resolved.path)
-    return resolved.model
+    args.model = str(path)
+    return args.model
 
 
 def check_label_maps(**maps: str | os.PathLike[str] | None) -> None:

@@ -1,0 +1,175 @@
+"""The records of a batch run on disk: one per pair, merged into ``summary.csv`` and
+``failures.csv``.
+
+A pair is done when ``pairs/<name>/record.json`` exists, matches the pair's identity (its files,
+λ, refinement and affine stage: :func:`pair_identity`) and every output it lists is on disk
+(:func:`finished`). :func:`merge_records` turns the records into the two CSV files; it is
+idempotent. Written by :mod:`hyperreg.apps.batch`; no torch here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hyperreg._files import write_csv
+
+if TYPE_CHECKING:  # annotations only
+    from hyperreg.apps.inputs import PairSpec
+    from hyperreg.registration.pairs import PathLike
+
+__all__ = [
+    "FAILURE",
+    "FAILURE_COLUMNS",
+    "RECORD",
+    "SUMMARY_COLUMNS",
+    "changed_settings",
+    "finished",
+    "merge_records",
+    "pair_identity",
+    "scores",
+]
+
+logger = logging.getLogger(__name__)
+
+RECORD = "record.json"
+FAILURE = "failure.json"
+OUTPUTS = ("moved", "warp", "moved_seg")
+
+SUMMARY_COLUMNS = (
+    "index",
+    "name",
+    "moving",
+    "fixed",
+    "moving_seg",
+    "fixed_seg",
+    "lambda",
+    "lambda_chosen",
+    "lambda_reason",
+    "mean_dice",
+    "dice_affine",
+    "dice_before",
+    "folding_percent",
+    "log_jacobian_std",
+    "seconds",
+    "refine_seconds",
+    "similarity_before",
+    "similarity_after",
+    "rank",
+    "moved",
+    "warp",
+    "moved_seg",
+    "resampled",
+)
+FAILURE_COLUMNS = ("index", "name", "moving", "fixed", "moving_seg", "fixed_seg", "lambda", "error")
+
+
+def pair_identity(pair: PairSpec, lam: float | str, refine: Any, init: str) -> dict[str, Any]:
+    """What a finished record of ``pair`` must match: its files, λ (a number or ``"auto"``),
+    the refinement's steps, similarity and learning rate (when it refines) and the affine
+    stage (when there is one)."""
+    identity: dict[str, Any] = {
+        "index": pair.index,
+        "moving": str(pair.moving),
+        "fixed": str(pair.fixed),
+        "moving_seg": str(pair.moving_seg or ""),
+        "fixed_seg": str(pair.fixed_seg or ""),
+        "lambda": lam,
+    }
+    if refine is not None and refine.steps > 0:
+        identity["refine"] = f"{refine.steps} {refine.sim} {refine.lr:g}"
+    if init != "none":
+        identity["init"] = init
+    return identity
+
+
+def _record(folder: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((folder / RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def finished(folder: Path, identity: dict[str, Any]) -> bool:
+    """A record for this exact identity (:func:`pair_identity`) is in ``folder`` and every
+    output it lists is on disk."""
+    record = _record(folder)
+    if record is None or changed_settings(folder, identity):
+        return False
+    return all((folder / record[k]).is_file() for k in OUTPUTS if record.get(k))
+
+
+def changed_settings(folder: Path, identity: dict[str, Any]) -> list[str]:
+    """The settings of an earlier record in ``folder`` that differ from ``identity``, as
+    ``"<key> <old> -> <new>"`` (``refine`` and ``init`` read ``none`` when absent); empty
+    when there is no record or nothing changed."""
+    record = _record(folder)
+    if record is None:
+        return []
+    keys = [*identity, *(k for k in ("refine", "init") if k not in identity)]
+    changed = []
+    for key in keys:
+        old, new = record.get(key, "none"), identity.get(key, "none")
+        if old != new:
+            changed.append(f"{key} {old} -> {new}")
+    return changed
+
+
+def scores(result: Any) -> dict[str, Any]:
+    """The summary cells of one :class:`~hyperreg.registration.pipeline.PairResult`: mean Dice
+    (registered, affine alone, unregistered; empty without label maps), folding (% of voxels
+    with J ≤ 0), std log J and the refinement's seconds and similarity before/after."""
+    refined = result.refinement
+    labelled = result.dice is not None
+    return {
+        "mean_dice": result.mean_dice if labelled else None,
+        "dice_affine": result.dice_affine if labelled else None,
+        "dice_before": result.dice_before if labelled else None,
+        "folding_percent": 100.0 * result.folding_fraction,
+        "log_jacobian_std": result.log_jacobian_std,
+        "refine_seconds": refined.seconds if refined else None,
+        "similarity_before": refined.similarity_before if refined else None,
+        "similarity_after": refined.similarity_after if refined else None,
+    }
+
+
+def merge_records(out: PathLike) -> tuple[Path, Path, int, int]:
+    """Merge every ``pairs/*/record.json`` into ``summary.csv`` and every ``failure.json`` of a
+    pair without a record into ``failures.csv`` (both sorted by index, written atomically).
+
+    ``summary.csv`` columns: :data:`SUMMARY_COLUMNS`, then ``dice_<label>`` for every label of
+    any pair (empty where a pair lacks it). Output paths are relative to ``out``. Merging is
+    idempotent: run it again at any time.
+
+    Returns:
+        ``(summary_path, failures_path, rows, failures)``.
+    """
+    root = Path(out)
+    records, failures = [], []
+    for folder in sorted((root / "pairs").glob("pair*")):
+        record_path, failure_path = folder / RECORD, folder / FAILURE
+        try:
+            if record_path.is_file():
+                record = json.loads(record_path.read_text())
+                record["name"] = folder.name
+                for key in OUTPUTS:
+                    if record.get(key):
+                        record[key] = f"pairs/{folder.name}/{record[key]}"
+                for label, dice in record.pop("dice", {}).items():
+                    record[f"dice_{label}"] = dice
+                records.append(record)
+            elif failure_path.is_file():
+                failure = json.loads(failure_path.read_text())
+                failure["name"] = folder.name
+                failures.append(failure)
+        except (OSError, ValueError) as err:  # a record being replaced right now
+            logger.warning("cannot read the results in %s: %s", folder, err)
+    records.sort(key=lambda r: r["index"])
+    failures.sort(key=lambda r: r["index"])
+    labels = {k for r in records for k in r if k.startswith("dice_") and k[5:].isdigit()}
+    labels = sorted(labels, key=lambda k: int(k[5:]))
+    summary = write_csv(root / "summary.csv", records, [*SUMMARY_COLUMNS, *labels])
+    failed = write_csv(root / "failures.csv", failures, FAILURE_COLUMNS)
+    return summary, failed, len(records), len(failures)
