@@ -195,7 +195,9 @@ def test_a_missing_output_folder_is_created_and_said(
             "--init", "none", "--moving", str(files["moving"]), "--fixed", str(files["fixed"])]
     assert main([*args, "--moved", str(moved)]) == 0
     assert moved.is_file()
-    assert f"created folder {moved.parent}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"created folder {moved.parent}" in out
+    assert out.index("created folder") < out.index("wrote")  # said before what went into it
 
 
 def test_identity_kept_says_why_and_shows_no_mi_change() -> None:

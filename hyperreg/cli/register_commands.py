@@ -266,8 +266,8 @@ def _cmd_register(args: argparse.Namespace) -> int:
         )
         if p
     ]
-    print(f"λ = {result.lam:g}: wrote {', '.join(written)}")
     created_folders(folders)
+    print(f"λ = {result.lam:g}: wrote {', '.join(written)}")
     if result.dice is not None:
         alone = result.dice_affine
         alone = "" if alone is None else f", {args.init} alone: {alone:.4f}"
@@ -314,10 +314,10 @@ def _cmd_warp(args: argparse.Namespace) -> int:
         npz_geometry=args.npz_geometry,
         fill=args.fill,
     )
+    created_folders(folders)
     for out in written:
         kind = "label map (nearest neighbour)" if out.label else "image (linear)"
         print(f"wrote {out.moved}: {kind}, shape {out.shape}")
-    created_folders(folders)
     return 0
 
 
@@ -326,8 +326,8 @@ def _cmd_jacobian(args: argparse.Namespace) -> int:
     from hyperreg.apps.fields import jacobian_file
 
     result = jacobian_file(args.warp_field, args.out)
-    print(f"wrote {args.out}: Jacobian determinant, shape {result.jacobian.shape}")
     created_folders(folders)
+    print(f"wrote {args.out}: Jacobian determinant, shape {result.jacobian.shape}")
     _print_field_summary(result.folding_fraction, result.log_jacobian_std)
     return 0
 
@@ -365,9 +365,9 @@ def _cmd_affine(args: argparse.Namespace) -> int:
     else:
         print(affine_text(args.init, AffineStage.of(t)).replace(" stage", "", 1))
     written = [p for p in (args.moved, args.affine_out, args.moved_seg) if p]
+    created_folders(folders)
     if written:
         print(f"wrote {', '.join(written)}")
-    created_folders(folders)
     if result.dice is not None:
         print(
             f"mean Dice {result.mean_dice:.4f} over {len(result.dice)} labels of the input label "
