@@ -148,6 +148,7 @@ def test_warnings_and_log_lines_name_no_function(
     err = capsys.readouterr().err
     # warnings print as the library wrote them (naming the file), one line each
     assert f"hyperreg register: warning: '{constant}' is constant (all voxels = 0.0)" in err
+    assert err.count("is constant") == 1  # said once, when read (not again by the affine stage)
     assert "(): " not in err
     # tune logs its refinement rounds; batch logs a failed pair
     assert main(_tune(pair, "--refine-rounds", "1", "--refine-points", "2")) == 0

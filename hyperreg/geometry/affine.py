@@ -448,11 +448,14 @@ def register_affine(
         return start
     for volume, role in ((moving, "moving"), (fixed, "fixed")):
         if volume.data.size == 0 or float(np.ptp(volume.data)) == 0.0:
-            warnings.warn(
-                f"'{_name(volume, role)}' is constant, so it holds nothing to align; "
-                f"the {kind} stage keeps its start",
-                stacklevel=2,
+            text = (
+                f"'{_name(volume, role)}' is constant, so it holds nothing to align; the {kind} "
+                "stage keeps its start"
             )
+            if volume.path is None:
+                warnings.warn(text, stacklevel=2)
+            else:  # load_volume warned when it read the file: once is enough
+                logger.debug(text)
             return AffineTransform(start.matrix, kind)
     if initial is None and not world_overlap(moving, fixed):
         logger.info(
