@@ -228,3 +228,21 @@ def test_batch_names_the_bundled_model_first_and_says_what_changed(
     assert "4 registered, 0 already done, 1 failed" in capsys.readouterr().out
     changed = [r.getMessage() for r in caplog.records if "settings changed" in r.getMessage()]
     assert len(changed) == 4 and "refine 2 ncc" in changed[0] and "-> none" in changed[0]
+
+
+def test_batch_warnings_name_their_pair_and_are_kept_in_the_summary(
+    job: dict[str, Path], caplog
+) -> None:
+    """A pair's warnings are logged with the pair's name and kept in its summary row."""
+    import nibabel as nib
+    import numpy as np
+
+    fixed = job["data"] / "p3_fixed.nii.gz"
+    image = nib.load(fixed)
+    nib.save(nib.Nifti1Image(np.zeros(image.shape, np.float32), image.affine), fixed)
+    main(_batch_args(job, "--lambda", "0.5"))
+    rows = {r["name"]: r for r in _rows(job["out"] / "summary.csv")}
+    assert "is constant" in rows["pair00003"]["warnings"]
+    assert rows["pair00000"]["warnings"] == ""
+    logged = [r.getMessage() for r in caplog.records if "is constant" in r.getMessage()]
+    assert logged and all(m.startswith("pair00003: ") for m in logged)

@@ -158,7 +158,7 @@ def test_warnings_and_log_lines_name_no_function(
     pair = {**pair, "out": tmp_path / "batch"}
     assert main(_batch(pair, fixed=missing)) == 1
     err = capsys.readouterr().err
-    assert f"hyperreg batch: pair00000 failed: no such file: '{missing}'" in err
+    assert f"hyperreg batch: warning: pair00000 failed: no such file: '{missing}'" in err
     assert "(): " not in err
 
 

@@ -19,11 +19,13 @@ Output layout under ``out``::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
 import traceback
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -169,8 +171,10 @@ def batch_register(
             )
         folder.mkdir(exist_ok=True)
         tic = time.perf_counter()
+        said: list[str] = []
         try:
-            result = _register_pair(model, pair, pair_lam, folder, outputs, **options)
+            with _pair_warnings(pair.name, said):
+                result = _register_pair(model, pair, pair_lam, folder, outputs, **options)
         except KeyboardInterrupt:
             raise
         except Exception as err:  # one bad pair must not stop the batch
@@ -188,6 +192,7 @@ def batch_register(
             "rank": rank,
             **outputs,
             "resampled": "; ".join(result.resampled),
+            "warnings": "; ".join(said),
             "dice": {str(k): v for k, v in (result.dice or {}).items()},
         }
         write_json(folder / RECORD, record)
@@ -208,6 +213,20 @@ def _check_batch(fn: str, lam: float | str | None, model: Any, refine: Any) -> A
         check_refinement(fn, refine)
     check_lambda(fn, lam)
     return pair_refinement(model, refine) or Refinement(steps=0)
+
+
+@contextlib.contextmanager
+def _pair_warnings(name: str, said: list[str]) -> Iterator[None]:
+    """Collect the warnings raised while one pair runs: each is logged once with the pair's
+    name (a batch's messages must say which pair they are about) and appended to ``said``."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        try:
+            yield
+        finally:
+            for text in dict.fromkeys(str(w.message) for w in seen):
+                said.append(text)
+                logger.warning("%s: %s", name, text)
 
 
 def _lambda_reason(pair: PairSpec, lam: float | str | None, result: Any) -> str:

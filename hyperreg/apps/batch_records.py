@@ -62,6 +62,7 @@ SUMMARY_COLUMNS = (
     "warp",
     "moved_seg",
     "resampled",
+    "warnings",
 )
 FAILURE_COLUMNS = ("index", "name", "moving", "fixed", "moving_seg", "fixed_seg", "lambda", "error")
 

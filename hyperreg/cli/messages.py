@@ -64,14 +64,16 @@ def error_text(err: BaseException, options: dict[str, str]) -> str:
 
 
 class LogFormatter(logging.Formatter):
-    """``hyperreg <cmd>: <message>``: a log line as the library wrote it, on one line."""
+    """``hyperreg <cmd>: <message>``: a log line as the library wrote it, on one line;
+    ``hyperreg <cmd>: warning: <message>`` at level WARNING and above, as warnings print."""
 
     def __init__(self, prog: str) -> None:
         super().__init__()
         self.prog = prog
 
     def format(self, record: logging.LogRecord) -> str:
-        return f"{self.prog}: {one_line(record.getMessage())}"
+        level = "warning: " if record.levelno >= logging.WARNING else ""
+        return f"{self.prog}: {level}{one_line(record.getMessage())}"
 
 
 def folding_text(percent: float) -> str:
