@@ -128,6 +128,12 @@ def test_missing_input_names_its_option(
     assert main(_register(pair, "--moved", str(pair["out"] / "m.nii.gz"), moving=missing)) == 2
     err = _one_line_error(capsys, "register")
     assert f"error: argument --moving: no such file: '{missing}'" in err
+    # without --model: said before a bundled model is picked and read
+    args = ["register", "--moving", str(pair["moving"]), "--fixed", str(pair["fixed"])]
+    args += ["--moving-seg", str(missing), "--fixed-seg", str(pair["fixed"])]
+    assert main([*args, "--moved", str(pair["out"] / "m.nii.gz")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "argument --moving-seg: no such file" in captured.err
 
 
 def test_device_message_names_the_option(

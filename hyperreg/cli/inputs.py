@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "check_inputs_exist",
     "check_label_maps",
     "check_out_folder",
     "created_folders",
@@ -44,6 +45,7 @@ def model_path_for(args: Any) -> str:
     from hyperreg._errors import passed_as
     from hyperreg.apps.models import model_source
 
+    check_inputs_exist(args)  # a missing input is said before any model is read
     image = getattr(args, "fixed", None)
     source = "fixed"  # the dest that gave ``image``
     if image is None and args.model is None:
@@ -59,6 +61,22 @@ def model_path_for(args: Any) -> str:
         print(f"hyperreg {args.command}: using the bundled model {name} (card: {card})")
     args.model = str(path)
     return args.model
+
+
+def check_inputs_exist(args: Any) -> None:
+    """The input files of ``--moving``, ``--fixed``, ``--moving-seg`` and ``--fixed-seg``
+    (those the command has and was given) exist.
+
+    Raises:
+        MissingInputError: For the first that does not, naming its option
+            (``argument --moving: no such file: 'm.nii.gz'``).
+    """
+    from hyperreg._errors import MissingInputError
+
+    for dest in ("moving", "fixed", "moving_seg", "fixed_seg"):
+        path = getattr(args, dest, None)
+        if path is not None and not Path(path).exists():
+            raise MissingInputError("", "no such file: '{path}'", dest, path=path)
 
 
 def check_label_maps(**maps: str | os.PathLike[str] | None) -> None:
