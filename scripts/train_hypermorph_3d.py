@@ -30,16 +30,21 @@ import os
 import sys
 from pathlib import Path
 
-HOLDOUT = ("OAS1_0002", "IXI012-HH-1211", "IXI239-HH-2296", "IXI338-HH-1971",
-           "IXI452-HH-2213", "IXI603-HH-2701")
+HOLDOUT = (
+    "OAS1_0002",
+    "IXI012-HH-1211",
+    "IXI239-HH-2296",
+    "IXI338-HH-1971",
+    "IXI452-HH-2213",
+    "IXI603-HH-2701",
+)
 
 
-def write_sources(data: Path, folder: Path) -> list[str]:
-    """The CSV sources of the recipe, written into ``folder``; returns their paths."""
-    folder.mkdir(parents=True, exist_ok=True)
-    data = data.resolve()  # CSV paths are read relative to the CSV
+def source_rows(data: Path) -> dict[str, list[tuple[Path | str, Path | str, str]]]:
+    """The recipe's sources: ``{name: [(image, seg or "", person), ...]}`` under ``data``."""
     ixi = data / "ixi-2mm"
-    rows = {"ixi": [], "oasis-fs": [], "lapirn": [], "misc": []}
+    rows: dict[str, list[tuple[Path | str, Path | str, str]]]
+    rows = {name: [] for name in ("ixi", "oasis-fs", "lapirn", "misc")}
     for image in sorted(ixi.glob("*_T1.nii.gz")):
         person = image.name[: -len("_T1.nii.gz")]
         seg = ixi / f"{person}_DLMUSE.nii.gz"
@@ -49,14 +54,41 @@ def write_sources(data: Path, folder: Path) -> list[str]:
         rows["oasis-fs"].append((base / "norm.mgz", base / "aseg.mgz", person))
     for side in ("A", "B"):
         base = data / "lapirn-3d" / f"image_{side}_160x192x144"
-        rows["lapirn"].append((f"{base}.nii.gz", f"{base}_seg.nii.gz", f"lapirn_{side}"))
+        image, seg = Path(f"{base}.nii.gz"), Path(f"{base}_seg.nii.gz")
+        rows["lapirn"].append((image, seg, f"lapirn_{side}"))
     misc = data / "misc-3d"
-    for name, person in (("studyforrest_sub02_T1w.nii.gz", "studyforrest_sub02"),
-                         ("pycortex_S1_T1.nii.gz", "pycortex_S1"),
-                         ("freesurferformats_brain.mgz", "freesurferformats")):
+    for name, person in (
+        ("studyforrest_sub02_T1w.nii.gz", "studyforrest_sub02"),
+        ("pycortex_S1_T1.nii.gz", "pycortex_S1"),
+        ("freesurferformats_brain.mgz", "freesurferformats"),
+    ):
         rows["misc"].append((misc / name, "", person))
+    return rows
+
+
+def synth_labels(data: Path) -> tuple[Path, ...]:
+    """The label maps of synthesis only: two SynthSeg folders and the GIF map."""
+    return (
+        data / "synthseg-labelmaps" / "2021",
+        data / "synthseg-labelmaps" / "2020",
+        data / "misc-3d" / "fernando_gif_labels.nii.gz",
+    )
+
+
+def synth_label_files(data: Path) -> list[Path]:
+    """The files of :func:`synth_labels` (each folder's NIfTI files, sorted)."""
+    found = []
+    for source in synth_labels(data):
+        found += sorted(source.glob("*.nii*")) if source.is_dir() else [source]
+    return found
+
+
+def write_sources(data: Path, folder: Path) -> list[str]:
+    """The CSV sources of the recipe, written into ``folder``; returns their paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    data = data.resolve()  # CSV paths are read relative to the CSV
     paths = []
-    for name, items in rows.items():
+    for name, items in source_rows(data).items():
         path = folder / f"{name}.csv"
         with open(path, "w", newline="") as handle:
             writer = csv.writer(handle)
@@ -72,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20000)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--batch-size", type=int, default=1, help="pairs per step (default 1)")
     parser.add_argument("--init", default="", help="model to start from (default: bundled 3D)")
     parser.add_argument("--no-resume", action="store_true")
     args = parser.parse_args(argv)
@@ -89,16 +122,11 @@ def main(argv: list[str] | None = None) -> int:
         from importlib.resources import files
 
         init = str(files("hyperreg") / "pretrained" / "hypermorph-3d.pt")
-    synth_labels = (
-        str(data / "synthseg-labelmaps" / "2021"),
-        str(data / "synthseg-labelmaps" / "2020"),
-        str(data / "misc-3d" / "fernando_gif_labels.nii.gz"),
-    )
     config = TrainConfig(
         data=tuple(sources),
         out=str(out),
         steps=args.steps,
-        batch_size=1,
+        batch_size=args.batch_size,
         lr=args.lr,
         sim="ncc",
         label_loss="dice",
@@ -109,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         spacing=2.0,
         shape=(96, 112, 96),
         synth=0.4,
-        synth_labels=synth_labels,
+        synth_labels=tuple(str(p) for p in synth_labels(data)),
         holdout=HOLDOUT,
         test_fraction=0.0,
         checkpoint_every=250,
