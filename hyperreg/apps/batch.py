@@ -183,18 +183,9 @@ def batch_register(
             failure = {**identity, "error": _error_text(err), "traceback": traceback.format_exc()}
             write_json(folder / FAILURE, failure)
             continue
-        record = {
-            **identity,
-            "lambda_chosen": result.lam,
-            "lambda_reason": _lambda_reason(pair, lam, result),
-            **scores(result),
-            "seconds": time.perf_counter() - tic,
-            "rank": rank,
-            **outputs,
-            "resampled": "; ".join(result.resampled),
-            "warnings": "; ".join(said),
-            "dice": {str(k): v for k, v in (result.dice or {}).items()},
-        }
+        seconds = time.perf_counter() - tic
+        record = {**identity, **_summary(pair, lam, result, said), "seconds": seconds}
+        record.update(rank=rank, **outputs)
         write_json(folder / RECORD, record)
         (folder / FAILURE).unlink(missing_ok=True)
         if init == "none":  # an earlier run's affine stage is not part of this result
@@ -202,6 +193,19 @@ def batch_register(
         report.done += 1
     report.seconds = time.perf_counter() - start
     return report
+
+
+def _summary(pair: PairSpec, lam: float | str | None, result: Any, said: list[str]) -> dict:
+    """A finished pair's record cells (beside its identity, time, rank and outputs): the λ used
+    and why, its scores, what was resampled, its warnings and its Dice per label."""
+    return {
+        "lambda_chosen": result.lam,
+        "lambda_reason": _lambda_reason(pair, lam, result),
+        **scores(result),
+        "resampled": "; ".join(result.resampled),
+        "warnings": "; ".join(said),
+        "dice": {str(k): v for k, v in (result.dice or {}).items()},
+    }
 
 
 def _check_batch(fn: str, lam: float | str | None, model: Any, refine: Any) -> Any:
