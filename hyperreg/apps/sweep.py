@@ -372,7 +372,9 @@ def sweep_files(
     )
     if save_fields:
         files += _save_fields(out_dir, pair, results, lambdas)
-    return SweepReport(results=results, baseline_dice=pair.dice_before, files=files, chosen=chosen)
+    return SweepReport(
+        results=results, baseline_dice=pair.dice_before, files=files, chosen=chosen
+    )
 
 
 def _save_fields(

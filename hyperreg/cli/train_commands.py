@@ -35,30 +35,10 @@ _TRAIN_DEFAULTS: dict[str, Any] = {}
 
 # flags that are TrainConfig fields of the same name (others are mapped in _train_config)
 _CONFIG_FLAGS = (
-    "steps",
-    "batch_size",
-    "sim",
-    "atlas",
-    "atlas_seg",
-    "checkpoint_every",
-    "keep_checkpoints",
-    "val_every",
-    "val_fraction",
-    "test_fraction",
-    "amp",
-    "compile",
-    "spacing",
-    "synth",
-    "seed",
-    "device",
-    "label_loss",
-    "label_weight",
-    "max_labels",
-    "label_downsize",
-    "conform",
-    "mse_sigma",
-    "lam_endpoint_fraction",
-    "prefetch",
+    "steps", "batch_size", "sim", "atlas", "atlas_seg", "checkpoint_every", "keep_checkpoints",
+    "val_every", "val_fraction", "test_fraction", "amp", "compile", "spacing", "synth", "seed",
+    "device", "label_loss", "label_weight", "max_labels", "label_downsize", "conform",
+    "mse_sigma", "lam_endpoint_fraction", "prefetch",
 )
 _TUPLE_FLAGS = ("val_lambdas", "crop", "holdout", "shape", "synth_labels")
 
@@ -83,7 +63,8 @@ def _add_train_objective(train: argparse.ArgumentParser) -> None:
         "--max-labels",
         type=opts.positive_int,
         default=24,
-        help="labels per pair in the label term, a random subset when there are more (default 24)",
+        help="labels per pair in the label term, a random subset when there are more "
+        "(default 24)",
     )
     group.add_argument(
         "--label-downsize",
