@@ -19,6 +19,7 @@ from typing import Any
 
 from hyperreg.cli import args as opts
 from hyperreg.cli.inputs import check_out_folder, model_path_for, preprocessing_options
+from hyperreg.cli.messages import folding_text
 
 __all__ = ["COMMANDS", "add_parsers"]
 
@@ -160,7 +161,8 @@ def _print_means(summary: Any) -> None:
         others = ", ".join(f"{name} {value:.4f}" for name, value in before if value is not None)
         print(text + (f" ({others})" if others else ""))
     if rows:
-        print(f"folding {mean('folding_percent'):.3f} % of voxels (J ≤ 0), mean of {len(rows)}")
+        folding = mean("folding_percent") or 0.0
+        print(f"{folding_text(folding)}, mean over {len(rows)} pair(s)")
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
