@@ -266,7 +266,11 @@ def test_register_no_resample_makes_different_grids_an_error(
     )
     assert main(_register_args(files, moving=other) + ["--no-resample"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "shifted.nii.gz" in err
+    # the moving label map is still on the unshifted grid: a warning says so, then the error
+    warning, error = err.splitlines()
+    assert "label map" in warning and "not on the grid of its image" in warning
+    err = error
+    assert "error:" in err and "shifted.nii.gz" in err
     assert "are on different grids" in err and "affines differ" in err
     assert not files["out"].exists()
 

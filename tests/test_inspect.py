@@ -7,6 +7,7 @@ import pytest
 
 from hyperreg.geometry.inspect import (
     check_pair_contents,
+    label_grid_warning,
     looks_like_label_map,
     skull_evidence,
     skull_stripped,
@@ -85,6 +86,20 @@ def test_spacing_warning() -> None:
         spacing_warning(iso, (1.0, 1.0))
     with pytest.raises(ValueError, match="'model_spacing' must be >= 0"):
         spacing_warning(iso, -1.0)
+
+
+def test_label_grid_warning_names_both_grids() -> None:
+    image = _volume(np.zeros((4, 5, 6), np.float32), (1.0, 1.0, 1.0), name="img")
+    assert (
+        label_grid_warning(_volume(np.zeros((4, 5, 6), np.int32), (1.0, 1.0, 1.0)), image) is None
+    )
+    seg = _volume(np.zeros((4, 5, 6), np.int32), (0.98, 1.0, 1.0), name="seg")
+    message = label_grid_warning(seg, image)
+    assert message is not None and "\n" not in message
+    assert message.startswith("label map '/tmp/seg.nii.gz' (shape (4, 5, 6), 0.98 x 1 x 1 mm")
+    assert "its image '/tmp/img.nii.gz' (shape (4, 5, 6), 1 x 1 x 1 mm voxels" in message
+    other = _volume(np.zeros((4, 5, 7), np.int32), (1.0, 1.0, 1.0))
+    assert label_grid_warning(other, image) is not None  # same voxels, another shape
 
 
 def test_check_pair_contents_synthetic() -> None:

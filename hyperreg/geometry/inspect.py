@@ -19,11 +19,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from hyperreg.geometry.io import Volume
+from hyperreg.geometry.io import Volume, same_grid
 
 __all__ = [
     "SkullEvidence",
     "check_pair_contents",
+    "label_grid_warning",
     "label_ids_warning",
     "looks_like_label_map",
     "skull_evidence",
@@ -383,4 +384,35 @@ def label_ids_warning(
         f"share only {len(both)} of the {len(either)} label ids either holds: Dice, scored over "
         "the ids of either map, will be low whatever the registration does; check that both "
         "maps use one labelling (e.g. both FreeSurfer aseg ids)"
+    )
+
+
+def label_grid_warning(seg: Volume, image: Volume) -> str | None:
+    """A one-line warning when a label map is not on the voxel grid of its image.
+
+    Both are then placed through their own headers (the label map by nearest neighbour),
+    which is right only if both headers are: a label map written with another voxel size or
+    origin than its image (an export slip, as in the LapIRN example data) lands beside the
+    anatomy it labels, and Dice says so only as a low number.
+
+    Args:
+        seg: The label map (named in the message).
+        image: Its image (named in the message).
+
+    Returns:
+        The warning, or None when both share a grid
+        (:func:`~hyperreg.geometry.io.same_grid`: shapes equal, affines within 1e-4).
+    """
+    if same_grid(seg, image):
+        return None
+
+    def grid(volume: Volume) -> str:
+        spacing = " x ".join(f"{s:.4g}" for s in volume.spacing)
+        origin = ", ".join(f"{o + 0.0:.4g}" for o in volume.affine[:3, 3])  # no "-0"
+        return f"shape {volume.spatial_shape}, {spacing} mm voxels, origin ({origin}) mm"
+
+    return (
+        f"label map '{_name(seg, 'label map')}' ({grid(seg)}) is not on the grid of its image "
+        f"'{_name(image, 'image')}' ({grid(image)}): each is placed through its own header, "
+        "which is right only if both headers are; check them"
     )

@@ -35,7 +35,8 @@ from hyperreg.geometry.affine import (
     resample_affine,
     world_overlap,
 )
-from hyperreg.geometry.inspect import check_pair_contents, label_ids_warning, spacing_warning
+from hyperreg.geometry.inspect import check_pair_contents, label_grid_warning
+from hyperreg.geometry.inspect import label_ids_warning, spacing_warning
 from hyperreg.geometry.io import Volume, check_same_grid, check_same_ndim, has_header
 from hyperreg.geometry.io import load_volume, same_grid
 from hyperreg.geometry.resample import resample_to
@@ -376,6 +377,8 @@ def load_pair(
         if segs[name] is not None:  # a label map of another dimensionality than its image
             with passed_as(moving=name):
                 check_same_ndim(fn, segs[name], image)
+            if (note := label_grid_warning(segs[name], image)) is not None:
+                warnings.warn(note, stacklevel=2)
     moving_seg_v, fixed_seg_v = segs.values()
     if not resample:
         check_same_grid(moving_v, fixed_v)
