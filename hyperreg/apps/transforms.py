@@ -389,7 +389,8 @@ def warp_files(
             warnings.warn(
                 f"'{path}' looks like a label map (few integer ids, piecewise constant) but is "
                 "warped as an intensity image, with linear interpolation that blends ids into "
-                "values no label has; warp it as a label map (nearest neighbour) instead",
+                "values no label has; warp it as a label map instead (nearest neighbour: "
+                f"--labels '{path}' or --nearest on the command line, nearest=True in Python)",
                 stacklevel=2,
             )
         volumes.append(volume)
