@@ -112,7 +112,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         npz_geometry=args.npz_geometry,
         **pair_options(args),
     )
-    for message in report.results[0].resampled:
+    first = report.results[0]
+    if first.affine is not None:  # in the order they ran: affine stage, then the λ
+        print(affine_text(args.init, first.affine))
+    for message in first.resampled:
         print(f"{opts.PROG} sweep: {message}")
     if report.chosen is not None:
         print(f"chosen λ = {report.chosen.lam:.4g}: {report.chosen.reason} (marked * below)")
@@ -125,9 +128,6 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         )
         if refine_text(r.refinement):
             print(f"{'':8} {refine_text(r.refinement)}")
-    first = report.results[0]
-    if first.affine is not None:
-        print(affine_text(args.init, first.affine))
     if report.baseline_dice is not None:
         alone = "" if first.dice_affine is None else f", {args.init} alone {first.dice_affine:.4f}"
         print(f"no registration: mean Dice {report.baseline_dice:.4f}{alone}")

@@ -245,10 +245,10 @@ def _cmd_register(args: argparse.Namespace) -> int:
         figure=args.figure,
         **pair_options(args),
     )
-    for message in result.resampled:
-        print(f"{opts.PROG} register: {message}")
     if result.affine is not None:  # in the order they ran: affine stage, λ (auto: after it)
         print(affine_text(args.init, result.affine))
+    for message in result.resampled:
+        print(f"{opts.PROG} register: {message}")
     if result.lam_reason != "given":
         print(f"λ = {result.lam:.4g}: {result.lam_reason}")
     if refine_text(result.refinement):
