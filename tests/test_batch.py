@@ -246,3 +246,17 @@ def test_batch_warnings_name_their_pair_and_are_kept_in_the_summary(
     assert rows["pair00000"]["warnings"] == ""
     logged = [r.getMessage() for r in caplog.records if "is constant" in r.getMessage()]
     assert logged and all(m.startswith("pair00003: ") for m in logged)
+
+
+def test_batch_says_up_front_which_pairs_name_missing_files_and_prints_the_lambda(
+    job: dict[str, Path], capsys, caplog
+) -> None:
+    (job["data"] / "p2_moving.nii.gz").write_bytes((job["data"] / "p2_moving.good").read_bytes())
+    (job["data"] / "p4_fixed.nii.gz").unlink()
+    assert main(_batch_args(job, "--lambda", "0.5")) == 1
+    messages = [r.getMessage() for r in caplog.records]
+    first = next(i for i, m in enumerate(messages) if "do not exist" in m)
+    assert "1 pair(s)" in messages[first] and "pair00004 (row 4)" in messages[first]
+    assert first < next(i for i, m in enumerate(messages) if "pair00004 failed" in m)
+    out = capsys.readouterr().out
+    assert "λ = 0.5 for 2 pair(s): given for every row" in out  # rows 1 and 3 (the others own λ)

@@ -155,6 +155,7 @@ def batch_register(
     report = BatchReport()
     root = Path(out) / "pairs"
     root.mkdir(parents=True, exist_ok=True)
+    _warn_missing(pairs)
     bar = tqdm(pairs, desc=desc, unit="pair", disable=not progress, dynamic_ncols=True)
     for pair in bar:
         pair_lam = pair.lam if pair.lam is not None else lam  # None: the model's default
@@ -217,6 +218,25 @@ def _check_batch(fn: str, lam: float | str | None, model: Any, refine: Any) -> A
         check_refinement(fn, refine)
     check_lambda(fn, lam)
     return pair_refinement(model, refine) or Refinement(steps=0)
+
+
+def _warn_missing(pairs: Sequence[PairSpec]) -> None:
+    """Say before any work which pairs name files that do not exist (they will fail; the
+    others run): one line, the first three named."""
+    missing = []
+    for pair in pairs:
+        files = (pair.moving, pair.fixed, pair.moving_seg, pair.fixed_seg, pair.initial_affine)
+        gone = [str(path) for path in files if path is not None and not Path(path).exists()]
+        if gone:
+            missing.append(f"{pair.name} (row {pair.index}): '{gone[0]}'")
+    if missing:
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        logger.warning(
+            "%d pair(s) name files that do not exist and will fail, the others run: %s%s",
+            len(missing),
+            "; ".join(missing[:3]),
+            more,
+        )
 
 
 @contextlib.contextmanager

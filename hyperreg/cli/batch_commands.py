@@ -100,6 +100,12 @@ def _cmd_batch(args: argparse.Namespace) -> int:
     with passed_as(path="pairs"):  # a malformed CSV is exit 2 before any work
         read_pairs(args.pairs)
     model_path_for(args)  # a bad --model is exit 2 before any work; the bundled one is named
+    if args.refine is None:  # said before the pairs run, as register says it
+        from hyperreg.apps.models import checkpoint_default_refine
+
+        default = checkpoint_default_refine(args.model)
+        if default.steps:
+            print(f"{opts.PROG} batch: {default.source}; --refine 0: the network alone")
     run = run_batch(
         args.model,
         args.pairs,
@@ -113,12 +119,6 @@ def _cmd_batch(args: argparse.Namespace) -> int:
         npz_geometry=args.npz_geometry,
         **preprocessing_options(args),
     )
-    if args.refine is None and run.model is not None:
-        from hyperreg.apps.models import checkpoint_default_refine
-
-        default = checkpoint_default_refine(run.model)
-        if default.steps:
-            print(f"{opts.PROG} batch: {default.source}; --refine 0: the network alone")
     report = run.report
     who = f"rank {run.rank}/{run.world_size}: " if run.world_size > 1 else ""
     print(
@@ -139,8 +139,8 @@ def _cmd_batch(args: argparse.Namespace) -> int:
 
 
 def _print_means(summary: Any) -> None:
-    """Mean Dice (registered, affine alone, unregistered) over the pairs of ``summary.csv``
-    with label maps, and mean folding over all of them."""
+    """The λ the pairs of ``summary.csv`` got and why (the first three values), mean Dice
+    (registered, affine alone, unregistered) over those with label maps, and mean folding."""
     import csv
 
     with open(summary, newline="") as handle:
@@ -150,6 +150,14 @@ def _print_means(summary: Any) -> None:
         kept = [float(r[column]) for r in rows if r.get(column) not in (None, "")]
         return sum(kept) / len(kept) if kept else None
 
+    chosen: dict[tuple[str, str], int] = {}
+    for row in rows:
+        key = (row.get("lambda_chosen", ""), row.get("lambda_reason", ""))
+        chosen[key] = chosen.get(key, 0) + 1
+    for (lam, reason), count in list(chosen.items())[:3]:
+        print(f"λ = {float(lam):.4g} for {count} pair(s): {reason}")
+    if len(chosen) > 3:
+        print(f"λ: {len(chosen) - 3} more values (summary.csv: lambda_chosen, lambda_reason)")
     dice = mean("mean_dice")
     if dice is not None:
         labelled = sum(1 for r in rows if r.get("mean_dice"))
