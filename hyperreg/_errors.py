@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-__all__ = ["InputError", "MissingInputError", "passed_as", "quoted"]
+__all__ = ["InputError", "MissingInputError", "failure_text", "passed_as", "quoted"]
 
 
 def quoted(argument: str) -> str:
@@ -93,3 +93,13 @@ def passed_as(**names: str) -> Iterator[None]:
         err.argument = names.get(err.argument, err.argument)
         err.others = tuple(names.get(a, a) for a in err.others)
         raise
+
+
+def failure_text(err: BaseException) -> str:
+    """One line for a failed item of a batch (a pair, a CSV row): the library's own words (an
+    :class:`InputError`'s ``detail``, without the function name); the exception type only when
+    the message is empty, or for an unexpected error (not a ValueError, TypeError or OSError)."""
+    text = " ".join(str(getattr(err, "detail", err)).split())
+    if isinstance(err, (ValueError, TypeError, OSError)) and text:
+        return text
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__

@@ -137,6 +137,7 @@ def test_evaluate_csv_reports_a_missing_row_and_evaluates_the_rest(tmp_path: Pat
     assert [p.name for p in report.pairs] == ["a", "c"]
     assert [(i, n) for i, n, _ in report.failures] == [(1, "b")]
     assert "missing.nii.gz" in report.failures[0][2]
+    assert "()" not in report.failures[0][2]  # the library's words, not its function names
     first = report.pairs[0]
     assert first.ndv_percent == pytest.approx(100 * 0.5 / 64)
     # central differences step over the pushed pixel: (6 - 5.5) / 2 > 0, so no "folding"

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hyperreg._errors import failure_text
 from hyperreg._files import write_json
 from hyperreg.apps.batch_records import (
     FAILURE,
@@ -180,8 +181,8 @@ def batch_register(
             raise
         except Exception as err:  # one bad pair must not stop the batch
             report.failed += 1
-            logger.warning("%s failed: %s", pair.name, _error_text(err))
-            failure = {**identity, "error": _error_text(err), "traceback": traceback.format_exc()}
+            logger.warning("%s failed: %s", pair.name, failure_text(err))
+            failure = {**identity, "error": failure_text(err), "traceback": traceback.format_exc()}
             write_json(folder / FAILURE, failure)
             continue
         seconds = time.perf_counter() - tic
@@ -303,15 +304,6 @@ def _register_pair(
         initial_affine=pair.initial_affine,
         **options,
     )
-
-
-def _error_text(err: BaseException) -> str:
-    """The message of a failed pair for ``failures.csv``: the library's own words (an InputError's
-    ``detail``); the exception type only when the message is empty, or for an unexpected error."""
-    text = " ".join(str(getattr(err, "detail", err)).split())
-    if isinstance(err, (ValueError, TypeError, OSError)) and text:
-        return text
-    return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
 @dataclass

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hyperreg._errors import InputError
+from hyperreg._errors import InputError, failure_text
 from hyperreg._files import read_csv, write_csv
 from hyperreg.figures.backend import pyplot, save_figure
 from hyperreg.geometry.fields import load_displacement
@@ -282,7 +282,7 @@ def evaluate_csv(pairs_csv: PathLike, out: PathLike, *, naming: str = "auto") ->
                 )
         except (OSError, ValueError, TypeError, RuntimeError) as err:
             logger.debug("evaluate_csv(): row %d (%s) failed: %s", row.index, row.name, err)
-            failures.append((row.index, row.name, " ".join(str(err).split())))
+            failures.append((row.index, row.name, failure_text(err)))
     labels = sorted({label for p in pairs for label in p.dice})
     names = structure_names(labels, naming)
     folder = Path(out)
