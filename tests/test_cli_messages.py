@@ -520,3 +520,19 @@ def test_ctrl_c_is_one_line_and_exit_code_130(
     monkeypatch.setitem(run.COMMANDS, "register", interrupted)
     assert main(_register(pair, "--moved", str(pair["out"] / "m.nii.gz"))) == 130
     assert capsys.readouterr().err.strip() == "hyperreg register: interrupted"
+
+
+def test_an_unknown_option_is_said_by_its_subcommand_with_the_closest_ones(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ["register", "--moving", "a.nii.gz", "--fixed", "b.nii.gz", "--refien", "3"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "hyperreg register: error: unrecognized arguments: --refien 3 "
+        "(did you mean --refine or --refine-lr?)"
+    )
+    assert main(["affine", "--moving", "a", "--fixed", "b", "--zzz"]) == 2
+    assert (
+        capsys.readouterr().err.strip() == "hyperreg affine: error: unrecognized arguments: --zzz"
+    )

@@ -70,6 +70,11 @@ def subparser(parser: argparse.ArgumentParser, command: str) -> argparse.Argumen
     raise ValueError(f"subparser(): no subcommands in {parser.prog!r}")
 
 
+def option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    """Every option string of ``parser`` (``--moving``, ``-h``, …)."""
+    return [option for action in parser._actions for option in action.option_strings]
+
+
 def lambda_value(text: str) -> float:
     """One λ in [0, 1] (``--lambda``)."""
     try:

@@ -11,9 +11,10 @@ import logging
 import sys
 import warnings
 from collections.abc import Sequence
+from difflib import get_close_matches
 
 from hyperreg.cli import batch_commands, lambda_commands, register_commands, train_commands
-from hyperreg.cli.args import PROG, Parser
+from hyperreg.cli.args import PROG, Parser, option_strings, subparser
 from hyperreg.cli.messages import LogFormatter, error_text, one_line, options_of
 
 __all__ = ["build_parser", "main"]
@@ -44,7 +45,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``hyperreg`` command line; returns the exit code."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # said by the subcommand's parser, with the closest options it has
+            _unrecognized(subparser(parser, args.command), extra)
     except SystemExit as exit_:
         return int(exit_.code or 0)
     prog = f"{PROG} {args.command}"
@@ -70,6 +73,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         root.removeHandler(handler)
         root.setLevel(level)
+
+
+def _unrecognized(command: argparse.ArgumentParser, extra: list[str]) -> None:
+    """Exit 2 with ``hyperreg <cmd>: error: unrecognized arguments: …`` and, for an unknown
+    option, the options of ``<cmd>`` closest to it."""
+    known = option_strings(command)
+    close = [m for e in extra if e.startswith("--") for m in get_close_matches(e, known, n=2)]
+    hint = f" (did you mean {' or '.join(dict.fromkeys(close))}?)" if close else ""
+    command.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
 
 
 def _run(args: argparse.Namespace, prog: str, options: dict[str, str]) -> int:
