@@ -536,3 +536,17 @@ def test_an_unknown_option_is_said_by_its_subcommand_with_the_closest_ones(
     assert (
         capsys.readouterr().err.strip() == "hyperreg affine: error: unrecognized arguments: --zzz"
     )
+
+
+def test_an_unwritable_output_is_said_before_a_model_is_read(
+    pair: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["register", "--moving", str(pair["moving"]), "--fixed", str(pair["fixed"])]
+    assert main([*args, "--warp", "/proc/nope/w.nii.gz"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # no 'using the bundled model' first
+    assert captured.err.strip() == (
+        "hyperreg register: error: argument --warp: cannot write '/proc/nope/w.nii.gz': its "
+        "folder '/proc/nope' is missing and cannot be created, as '/proc' does not take new "
+        "files (No such file or directory)"
+    )

@@ -225,6 +225,12 @@ def _cmd_register(args: argparse.Namespace) -> int:
         raise ValueError("--moving-seg is used only with --moved-seg or --fixed-seg; add one")
     if args.fixed_seg and not args.moving_seg:
         raise ValueError("--fixed-seg needs --moving-seg (Dice compares the two label maps)")
+    from hyperreg.registration.pairs import check_outputs
+
+    inputs = (args.moving, args.fixed, args.moving_seg, args.fixed_seg)
+    paths = dict(moved=args.moved, warp_out=args.warp_out, moved_seg=args.moved_seg)
+    paths.update(inverse_warp_out=args.inverse_warp_out, field_out=args.field_out)
+    check_outputs("register", inputs, **paths)  # said before any model is read
     model = model_for(args)
     result = register_files(
         model,

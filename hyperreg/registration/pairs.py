@@ -456,5 +456,12 @@ def _check_folder(fn: str, name: str, out: PathLike, parent: Path) -> None:
             pass
     except OSError as err:
         message = "cannot write '{out}': folder '{folder}' does not take new files ({reason})"
+        if folder != parent:  # the output's own folder is missing and cannot be made there
+            message = (
+                "cannot write '{out}': its folder '{parent}' is missing and cannot be created, "
+                "as '{folder}' does not take new files ({reason})"
+            )
         reason = err.strerror or err
-        raise InputError(fn, message, name, out=out, folder=folder, reason=reason) from err
+        raise InputError(
+            fn, message, name, out=out, folder=folder, parent=parent, reason=reason
+        ) from err
