@@ -53,8 +53,9 @@ def warp_file(
     (either on-disk format, see :func:`hyperreg.geometry.fields.load_displacement`) lives on the
     fixed grid, ``moved[x] = moving(x + u(x))`` with ``u`` in voxels, and a ``moving`` file on
     another grid is sampled **once**, through both affines at those points (not resampled onto
-    the field's grid first and then warped). Intensities are not normalised. Samples outside the
-    image take 0, as ITK and ANTs resample (and as ``register`` writes an affine chain).
+    the field's grid first and then warped). Intensities are not normalised. Outside the image
+    the rule is ITK's and ANTs': the edge value up to half a voxel beyond the edge, 0 further
+    out (:func:`hyperreg.registration.chain.sample_volume`, as ``register`` writes outputs).
 
     Args:
         moving: Image or label map to warp (NIfTI, MGZ or npz).

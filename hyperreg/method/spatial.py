@@ -202,8 +202,10 @@ def sample_at(
             with ``N = len(S)`` and ``T`` any spatial shape of the same length; channel ``n``
             is the (fractional) index along array axis ``n`` (i, j, k order).
         mode: ``"bilinear"`` (trilinear in 3D) for intensities or ``"nearest"`` for label maps.
-        padding: Value taken outside the image: ``"zeros"`` (default, as ITK and ANTs
-            resample) or ``"border"`` (edge value).
+        padding: Value taken outside the image: ``"zeros"`` (default; ``grid_sample``'s zero
+            padding, so the value falls linearly to 0 over the voxel beyond the edge) or
+            ``"border"`` (edge value). Written outputs follow ITK's rule instead
+            (:func:`hyperreg.registration.chain.sample_volume`).
         exact: Sample in float64 (default). ``False``: the positions are converted to
             ``grid_sample`` coordinates in float64 and sampling runs in ``moving``'s dtype (at
             least float32), 2-3x faster on a CPU; positions within ~1e-7 of the image size

@@ -106,8 +106,9 @@ def sample_volume(
 ) -> Volume:
     """``volume`` (on its own grid) sampled at the chain's moving points, onto ``fixed``'s grid.
 
-    One interpolation: linear for images, nearest neighbour for label maps; points outside
-    ``volume`` take 0, as ITK and ANTs resample (``padding="border"``: the edge value). Works in
+    One interpolation: linear for images, nearest neighbour for label maps. Outside ``volume``
+    the rule is ITK's (and so ANTs'): a point up to half a voxel beyond the edge takes the edge
+    value, one further out takes 0 (``padding="border"``: the edge value everywhere). Works in
     slabs of the fixed grid so that a 256³ volume needs well under 1 GB. Positions are computed
     in float64 (one matrix from fixed voxels to ``volume``'s voxels); an image is then sampled
     in float32 (``sample_at(..., exact=False)``: values within float rounding of float64
@@ -142,9 +143,14 @@ def sample_volume(
         image = torch.from_numpy(volume.data.astype(np.float32))[None, None]
         out = np.empty(shape, np.float32)
         for rows in _slabs(shape):
-            points = torch.from_numpy(_apply(linear, offset, _slab_voxels(disp, shape, rows)))
-            sampled = sample_at(image, points[None], "bilinear", padding, exact=False)
+            points = _apply(linear, offset, _slab_voxels(disp, shape, rows))
+            # ITK's rule: the edge value up to half a voxel beyond the edge, 0 further out
+            sampled = sample_at(
+                image, torch.from_numpy(points)[None], "bilinear", "border", exact=False
+            )
             out[rows] = sampled[0, 0].numpy()
+            if padding == "zeros":
+                out[rows][_outside(points, volume.spatial_shape)] = 0.0
     return Volume(
         data=out,
         affine=fixed.affine,
@@ -152,6 +158,15 @@ def sample_volume(
         path=volume.path,
         codes=fixed.codes,
     )
+
+
+def _outside(points: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Points ``(N, *T)`` more than half a voxel outside a grid of ``shape`` (or not finite):
+    where ITK's resampler gives its default value."""
+    outside = ~np.isfinite(points).all(0)
+    for axis, size in enumerate(shape):
+        outside |= (points[axis] < -0.5) | (points[axis] > size - 0.5)
+    return outside
 
 
 def _nearest(data: np.ndarray, points: np.ndarray, padding: str) -> np.ndarray:
