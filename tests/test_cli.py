@@ -276,11 +276,13 @@ def test_register_no_resample_makes_different_grids_an_error(
 
 
 def test_register_itk_format_on_a_coronal_slice_writes_a_field_of_one_slice(
-    files: dict[str, Path],
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A coronal (LIA) slice stored (I, J, 1): a 3D ITK field of one slice (SimpleITK applies
-    such a field: test_native)."""
+    such a field built from its array: test_native), with a warning that ITK's NIfTI reader
+    cannot read the file itself."""
     assert main(_register_args(files) + ["--warp-format", "itk"]) == 0
+    assert "SimpleITK's and ANTs' NIfTI readers cannot read" in capsys.readouterr().err
     path = files["out"] / "warp.nii.gz"
     assert nib.load(path).shape == (24, 20, 1, 1, 3)
     loaded = load_displacement(path)

@@ -301,8 +301,9 @@ def add_warp_format_argument(parser: argparse.ArgumentParser, output: str) -> No
         default="voxel",
         help=f"format of {output}: voxel (default: voxels, channel last, i/j/k order) or itk: "
         "world mm in LPS, vector intent, shape (I,J,K,1,3) (2D: (I,J,1,1,2)), applied directly "
-        "by ANTs antsApplyTransforms and SimpleITK DisplacementFieldTransform; both with the "
-        "fixed-image affine",
+        "by ANTs antsApplyTransforms and SimpleITK DisplacementFieldTransform (a 2D slice "
+        "outside the world x-y plane, e.g. coronal: a one-slice 3D field their readers cannot "
+        "read, with a warning); both with the fixed-image affine",
     )
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from pathlib import Path
 from typing import NamedTuple
 
@@ -204,6 +205,13 @@ def save_displacement(
         img.header.set_intent("vector")
         one_slice = _itk_2d(like) and len(like.disk_shape) == 3
         img.header["descrip"] = _ITK_DESCRIP + (b" " + _STORED_ONE_SLICE if one_slice else b"")
+        if like.ndim == 2 and not _itk_2d(like):  # the module docstring's caveat, said once
+            warnings.warn(
+                f"'{path}': the ITK field of a slice outside the world x-y plane is a 3D field of "
+                "one slice, which SimpleITK's and ANTs' NIfTI readers cannot read (they drop "
+                "its slice axis); hyperreg warp applies it, or use the voxel format",
+                stacklevel=2,
+            )
     else:
         out = np.moveaxis(arr.astype(np.float32), 0, -1)
         out = np.ascontiguousarray(out).reshape(like.disk_shape + (like.ndim,))
