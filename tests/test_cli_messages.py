@@ -102,7 +102,8 @@ def _intensity(pair: dict[str, Path]) -> Path:
     [
         (("--moved", "{out}/a.nii.gz", "--warp", "{out}/a.nii.gz"), "--warp and --moved are the "),
         (("--moved", "{moving}"), "--moved would overwrite the input"),
-        (("--moved", "{out}/a.txt"), "--moved must end in ('.nii.gz', '.nii')"),
+        (("--moved", "{out}/a.txt"), "--moved must end in ('.nii.gz', '.nii', '.mgz')"),
+        (("--warp", "{out}/w.mgz"), "--warp must end in ('.nii.gz', '.nii'), got"),
         (
             ("--warp", "{out}/w.nii.gz", "--affine-out", "{out}/a.nii.gz"),
             "--affine-out must end in",

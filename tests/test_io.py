@@ -477,9 +477,28 @@ def test_save_volume_rejects_wrong_shape_nonfinite_and_suffix(tmp_path: Path) ->
     bad[1, 1, 1] = np.nan
     with pytest.raises(ValueError, match="'data' must be finite, got 1 non-finite"):
         save_volume(tmp_path / "x.nii.gz", bad, like)
-    with pytest.raises(ValueError, match=r"must end with one of \('\.nii\.gz', '\.nii'\)"):
-        save_volume(tmp_path / "x.mgz", np.zeros((4, 5, 6)), like)
+    with pytest.raises(ValueError, match=r"must end with one of \('\.nii\.gz', '\.nii', '\.mgz'\)"):
+        save_volume(tmp_path / "x.mgh", np.zeros((4, 5, 6)), like)
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("shape", [(4, 5, 6), (7, 5)])
+def test_save_volume_writes_freesurfer_mgz(tmp_path: Path, shape: tuple[int, ...]) -> None:
+    """Images (float32) and label maps (smallest integer type) as MGZ, with the affine; a 2D
+    slice as (I, J, 1); read back by nibabel and by load_volume alike."""
+    like = _like(shape)
+    image = np.random.default_rng(0).random(shape).astype(np.float32)
+    labels = (image * 3).astype(np.int64)
+    save_volume(tmp_path / "i.mgz", image, like)
+    save_volume(tmp_path / "s.mgz", labels, like, label=True)
+    for name, data, dtype in (("i.mgz", image, np.float32), ("s.mgz", labels, np.uint8)):
+        stored = nib.load(tmp_path / name)
+        assert isinstance(stored, nib.MGHImage) and stored.get_data_dtype().type is dtype
+        assert stored.shape == (*shape, 1)[:3]
+        np.testing.assert_allclose(stored.affine, like.affine, atol=1e-5)
+        np.testing.assert_array_equal(np.asanyarray(stored.dataobj).reshape(shape), data)
+    assert (tmp_path / "i.mgz").read_bytes()[:2] == b"\x1f\x8b"  # gzip, as FreeSurfer writes
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["i.mgz", "s.mgz"]  # no temporary left
 
 
 def test_save_displacement_3d_is_channel_last_in_voxels(tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ from hyperreg._files import atomic_write
 __all__ = [
     "HEADERLESS_SUFFIXES",
     "SAVE_SUFFIXES",
+    "VOLUME_SAVE_SUFFIXES",
     "Volume",
     "check_finite",
     "check_same_grid",
@@ -61,6 +62,8 @@ _LOAD_SUFFIXES: dict[str, str] = {
     ".npz": "npz",
 }
 SAVE_SUFFIXES: tuple[str, ...] = (".nii.gz", ".nii")
+# images and label maps may also go out as FreeSurfer MGZ (displacement fields: NIfTI only)
+VOLUME_SAVE_SUFFIXES: tuple[str, ...] = (*SAVE_SUFFIXES, ".mgz")
 _GZIP_LEVEL = 1  # ISA-L's fastest level; nibabel also writes .nii.gz at level 1
 _NPZ_KEYS: tuple[str, ...] = ("vol", "vol_data")
 
@@ -542,6 +545,20 @@ def write_nifti(img: nib.Nifti1Image, path: str | os.PathLike[str]) -> Path:
     return atomic_write(path, write)
 
 
+def _write_mgz(arr: np.ndarray, affine: np.ndarray, path: Path) -> None:
+    """Write ``arr`` (uint8, int16, int32 or float32) as FreeSurfer MGZ with ``affine``,
+    atomically, gzip by ISA-L (as :func:`write_nifti`). MGH keeps 3 spatial axes, so a 2D
+    ``(I, J)`` array is written as ``(I, J, 1)``."""
+    data = arr if arr.ndim >= 3 else arr.reshape(*arr.shape, 1)
+    img = nib.MGHImage(data, np.asarray(affine, dtype=np.float64))
+
+    def write(tmp: Path) -> None:
+        with igzip.open(tmp, "wb", compresslevel=_GZIP_LEVEL) as stream:
+            img.to_file_map({"image": nib.FileHolder(fileobj=stream)})
+
+    atomic_write(path, write)
+
+
 def to_nifti(arr: np.ndarray, like: Volume) -> nib.Nifti1Image:
     """Build a NIfTI image with ``like.affine`` as both sform and qform, no scaling.
 
@@ -605,7 +622,8 @@ def save_volume(
     over ``path``; on failure nothing is left behind. Parent folders are created.
 
     Args:
-        path: Output file, ``.nii`` or ``.nii.gz``.
+        path: Output file, ``.nii``, ``.nii.gz`` or ``.mgz`` (FreeSurfer MGZ: the affine, no
+            NIfTI codes; a 2D slice read as ``(I, J)`` goes out as ``(I, J, 1)``).
         data: Array-like of shape ``like.spatial_shape``, ``(I, J)`` or ``(I, J, K)``. Images
             are stored as float32. Label maps (``label=True``) must be integer-valued and are
             stored, unscaled (slope 1, intercept 0), as the smallest of uint8 / int16 / int32
@@ -617,14 +635,14 @@ def save_volume(
         ``path`` as a :class:`~pathlib.Path`.
 
     Raises:
-        ValueError: If the suffix is not ``.nii``/``.nii.gz``; if ``data``'s shape differs from
-            ``like.spatial_shape``; if ``data`` has non-finite values; or, for label maps, if it
-            is not integer-valued or does not fit in int32.
+        ValueError: If the suffix is not ``.nii``/``.nii.gz``/``.mgz``; if ``data``'s shape
+            differs from ``like.spatial_shape``; if ``data`` has non-finite values; or, for label
+            maps, if it is not integer-valued or does not fit in int32.
         OSError: If the file cannot be written.
     """
     fn = "save_volume"
     path = Path(path)
-    format_of(path, SAVE_SUFFIXES, fn)  # raises on a suffix it cannot write
+    suffix = format_of(path, VOLUME_SAVE_SUFFIXES, fn)  # raises on a suffix it cannot write
     arr = np.asarray(data)
     if arr.shape != like.data.shape:
         raise ValueError(
@@ -645,7 +663,10 @@ def save_volume(
     else:
         out = arr.astype(np.float32, copy=False)  # no copy of a float32 image
         check_finite(fn, "data", out)
-    write_nifti(to_nifti(out.reshape(like.disk_shape), like), path)
+    if suffix == ".mgz":
+        _write_mgz(out.reshape(like.disk_shape), like.affine, path)
+    else:
+        write_nifti(to_nifti(out.reshape(like.disk_shape), like), path)
     logger.debug("%s(): wrote '%s' shape %s dtype %s", fn, path, like.disk_shape, out.dtype)
     return path
 

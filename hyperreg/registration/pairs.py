@@ -24,7 +24,8 @@ import torch
 from hyperreg._checks import as_lambda_tensor
 from hyperreg._errors import InputError, passed_as
 from hyperreg.geometry.intensity import normalize_intensity
-from hyperreg.geometry.io import SAVE_SUFFIXES, Volume, check_same_grid, same_grid
+from hyperreg.geometry.io import SAVE_SUFFIXES, VOLUME_SAVE_SUFFIXES, Volume, check_same_grid
+from hyperreg.geometry.io import same_grid
 from hyperreg.geometry.resample import conformed_grid, describe_grid, isotropic_grid, resample_to
 from hyperreg.method.metrics import registration_dice
 from hyperreg.method.model import HyperMorph, RegistrationOutput
@@ -53,7 +54,8 @@ logger = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike[str]
 _SLAB_VOXELS = 2_000_000  # fixed voxels per slab in NetworkGrid.to_fixed (bounds memory)
-OUTPUT_SUFFIXES = SAVE_SUFFIXES  # what io.save_volume and fields.save_displacement write
+OUTPUT_SUFFIXES = SAVE_SUFFIXES  # what fields.save_displacement writes (displacements)
+FIELD_OUTPUTS = ("warp_out", "inverse_warp_out", "field_out", "warp")  # the rest: io.save_volume
 
 
 def onto_grid(
@@ -405,7 +407,9 @@ def register_pair(
 def check_outputs(
     fn: str, inputs: Sequence[PathLike | None] = (), **outputs: PathLike | None
 ) -> None:
-    """Check output paths before any work: suffix, distinct, not an input, folder writable.
+    """Check output paths before any work: suffix (displacement fields, named in
+    :data:`FIELD_OUTPUTS`: NIfTI; images and label maps: NIfTI or MGZ), distinct, not an
+    input, folder writable.
 
     The nearest existing folder of each output is probed by creating (and removing) a temporary
     file in it, so a folder that reports itself writable but is not (``/proc``, a read-only
@@ -420,10 +424,9 @@ def check_outputs(
     for name, out in outputs.items():
         if out is None:
             continue
-        if not str(out).endswith(OUTPUT_SUFFIXES):
-            raise InputError(
-                fn, "{0} must end in {ends}, got '{out}'", name, ends=OUTPUT_SUFFIXES, out=out
-            )
+        ends = OUTPUT_SUFFIXES if name in FIELD_OUTPUTS else VOLUME_SAVE_SUFFIXES
+        if not str(out).lower().endswith(ends):
+            raise InputError(fn, "{0} must end in {ends}, got '{out}'", name, ends=ends, out=out)
         path = Path(out).resolve()
         if path in seen:
             raise InputError(
