@@ -369,3 +369,19 @@ def test_2d_cpu_warp_refuses_non_finite_positions_instead_of_crashing() -> None:
             with pytest.raises(RuntimeError, match="non-finite"):
                 warp(moving, disp, exact=exact)
     assert torch.isfinite(warp(moving, torch.zeros(1, 2, 16, 16), exact=False)).all()
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_itk_padding_is_the_edge_value_to_half_a_voxel_out_then_zero(exact: bool) -> None:
+    """``padding="itk"``: ITK's resampler rule (the written outputs'); "zeros" falls linearly."""
+    image = torch.full((1, 1, 4, 5), 2.0)
+    disp = torch.zeros(1, 2, 4, 5)
+    disp[:, 1, :, 0] = -0.3  # column 0 samples at j = -0.3: inside ITK's half-voxel band
+    disp[:, 1, :, 4] = 0.7  # column 4 samples at j = 4.7: more than half a voxel out
+    itk = warp(image, disp, padding="itk", exact=exact)[0, 0]
+    zeros = warp(image, disp, padding="zeros", exact=exact)[0, 0]
+    assert torch.allclose(itk[:, 0], torch.tensor(2.0)) and torch.all(itk[:, 4] == 0)
+    assert torch.allclose(itk[:, 1:4], torch.tensor(2.0))
+    assert torch.allclose(zeros[:, 0], torch.tensor(1.4)) and torch.allclose(
+        zeros[:, 4], torch.tensor(0.6)
+    )

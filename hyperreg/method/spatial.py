@@ -31,7 +31,9 @@ __all__ = [
 ]
 
 WARP_MODES = ("bilinear", "nearest")
-PADDING_MODES = ("border", "zeros")
+# "itk": ITK's (and ANTs') resampler: the edge value up to half a voxel beyond the edge, 0 further
+# out (for written outputs: they then match SimpleITK's resampling at the field of view's edge)
+PADDING_MODES = ("border", "zeros", "itk")
 
 
 def identity_grid(
@@ -98,7 +100,10 @@ def warp(
         disp: Displacement field, shape ``(B, N, *S)`` or ``(1, N, *S)`` with ``N = len(S)``.
             Channel ``n`` is the shift along array axis ``n`` (i, j, k order), in voxels.
         mode: ``"bilinear"`` (trilinear in 3D) for intensities or ``"nearest"`` for label maps.
-        padding: Value taken outside the image: ``"border"`` (edge value) or ``"zeros"``.
+        padding: Value taken outside the image: ``"border"`` (edge value), ``"zeros"``
+            (``grid_sample``'s: the value falls linearly to 0 over the voxel beyond the edge) or
+            ``"itk"`` (ITK's and ANTs' rule, for written outputs: the edge value up to half a
+            voxel beyond the edge, 0 further out).
         exact: Sample in float64 (see above).
 
     Returns:
@@ -177,7 +182,14 @@ def _grid_sample(moving: Tensor, grid: Tensor, mode: str, padding: str, fn: str 
             f"{fn}(): the sampling positions hold non-finite values (NaN or inf), e.g. from a "
             "diverged training or refinement"
         )
-    return F.grid_sample(moving, grid, mode=mode, padding_mode=padding, align_corners=True)
+    if padding != "itk":
+        return F.grid_sample(moving, grid, mode=mode, padding_mode=padding, align_corners=True)
+    out = F.grid_sample(moving, grid, mode=mode, padding_mode="border", align_corners=True)
+    # voxel -0.5 and S - 0.5 are -1 - 1/(S-1) and 1 + 1/(S-1) in grid_sample's coordinates
+    sizes = [max(s - 1, 1) for s in reversed(moving.shape[2:])]
+    limit = torch.tensor([1.0 + 1.0 / s for s in sizes], dtype=grid.dtype, device=grid.device)
+    outside = (grid.abs() > limit).any(-1) | ~torch.isfinite(grid).all(-1)
+    return out.masked_fill(outside[:, None], 0.0)
 
 
 def sample_at(
@@ -202,10 +214,8 @@ def sample_at(
             with ``N = len(S)`` and ``T`` any spatial shape of the same length; channel ``n``
             is the (fractional) index along array axis ``n`` (i, j, k order).
         mode: ``"bilinear"`` (trilinear in 3D) for intensities or ``"nearest"`` for label maps.
-        padding: Value taken outside the image: ``"zeros"`` (default; ``grid_sample``'s zero
-            padding, so the value falls linearly to 0 over the voxel beyond the edge) or
-            ``"border"`` (edge value). Written outputs follow ITK's rule instead
-            (:func:`hyperreg.registration.chain.sample_volume`).
+        padding: Value taken outside the image, as :func:`warp`'s: ``"zeros"`` (default),
+            ``"border"`` or ``"itk"`` (what written outputs use).
         exact: Sample in float64 (default). ``False``: the positions are converted to
             ``grid_sample`` coordinates in float64 and sampling runs in ``moving``'s dtype (at
             least float32), 2-3x faster on a CPU; positions within ~1e-7 of the image size

@@ -143,14 +143,10 @@ def sample_volume(
         image = torch.from_numpy(volume.data.astype(np.float32))[None, None]
         out = np.empty(shape, np.float32)
         for rows in _slabs(shape):
-            points = _apply(linear, offset, _slab_voxels(disp, shape, rows))
-            # ITK's rule: the edge value up to half a voxel beyond the edge, 0 further out
-            sampled = sample_at(
-                image, torch.from_numpy(points)[None], "bilinear", "border", exact=False
-            )
+            points = torch.from_numpy(_apply(linear, offset, _slab_voxels(disp, shape, rows)))
+            rule = "itk" if padding == "zeros" else padding  # ITK's rule outside the image
+            sampled = sample_at(image, points[None], "bilinear", rule, exact=False)
             out[rows] = sampled[0, 0].numpy()
-            if padding == "zeros":
-                out[rows][_outside(points, volume.spatial_shape)] = 0.0
     return Volume(
         data=out,
         affine=fixed.affine,
@@ -158,15 +154,6 @@ def sample_volume(
         path=volume.path,
         codes=fixed.codes,
     )
-
-
-def _outside(points: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """Points ``(N, *T)`` more than half a voxel outside a grid of ``shape`` (or not finite):
-    where ITK's resampler gives its default value."""
-    outside = ~np.isfinite(points).all(0)
-    for axis, size in enumerate(shape):
-        outside |= (points[axis] < -0.5) | (points[axis] > size - 0.5)
-    return outside
 
 
 def _nearest(data: np.ndarray, points: np.ndarray, padding: str) -> np.ndarray:

@@ -306,7 +306,7 @@ def result_from_output(
     moved = moved_seg = None
     if images and moving is not None:
         raw = torch.from_numpy(moving.data.astype(np.float32))[None, None].to(disp.device)
-        moved = warp(raw, disp, padding="zeros")[0, 0].cpu().numpy()
+        moved = warp(raw, disp, padding="itk")[0, 0].cpu().numpy()  # as ITK writes it
     elif images:
         moved = out.moved[index, 0].float().cpu().numpy()
     if images and moving_seg is not None:
