@@ -88,6 +88,8 @@ def _reference(volume: Volume, transform, disp, fixed: Volume, label: bool, padd
     voxels += to_voxel[:3, 3].reshape((3,) + (1,) * fixed.ndim)
     data = torch.from_numpy(volume.data.astype(np.float64))[None, None]
     points = torch.from_numpy(np.ascontiguousarray(voxels[: volume.ndim]))[None]
+    if padding == "zeros" and not label:  # sample_volume's "zeros" is ITK's rule for images
+        padding = "itk"
     out = sample_at(data, points, "nearest" if label else "bilinear", padding)[0, 0].numpy()
     return np.rint(out).astype(np.int32) if label else out.astype(np.float32)
 
