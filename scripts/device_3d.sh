@@ -14,7 +14,7 @@
 # runs/h3d_gpu on the device, stops it with SIGTERM after MINUTES (the run checkpoints and exits),
 # and writes to $OUT: hypermorph-3d-gpu.pt (hyperreg.pretrained.export_model of the last
 # checkpoint; continue here with --init), train_log.csv, val_log.csv, split.json, train.log.
-# Env: BATCH (pairs per step, default the recipe's 1), LR (default the recipe's 1e-4).
+# Env: BATCH (pairs per step, default the recipe's 1), LR (default the recipe's 5e-6).
 # A dry run on a CPU machine: DEVICE=cpu OUT=/tmp/out bash scripts/device_3d.sh train 1
 set -euo pipefail
 cd "$(dirname "$0")/.."
