@@ -39,6 +39,7 @@ from hyperreg.apps.batch_records import (
     finished,
     merge_records,
     pair_identity,
+    read_record,
     scores,
 )
 from hyperreg.apps.inputs import PairSpec, read_pairs, shard
@@ -163,10 +164,11 @@ def batch_register(
         folder = root / pair.name
         planned = default.lam if pair_lam is None else pair_lam
         identity, outputs = pair_identity(pair, planned, refine, init), _outputs(pair, init)
-        if finished(folder, identity):
+        earlier = read_record(folder)  # read once: done, or what changed since
+        if finished(folder, earlier, identity):
             report.skipped += 1
             continue
-        changed = changed_settings(folder, identity)
+        changed = changed_settings(earlier, identity)
         if changed:
             logger.info(
                 "%s: registered again, its settings changed (%s)", pair.name, "; ".join(changed)

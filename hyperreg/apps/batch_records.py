@@ -29,6 +29,7 @@ __all__ = [
     "finished",
     "merge_records",
     "pair_identity",
+    "read_record",
     "scores",
 ]
 
@@ -86,27 +87,27 @@ def pair_identity(pair: PairSpec, lam: float | str, refine: Any, init: str) -> d
     return identity
 
 
-def _record(folder: Path) -> dict[str, Any] | None:
+def read_record(folder: Path) -> dict[str, Any] | None:
+    """The pair's ``record.json`` in ``folder``, or None when there is none (or it is
+    unreadable, e.g. being replaced)."""
     try:
         return json.loads((folder / RECORD).read_text())
     except (OSError, ValueError):
         return None
 
 
-def finished(folder: Path, identity: dict[str, Any]) -> bool:
-    """A record for this exact identity (:func:`pair_identity`) is in ``folder`` and every
-    output it lists is on disk."""
-    record = _record(folder)
-    if record is None or changed_settings(folder, identity):
+def finished(folder: Path, record: dict[str, Any] | None, identity: dict[str, Any]) -> bool:
+    """``record`` (:func:`read_record` of ``folder``) is for this exact identity
+    (:func:`pair_identity`) and every output it lists is on disk."""
+    if record is None or changed_settings(record, identity):
         return False
     return all((folder / record[k]).is_file() for k in OUTPUTS if record.get(k))
 
 
-def changed_settings(folder: Path, identity: dict[str, Any]) -> list[str]:
-    """The settings of an earlier record in ``folder`` that differ from ``identity``, as
+def changed_settings(record: dict[str, Any] | None, identity: dict[str, Any]) -> list[str]:
+    """The settings of an earlier ``record`` that differ from ``identity``, as
     ``"<key> <old> -> <new>"`` (``refine`` and ``init`` read ``none`` when absent); empty
     when there is no record or nothing changed."""
-    record = _record(folder)
     if record is None:
         return []
     keys = [*identity, *(k for k in ("refine", "init") if k not in identity)]
