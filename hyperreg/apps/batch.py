@@ -92,6 +92,7 @@ def batch_register(
     refine: Any = None,
     init: str | None = None,
     npz_geometry: str | None = None,
+    passes: int = 1,
 ) -> BatchReport:
     """Register every pair of ``pairs`` (one shard) with per-pair records, resumably.
 
@@ -127,7 +128,9 @@ def batch_register(
             stage of :func:`~hyperreg.apps.register.register_files`, once per pair; its
             transform is written as ``affine.mat`` and ``warp.nii.gz`` holds the composed
             transform. Part of a pair's identity.
-        npz_geometry: Geometry of npz inputs (:func:`~hyperreg.registration.pipeline.load_input`).
+        npz_geometry: Geometry of npz inputs (:func:`~hyperreg.registration.inputs.load_input`).
+        passes: Network passes per pair (:func:`~hyperreg.apps.register.register_files`); part
+            of a pair's identity when more than 1.
 
     Returns:
         A :class:`BatchReport`.
@@ -152,6 +155,7 @@ def batch_register(
         refine=refine,
         init=init,
         npz_geometry=npz_geometry,
+        passes=passes,
     )
     start = time.perf_counter()
     report = BatchReport()
@@ -163,7 +167,7 @@ def batch_register(
         pair_lam = pair.lam if pair.lam is not None else lam  # None: the model's default
         folder = root / pair.name
         planned = default.lam if pair_lam is None else pair_lam
-        identity, outputs = pair_identity(pair, planned, refine, init), _outputs(pair, init)
+        identity, outputs = pair_identity(pair, planned, refine, init, passes), _outputs(pair, init)
         earlier = read_record(folder)  # read once: done, or what changed since
         if finished(folder, earlier, identity):
             report.skipped += 1
@@ -346,6 +350,7 @@ def run_batch(
     refine: Any = None,
     init: str | None = None,
     npz_geometry: str | None = None,
+    passes: int = 1,
 ) -> BatchRun:
     """One process of a batch job: read the pairs, run this rank's shard, merge.
 
@@ -374,6 +379,7 @@ def run_batch(
         refine: Test-time refinement per pair (see :func:`batch_register`), or None.
         init: The affine stage per pair (see :func:`batch_register`).
         npz_geometry: Geometry of npz inputs (see :func:`batch_register`).
+        passes: Network passes per pair (see :func:`batch_register`).
 
     Returns:
         A :class:`BatchRun`.
@@ -415,6 +421,7 @@ def run_batch(
             refine=refine,
             init=init,
             npz_geometry=npz_geometry,
+            passes=passes,
         )
         merged = None
         if group:

@@ -68,10 +68,12 @@ SUMMARY_COLUMNS = (
 FAILURE_COLUMNS = ("index", "name", "moving", "fixed", "moving_seg", "fixed_seg", "lambda", "error")
 
 
-def pair_identity(pair: PairSpec, lam: float | str, refine: Any, init: str) -> dict[str, Any]:
+def pair_identity(
+    pair: PairSpec, lam: float | str, refine: Any, init: str, passes: int = 1
+) -> dict[str, Any]:
     """What a finished record of ``pair`` must match: its files, λ (a number or ``"auto"``),
-    the refinement's steps, similarity and learning rate (when it refines) and the affine
-    stage (when there is one)."""
+    the refinement's steps, similarity and learning rate (when it refines), the affine
+    stage (when there is one) and the network passes (when more than 1)."""
     identity: dict[str, Any] = {
         "index": pair.index,
         "moving": str(pair.moving),
@@ -84,6 +86,8 @@ def pair_identity(pair: PairSpec, lam: float | str, refine: Any, init: str) -> d
         identity["refine"] = f"{refine.steps} {refine.sim} {refine.lr:g}"
     if init != "none":
         identity["init"] = init
+    if passes != 1:
+        identity["passes"] = passes
     return identity
 
 
@@ -106,14 +110,15 @@ def finished(folder: Path, record: dict[str, Any] | None, identity: dict[str, An
 
 def changed_settings(record: dict[str, Any] | None, identity: dict[str, Any]) -> list[str]:
     """The settings of an earlier ``record`` that differ from ``identity``, as
-    ``"<key> <old> -> <new>"`` (``refine`` and ``init`` read ``none`` when absent); empty
-    when there is no record or nothing changed."""
+    ``"<key> <old> -> <new>"`` (``refine`` and ``init`` read ``none`` when absent, ``passes``
+    1); empty when there is no record or nothing changed."""
     if record is None:
         return []
-    keys = [*identity, *(k for k in ("refine", "init") if k not in identity)]
+    absent = {"refine": "none", "init": "none", "passes": 1}
+    keys = [*identity, *(k for k in absent if k not in identity)]
     changed = []
     for key in keys:
-        old, new = record.get(key, "none"), identity.get(key, "none")
+        old, new = record.get(key, absent.get(key)), identity.get(key, absent.get(key))
         if old != new:
             changed.append(f"{key} {old} -> {new}")
     return changed

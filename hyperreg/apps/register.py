@@ -27,13 +27,13 @@ from hyperreg.geometry.affine import AffineTransform, save_affine
 from hyperreg.geometry.fields import DISPLACEMENT_FORMATS, check_itk_grid, save_displacement
 from hyperreg.geometry.io import save_volume
 from hyperreg.method.model import HyperMorph
+from hyperreg.registration.inputs import load_input
 from hyperreg.registration.pairs import PathLike, check_outputs
 from hyperreg.registration.pipeline import (
     DEFAULT_INIT,
     DEFAULT_NORMALIZATION,
     PairResult,
     PreparedPair,
-    load_input,
     load_pair,
 )
 from hyperreg.registration.refine import Refinement, check_refinement
@@ -69,6 +69,7 @@ def register_files(
     initial_affine: AffineTransform | PathLike | None = None,
     npz_geometry: str | None = None,
     figure: PathLike | None = None,
+    passes: int = 1,
 ) -> PairResult:
     """Load, register and write one pair at one λ (``hyperreg register``).
 
@@ -122,11 +123,13 @@ def register_files(
             starts from it, or with ``init="none"`` it is used as is
             (:func:`~hyperreg.registration.pipeline.load_pair`); None by default.
         npz_geometry: Geometry of npz inputs (no header): ``"fixed"``, ``"identity"`` or None
-            (an npz input is an error), see :func:`hyperreg.registration.pipeline.load_input`.
+            (an npz input is an error), see :func:`hyperreg.registration.inputs.load_input`.
         figure: Output PNG of the alignment check
             (:func:`hyperreg.figures.alignment.alignment_figure`: before and after rows with the
             fixed image's edges, a checkerboard, the difference, and label borders when both
             label maps are given), or None.
+        passes: Network passes, composed (:func:`hyperreg.registration.passes.register_passes`;
+            ``refine`` refines the last); default 1.
 
     Returns:
         The :class:`~hyperreg.registration.pipeline.PairResult` (``resampled`` lists what was
@@ -182,7 +185,8 @@ def register_files(
         npz_geometry=npz_geometry,
     )
     chosen = pair_lambda(pair, model, lam)
-    result = pair.register(model, [chosen.lam], refine, inverse=inverse_warp_out is not None)[0]
+    inverse = inverse_warp_out is not None
+    result = pair.register(model, [chosen.lam], refine, inverse=inverse, passes=passes)[0]
     result.lam_reason = chosen.reason
     write_result(result, pair, **outputs, affine_out=affine_out, warp_format=warp_format)
     if figure is not None:

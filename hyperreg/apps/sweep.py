@@ -267,6 +267,7 @@ def sweep_files(
     initial_affine: AffineTransform | PathLike | None = None,
     lam: float | str | None = None,
     npz_geometry: str | None = None,
+    passes: int = 1,
 ) -> SweepReport:
     """Load a pair, sweep λ (:func:`sweep_lambdas`) and write the report to ``out``.
 
@@ -312,7 +313,9 @@ def sweep_files(
             (:func:`hyperreg.apps.models.pair_lambda`), a number marks that λ; it is added to
             ``lambdas`` when missing.
         npz_geometry: Geometry of npz inputs (no header): ``"fixed"``, ``"identity"`` or None
-            (an npz input is an error), see :func:`hyperreg.registration.pipeline.load_input`.
+            (an npz input is an error), see :func:`hyperreg.registration.inputs.load_input`.
+        passes: Network passes per λ, composed (:func:`hyperreg.registration.passes.
+            register_passes`; one λ at a time when more than 1); default 1.
 
     Returns:
         A :class:`SweepReport`.
@@ -352,7 +355,7 @@ def sweep_files(
     lambdas = list(lambdas)
     if chosen is not None and not any(abs(float(v) - chosen.lam) < 1e-9 for v in lambdas):
         lambdas.append(chosen.lam)
-    results = pair.register(model, lambdas, refine, chunk=chunk, amp=amp, ncc=True)
+    results = pair.register(model, lambdas, refine, chunk=chunk, amp=amp, ncc=True, passes=passes)
     if chosen is not None:
         for given, r in zip(lambdas, results):
             if abs(float(given) - chosen.lam) < 1e-9:

@@ -42,7 +42,7 @@ from hyperreg.method.metrics import registration_dice
 from hyperreg.registration.chain import sample_volume
 from hyperreg.registration.pairs import PathLike, check_outputs
 from hyperreg._errors import InputError, passed_as
-from hyperreg.registration.pipeline import initial_transform, load_input
+from hyperreg.registration.inputs import initial_transform, load_input
 
 __all__ = [
     "AffineResult",
@@ -124,7 +124,7 @@ def affine_files(
         moved_seg: Output for the moved label map (integer type), or None.
         seed: Seed of the metric sampling (3D).
         npz_geometry: Geometry of npz inputs (no header): ``"fixed"``, ``"identity"`` or None
-            (an npz input is an error), see :func:`hyperreg.registration.pipeline.load_input`.
+            (an npz input is an error), see :func:`hyperreg.registration.inputs.load_input`.
         initial_affine: An ITK ``.mat``/``.tfm`` to start from (refined by the stage; with
             ``init="none"`` applied as is), checked against the pair
             (:func:`~hyperreg.geometry.affine.load_initial_affine`).
@@ -340,7 +340,7 @@ def warp_files(
             when False.
         npz_geometry: Geometry of npz inputs (no header): ``"fixed"`` (the target grid's),
             ``"identity"`` or None (an npz input is an error), see
-            :func:`hyperreg.registration.pipeline.load_input`.
+            :func:`hyperreg.registration.inputs.load_input`.
         fill: Value of images outside the moving file
             (:func:`hyperreg.geometry.intensity.outside_fill`): ``"zero"`` (default), ``"edge"``
             (the nearest edge voxel), ``"min"`` (the image minimum, e.g. a CT's −1024) or a

@@ -34,6 +34,7 @@ __all__ = [
     "add_out_argument",
     "add_pair_arguments",
     "add_pairs_csv_argument",
+    "add_passes_argument",
     "add_preprocessing_arguments",
     "add_refine_arguments",
     "add_resample_argument",
@@ -44,6 +45,7 @@ __all__ = [
     "lambda_request",
     "lambda_value",
     "non_negative_int",
+    "pass_count",
     "percent",
     "positive_int",
     "refine_steps",
@@ -380,6 +382,29 @@ def add_refine_arguments(parser: argparse.ArgumentParser, model_default: bool = 
         default=None,
         metavar="LR",
         help="Adam learning rate for --refine, voxels per step (default: the library's, 0.15)",
+    )
+
+
+def pass_count(text: str) -> int:
+    """A number of network passes in [1, 4] (``--passes``)."""
+    limit = 4  # hyperreg.registration.passes.MAX_PASSES (not imported: --help stays fast)
+    if not text.strip().isdigit() or not 1 <= int(text) <= limit:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {limit}, got {text!r}")
+    return int(text)
+
+
+def add_passes_argument(parser: argparse.ArgumentParser) -> None:
+    """``--passes N``: the network applied N times, each pass to the last one's moved image."""
+    parser.add_argument(
+        "--passes",
+        type=pass_count,
+        default=1,
+        metavar="N",
+        help="apply the network N times (1-4; default 1), each pass registering the previous "
+        "pass's moved image to the fixed image, the fields composed (a recursive cascade with "
+        "shared weights); --refine refines the last pass. Each pass costs one more forward "
+        "pass (seconds for a 3D pair on a CPU); whether it helps depends on the model: see "
+        "its card",
     )
 
 

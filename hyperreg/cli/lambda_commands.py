@@ -54,6 +54,7 @@ def _add_sweep(sub: Any) -> None:
     )
     opts.add_batching_arguments(sweep)
     opts.add_refine_arguments(sweep)
+    opts.add_passes_argument(sweep)
     opts.add_init_argument(sweep)
     opts.add_preprocessing_arguments(sweep)
     opts.add_npz_geometry_argument(sweep)
@@ -110,6 +111,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         initial_affine=args.initial_affine,
         lam=args.lam,
         npz_geometry=args.npz_geometry,
+        passes=args.passes,
         **pair_options(args),
     )
     first = report.results[0]

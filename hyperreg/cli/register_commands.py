@@ -10,6 +10,7 @@ The library is imported inside the command functions, so ``hyperreg --help`` is 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from hyperreg.cli import args as opts
@@ -80,6 +81,7 @@ def _add_register(sub: Any) -> None:
         "every panel titled; 3D: middle slice",
     )
     opts.add_refine_arguments(reg, model_default=True)
+    opts.add_passes_argument(reg)
     opts.add_preprocessing_arguments(reg)
     opts.add_npz_geometry_argument(reg)
     opts.add_common(reg)
@@ -249,14 +251,23 @@ def _cmd_register(args: argparse.Namespace) -> int:
         field_out=args.field_out,
         npz_geometry=args.npz_geometry,
         figure=args.figure,
+        passes=args.passes,
         **pair_options(args),
     )
+    _report(args, model, result, folders)
+    return 0
+
+
+def _report(args: argparse.Namespace, model: Any, result: Any, folders: list[Path]) -> None:
+    """What ``register`` says once the pair is written, in the order the stages ran."""
     if result.affine is not None:  # in the order they ran: affine stage, λ (auto: after it)
         print(affine_text(args.init, result.affine))
     for message in result.resampled:
         print(f"{opts.PROG} register: {message}")
     if result.lam_reason != "given":
         print(f"λ = {result.lam:.4g}: {result.lam_reason}")
+    if args.passes > 1:
+        print(f"{args.passes} network passes, each registering the last one's moved image")
     if refine_text(result.refinement):
         print(_default_refine_note(args, model) + refine_text(result.refinement))
     written = [
@@ -282,7 +293,6 @@ def _cmd_register(args: argparse.Namespace) -> int:
             f"maps (before registration: {result.dice_before:.4f}{alone})"
         )
     _print_field_summary(result.folding_fraction, result.log_jacobian_std)
-    return 0
 
 
 def _default_refine_note(args: argparse.Namespace, model: Any) -> str:

@@ -30,25 +30,25 @@ from hyperreg._errors import InputError, passed_as
 from hyperreg.geometry.affine import (
     AFFINE_INITS,
     AffineTransform,
-    load_initial_affine,
     register_affine,
     resample_affine,
     world_overlap,
 )
 from hyperreg.geometry.inspect import check_pair_contents, label_grid_warning
 from hyperreg.geometry.inspect import label_ids_warning, spacing_warning
-from hyperreg.geometry.io import Volume, check_same_grid, check_same_ndim, has_header
-from hyperreg.geometry.io import load_volume, same_grid
+from hyperreg.geometry.io import Volume, check_same_grid, check_same_ndim, same_grid
 from hyperreg.geometry.resample import resample_to
 from hyperreg.method.metrics import label_sets, mean_registration_dice, registration_dice
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.chain import composed_displacement, sample_volume
+from hyperreg.registration.inputs import NPZ_GEOMETRIES, initial_transform, load_input
 from hyperreg.registration.lambdas import sweep_lambdas
 from hyperreg.registration.pairs import (
     PathLike,
     RegistrationResult,
     onto_fixed_grid,
 )
+from hyperreg.registration.passes import register_passes
 from hyperreg.registration.refine import Refinement, refine_pair
 from hyperreg.registration.results import AffineStage, PairResult, RefineStats
 
@@ -69,8 +69,6 @@ __all__ = [
 DEFAULT_INIT = "affine"
 """The affine stage every entry point runs unless told otherwise (Python and CLI alike)."""
 DEFAULT_NORMALIZATION = "minmax"
-NPZ_GEOMETRIES = ("fixed", "identity")
-"""Geometry of a header-less (npz) input: the fixed image's, or 1 mm voxels, world = index."""
 
 
 @dataclass
@@ -120,6 +118,7 @@ class PreparedPair:
         chunk: int | None = None,
         amp: bool = False,
         ncc: bool = False,
+        passes: int = 1,
     ) -> list[PairResult]:
         """Register the pair at every λ of ``lams``; outputs through the chain.
 
@@ -134,6 +133,8 @@ class PreparedPair:
             inverse: Also compute each field's inverse (a model with a velocity field, and a
                 pair without an affine to compose).
             chunk, amp, ncc: See :func:`~hyperreg.registration.lambdas.sweep_lambdas`.
+            passes: Network passes per λ, composed (:func:`~hyperreg.registration.passes.
+                register_passes`; refinement refines the last); 1 (default) is one pass.
 
         Returns:
             One :class:`PairResult` per λ, in the order given.
@@ -160,7 +161,25 @@ class PreparedPair:
             fixed_seg=None if self.chained else self.fixed_seg,
             images=not self.chained,
         )
-        if (refinement is not None and refinement.steps > 0) or inverse:
+        if passes != 1:
+            if inverse:
+                raise InputError(fn, "{0} needs a single network pass (passes 1)", "inverse")
+            raw = [
+                register_passes(
+                    model,
+                    self.aligned,
+                    self.fixed,
+                    float(lam),
+                    passes,
+                    refinement,
+                    labels=self.labels,
+                    normalization=self.normalization,
+                    ncc=ncc,
+                    **inputs,
+                )
+                for lam in lams
+            ]
+        elif (refinement is not None and refinement.steps > 0) or inverse:
             raw = [
                 refine_pair(
                     model,
@@ -226,72 +245,6 @@ def _ndim_error(fn: str, model: HyperMorph, fixed: Volume) -> InputError:
     message = "the model is {m}D but '{path}' is {f}D with shape {shape}; use a {f}D model"
     shape, m = fixed.spatial_shape, model.config.ndim
     return InputError(fn, message, "model", m=m, path=fixed.path, f=fixed.ndim, shape=shape)
-
-
-def load_input(
-    value: PathLike | Volume,
-    *,
-    label: bool = False,
-    npz_geometry: str | None = None,
-    fixed: Volume | None = None,
-) -> Volume:
-    """Read one input of a pair (a :class:`~hyperreg.geometry.io.Volume` passes through).
-
-    Args:
-        value: File (NIfTI, MGZ or npz) or Volume.
-        label: Read as a label map (int32).
-        npz_geometry: For a header-less file (npz): ``"fixed"`` (the geometry of ``fixed``) or
-            ``"identity"`` (1 mm voxels, world = voxel index); None refuses such a file. Files
-            with a header ignore it.
-        fixed: The fixed image, for ``"fixed"`` (None while reading the fixed image itself).
-
-    Returns:
-        The :class:`~hyperreg.geometry.io.Volume`.
-
-    Raises:
-        InputError: If ``value`` is header-less and ``npz_geometry`` is None, or ``"fixed"``
-            for the fixed image itself (``argument`` ``"npz_geometry"``), or ``npz_geometry``
-            is not one of :data:`NPZ_GEOMETRIES`.
-        FileNotFoundError, ValueError: As :func:`~hyperreg.geometry.io.load_volume`.
-    """
-    fn = "load_input"
-    check_option(fn, "npz_geometry", npz_geometry, (*NPZ_GEOMETRIES, None))
-    if isinstance(value, Volume):
-        return value
-    if has_header(value):
-        return load_volume(value, label=label)
-    if npz_geometry is None:
-        raise InputError(
-            fn,
-            "'{path}' has no header (npz: no voxel size, orientation or position); choose its "
-            'geometry with {0}: "fixed" (that of the fixed image) or "identity" (1 mm voxels, '
-            "world = voxel index)",
-            "npz_geometry",
-            path=value,
-        )
-    if npz_geometry == "fixed" and fixed is None:
-        raise InputError(
-            fn,
-            "'{path}' is the fixed image and has no header, so it cannot take the geometry of "
-            'the fixed image; use {0} "identity" (1 mm voxels, world = voxel index) or give the '
-            "fixed image with a header",
-            "npz_geometry",
-            path=value,
-        )
-    if npz_geometry == "fixed":
-        return load_volume(value, label=label, geometry_from=fixed)
-    return load_volume(value, label=label, assume_identity=True)
-
-
-def initial_transform(
-    initial: AffineTransform | PathLike | None, moving: Volume, fixed: Volume
-) -> AffineTransform | None:
-    """``initial_affine`` as a transform: a file read by :func:`load_initial_affine`, whose
-    errors become an :class:`InputError` of argument ``"initial_affine"``."""
-    if initial is None or isinstance(initial, AffineTransform):
-        return initial
-    with passed_as(path="initial_affine"):
-        return load_initial_affine(initial, moving, fixed)
 
 
 def load_pair(
