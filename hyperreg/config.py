@@ -133,6 +133,10 @@ class TrainConfig:
     # 3D: every scan resampled to RAS storage order (the model records it) and its foreground
     # centred in the training grid: for people each scanned in their own position
     conform: bool = False
+    # every k-th step trains the network as the second pass of a recursive cascade (its input
+    # is its own moved image, without gradient; the objective is on the composed field;
+    # hyperreg.registration.passes): 0 = never
+    cascade_every: int = 0
     model: ModelConfig = field(default_factory=ModelConfig)
 
     def resolved(self) -> TrainConfig:

@@ -110,6 +110,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=5e-6, help="Adam learning rate (5e-6)")
     parser.add_argument("--batch-size", type=int, default=1, help="pairs per step (default 1)")
     parser.add_argument("--init", default="", help="model to start from (default: bundled 3D)")
+    parser.add_argument(
+        "--cascade-every",
+        type=int,
+        default=0,
+        metavar="K",
+        help="every K-th step trains the network as the second of two passes on its own moved "
+        "image (TrainConfig.cascade_every; default 0, never)",
+    )
     parser.add_argument("--no-resume", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -132,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         steps=args.steps,
         batch_size=args.batch_size,
         lr=args.lr,
+        cascade_every=args.cascade_every,
         sim="ncc",
         label_loss="dice",
         label_weight=1.0,

@@ -14,10 +14,10 @@ from lambda_helpers import SHAPE, blob, labels_of, save_tiny_model, tiny_model, 
 
 from hyperreg.cli import main
 from hyperreg.geometry.io import Volume
-from hyperreg.method.spatial import warp
+from hyperreg.method.spatial import compose_displacements, warp
 from hyperreg.registration.lambdas import sweep_lambdas
 from hyperreg.registration.pairs import network_inputs
-from hyperreg.registration.passes import MAX_PASSES, compose_displacements, register_passes
+from hyperreg.registration.passes import MAX_PASSES, register_passes
 from hyperreg.registration.pipeline import InputError, load_pair
 from hyperreg.registration.refine import Refinement
 
@@ -175,3 +175,30 @@ def test_sweep_and_batch_take_passes(
     again = json.loads((tmp_path / "batch" / "pairs" / "pair00000" / "record.json").read_text())
     assert again["passes"] == 2
     capsys.readouterr()
+
+
+def _losses(folder: Path) -> list[float]:
+    rows = (folder / "train_log.csv").read_text().splitlines()[1:]
+    return [float(row.split(",")[1]) for row in rows]
+
+
+def test_cascade_steps_train_the_network_on_its_own_moved_image(tmp_path: Path) -> None:
+    """With cascade_every 2, step 1 is an ordinary step and step 2 a second-pass step: the same
+    batch and λ (same seed) give another loss there, and training goes on from it."""
+    from test_train import SMALL, BlobPairs
+
+    from hyperreg.config import TrainConfig
+    from hyperreg.training.train import train
+
+    def run(name: str, every: int) -> list[float]:
+        config = TrainConfig(
+            out=str(tmp_path / name), steps=4, batch_size=2, seed=3, device="cpu",
+            model=SMALL, checkpoint_every=4, cascade_every=every, prefetch=False,
+        )  # fmt: skip
+        train(config, BlobPairs(), progress=False)
+        return _losses(tmp_path / name)
+
+    plain, cascade = run("plain", 0), run("cascade", 2)
+    assert len(plain) == len(cascade) == 4 and all(np.isfinite(cascade))
+    assert cascade[0] == pytest.approx(plain[0], abs=1e-7)
+    assert cascade[1] != pytest.approx(plain[1], abs=1e-6)

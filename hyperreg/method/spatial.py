@@ -22,6 +22,7 @@ from hyperreg._checks import check_field, check_float_tensor, check_image, check
 __all__ = [
     "SpatialTransformer",
     "VelocityIntegrator",
+    "compose_displacements",
     "identity_grid",
     "integrate_velocity",
     "jacobian_determinant",
@@ -255,6 +256,29 @@ def sample_at(
     if grid.shape[0] != moving.shape[0]:
         grid = grid.expand(moving.shape[0], *grid.shape[1:])
     return _grid_sample(moving.to(work), grid, mode, padding, "sample_at").to(moving.dtype)
+
+
+def compose_displacements(first: Tensor, second: Tensor, *, exact: bool = True) -> Tensor:
+    """The displacement of ``first`` then ``second``: ``second(x) + first(x + second(x))``.
+
+    With ``moved[x] = moving(x + u(x))``: when ``second`` registers the image ``first`` moved to
+    the fixed image, the result warps the original moving image there in one interpolation
+    (the composition of scaling and squaring, and of a recursive cascade's stages: Zhao et
+    al., Recursive Cascaded Networks, ICCV 2019).
+
+    Args:
+        first: ``(B, N, *S)`` displacement in voxels, channel ``n`` along array axis ``n``.
+        second: ``(B, N, *S)`` displacement on the same grid (batch 1 or B).
+        exact: Sample ``first`` in float64 (:func:`warp`); False: the model's faster warp.
+
+    Returns:
+        ``(B, N, *S)``: one field doing both. ``first`` is sampled linearly and keeps its edge
+        value outside the grid.
+
+    Raises:
+        TypeError, ValueError: As :func:`warp` (non-float tensors, shapes that do not match).
+    """
+    return second + warp(first, second, padding="border", exact=exact)
 
 
 def integrate_velocity(velocity: Tensor, steps: int = 7) -> Tensor:

@@ -24,30 +24,15 @@ import torch
 from hyperreg.geometry.io import Volume
 from hyperreg.method.losses import ncc_loss
 from hyperreg.method.model import HyperMorph, RegistrationOutput
-from hyperreg.method.spatial import warp
+from hyperreg.method.spatial import compose_displacements, warp
 from hyperreg.registration.pairs import network_inputs, result_from_output, smoothness_of
 from hyperreg.registration.refine import Refinement, refine_flow
 from hyperreg.registration.results import RegistrationResult
 
-__all__ = ["MAX_PASSES", "compose_displacements", "register_passes"]
+__all__ = ["MAX_PASSES", "register_passes"]
 
 MAX_PASSES = 4
 """Most network passes one registration may ask for."""
-
-
-def compose_displacements(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
-    """The displacement of ``first`` then ``second``: ``second(x) + first(x + second(x))``.
-
-    Args:
-        first: ``(B, N, *S)`` displacement in voxels (``moved[x] = moving(x + first(x))``).
-        second: ``(B, N, *S)`` displacement registering the image ``first`` moved to the fixed
-            image, same grid.
-
-    Returns:
-        ``(B, N, *S)``: one field doing both (``first`` is sampled linearly; outside the grid it
-        keeps its edge value).
-    """
-    return second + warp(first, second, padding="border")
 
 
 def register_passes(

@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 from hyperreg.config import TrainConfig, to_dict
 from hyperreg.method.model import HyperMorph, RegistrationOutput, save_checkpoint
 from hyperreg.method.objective import Objective, ObjectiveTerms
+from hyperreg.method.spatial import compose_displacements, warp
 from hyperreg.training import distributed
 from hyperreg.training.batches import LambdaSampler, TrainBatch, batch_of
 from hyperreg.training.checkpointing import (
@@ -162,7 +163,7 @@ class TrainingLoop:
         try:
             self.signals.install()
             for step in bar:
-                stats = self.train_step()
+                stats = self.train_step(step)
                 self.step_stats.add(step, stats, time.perf_counter() - self.start)
                 self._after_step(step, bar)
         finally:
@@ -232,21 +233,37 @@ class TrainingLoop:
         """Whether a checkpoint is written after ``step``."""
         return step % self.config.checkpoint_every == 0 or step == self.config.steps
 
-    def train_step(self) -> Tensor:
+    def train_step(self, step: int = 0) -> Tensor:
         """One optimiser step on the next batch; returns its statistics, still on the device
-        (:meth:`~hyperreg.training.steplog.StepRecord.pack`, averaged over the ranks)."""
+        (:meth:`~hyperreg.training.steplog.StepRecord.pack`, averaged over the ranks).
+
+        On a step that ``config.cascade_every`` divides, the network first registers the batch
+        without gradient, and the step trains it on its own moved image (the second pass of a
+        recursive cascade with shared weights, Zhao et al. ICCV 2019): the objective is on the
+        composed field (label maps and images warped once from the inputs), the smoothness on
+        the second pass's field."""
         batch, lam = self._batch()
         amp = torch.autocast("cuda", torch.bfloat16) if self.use_amp else contextlib.nullcontext()
+        every = self.config.cascade_every
+        first = None
+        if every and step and step % every == 0:
+            with torch.no_grad(), amp:
+                first = self.model(batch.moving, batch.fixed, lam)
         with amp:
-            out = self.forward(batch.moving, batch.fixed, lam)
+            moving = batch.moving if first is None else first.moved.float()
+            out = self.forward(moving, batch.fixed, lam)
         if self.use_amp:  # losses in float32
             out = RegistrationOutput(*(t if t is None else t.float() for t in out))
+        disp, moved = out.disp, out.moved
+        if first is not None:
+            disp = compose_displacements(first.disp.float(), out.disp, exact=False)
+            moved = warp(batch.moving, disp, exact=False)
         terms: ObjectiveTerms = self.objective(
-            out.moved,
+            moved,
             batch.fixed,
             out.velocity if out.velocity is not None else out.disp,
             lam,
-            disp=out.disp,
+            disp=disp,
             moving_labels=batch.moving_labels if self.labelled else None,
             fixed_labels=batch.fixed_labels if self.labelled else None,
             image_pairs=batch.image_pairs,
