@@ -3,8 +3,9 @@ image to the fixed image, and the fields are composed.
 
 This is the recursive cascade of Zhao et al., "Recursive Cascaded Networks for Unsupervised
 Medical Image Registration" (ICCV 2019), at test time and with one set of weights for every
-pass: the model never saw its own output during training, so the number of passes is a
-measured setting, not a property of the method (a bundled model's card says what helped on its
+pass. A model sees its own moved images in training only with
+:attr:`hyperreg.config.TrainConfig.cascade_every`, so the number of passes is a measured setting,
+not a property of the method (``docs/commands.md`` and a bundled model's card say what helped on
 held-out people). Refinement, when asked for, refines the last pass's field with the earlier
 passes' composed field held fixed.
 
