@@ -44,6 +44,10 @@ class ModelConfig:
     # (hyperreg.geometry.resample.conformed_grid). "" = the fixed image's own axes (models
     # trained before this setting existed). Not part of the architecture.
     orientation: str = ""
+    # Network passes the registration pipeline runs when none are asked for: each pass
+    # registers the previous pass's moved image, the fields composed
+    # (hyperreg.registration.passes); forward() is always one pass. Not part of the architecture.
+    passes: int = 1
 
     def __post_init__(self) -> None:
         if self.ndim not in (2, 3):
@@ -65,11 +69,15 @@ class ModelConfig:
             raise ValueError(f"ModelConfig(): 'int_steps' must be >= 0, got {self.int_steps}")
         if not self.spacing >= 0:
             raise ValueError(f"ModelConfig(): 'spacing' must be >= 0 (mm), got {self.spacing}")
+        if not 1 <= self.passes <= 4:
+            raise ValueError(f"ModelConfig(): 'passes' must be 1 to 4, got {self.passes}")
 
     def architecture(self) -> dict[str, Any]:
-        """Every setting the weights depend on (all but ``spacing`` and ``orientation``), as a
-        plain dict: what a resumed or fine-tuned run must share with its checkpoint."""
-        return {k: v for k, v in to_dict(self).items() if k not in ("spacing", "orientation")}
+        """Every setting the weights depend on (all but ``spacing``, ``orientation`` and
+        ``passes``), as a plain dict: what a resumed or fine-tuned run must share with its
+        checkpoint."""
+        inference = ("spacing", "orientation", "passes")
+        return {k: v for k, v in to_dict(self).items() if k not in inference}
 
 
 # Adam learning rates chosen from measurements (benchmarks/RESULTS_hypernet.md,

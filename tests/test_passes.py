@@ -202,3 +202,48 @@ def test_cascade_steps_train_the_network_on_its_own_moved_image(tmp_path: Path) 
     assert len(plain) == len(cascade) == 4 and all(np.isfinite(cascade))
     assert cascade[0] == pytest.approx(plain[0], abs=1e-7)
     assert cascade[1] != pytest.approx(plain[1], abs=1e-6)
+
+
+def test_a_model_that_records_two_passes_runs_them_by_default(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ModelConfig.passes is the default of the pipeline and of every command; --passes
+    overrides it; an inverse field runs one pass; the checkpoint keeps it."""
+    import dataclasses
+
+    from hyperreg.method.model import load_checkpoint, save_checkpoint
+
+    model = tiny_model(2)
+    model.config = dataclasses.replace(model.config, passes=2)
+    path = save_checkpoint(model, tmp_path / "two.pt")
+    assert load_checkpoint(path)[0].config.passes == 2
+    pair = _pair()
+    prepared = load_pair(pair["moving"], pair["fixed"], init="none")
+    default = prepared.register(model, [0.3])[0]
+    two = register_passes(model, pair["moving"], pair["fixed"], 0.3, 2)
+    np.testing.assert_allclose(default.disp, two.disp, atol=1e-6)
+    one = prepared.register(model, [0.3], passes=1)[0]
+    assert np.abs(one.disp - default.disp).max() > 1e-3
+    inverse = prepared.register(model, [0.3], inverse=True)[0]  # one pass, no error
+    np.testing.assert_allclose(inverse.disp, one.disp, atol=1e-6)
+    moving = write_nifti(tmp_path / "m.nii.gz", blob(SHAPE, (10, 8))[..., None])
+    fixed = write_nifti(tmp_path / "f.nii.gz", blob(SHAPE, (13, 11))[..., None])
+    common = ["register", "--model", str(path), "--moving", str(moving), "--fixed", str(fixed),
+              "--init", "none", "--device", "cpu", "--lambda", "0.3"]  # fmt: skip
+    assert main([*common, "--warp", str(tmp_path / "w.nii.gz")]) == 0
+    said = capsys.readouterr().out
+    assert "2 network passes" in said and "the model's default; --passes 1" in said
+    assert main([*common, "--passes", "1", "--warp", str(tmp_path / "w1.nii.gz")]) == 0
+    assert "network passes" not in capsys.readouterr().out
+
+
+def test_export_records_the_passes_a_card_measured(tmp_path: Path) -> None:
+    from hyperreg.method.model import load_checkpoint
+    from hyperreg.pretrained import export_model
+
+    source = save_tiny_model(tmp_path / "model.pt")
+    assert load_checkpoint(source)[0].config.passes == 1
+    out = export_model(source, tmp_path / "exported.pt", passes=2)
+    assert load_checkpoint(out)[0].config.passes == 2
+    again = export_model(out, tmp_path / "again.pt")  # None keeps it
+    assert load_checkpoint(again)[0].config.passes == 2

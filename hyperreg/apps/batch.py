@@ -92,7 +92,7 @@ def batch_register(
     refine: Any = None,
     init: str | None = None,
     npz_geometry: str | None = None,
-    passes: int = 1,
+    passes: int | None = None,
 ) -> BatchReport:
     """Register every pair of ``pairs`` (one shard) with per-pair records, resumably.
 
@@ -129,8 +129,8 @@ def batch_register(
             transform is written as ``affine.mat`` and ``warp.nii.gz`` holds the composed
             transform. Part of a pair's identity.
         npz_geometry: Geometry of npz inputs (:func:`~hyperreg.registration.inputs.load_input`).
-        passes: Network passes per pair (:func:`~hyperreg.apps.register.register_files`); part
-            of a pair's identity when more than 1.
+        passes: Network passes per pair (:func:`~hyperreg.apps.register.register_files`); None
+            (default): the model's own. Part of a pair's identity when more than 1.
 
     Returns:
         A :class:`BatchReport`.
@@ -167,7 +167,8 @@ def batch_register(
         pair_lam = pair.lam if pair.lam is not None else lam  # None: the model's default
         folder = root / pair.name
         planned = default.lam if pair_lam is None else pair_lam
-        identity, outputs = pair_identity(pair, planned, refine, init, passes), _outputs(pair, init)
+        identity = pair_identity(pair, planned, refine, init, passes or model.config.passes)
+        outputs = _outputs(pair, init)
         earlier = read_record(folder)  # read once: done, or what changed since
         if finished(folder, earlier, identity):
             report.skipped += 1
@@ -350,7 +351,7 @@ def run_batch(
     refine: Any = None,
     init: str | None = None,
     npz_geometry: str | None = None,
-    passes: int = 1,
+    passes: int | None = None,
 ) -> BatchRun:
     """One process of a batch job: read the pairs, run this rank's shard, merge.
 

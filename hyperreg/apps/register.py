@@ -69,7 +69,7 @@ def register_files(
     initial_affine: AffineTransform | PathLike | None = None,
     npz_geometry: str | None = None,
     figure: PathLike | None = None,
-    passes: int = 1,
+    passes: int | None = None,
 ) -> PairResult:
     """Load, register and write one pair at one λ (``hyperreg register``).
 
@@ -129,7 +129,8 @@ def register_files(
             fixed image's edges, a checkerboard, the difference, and label borders when both
             label maps are given), or None.
         passes: Network passes, composed (:func:`hyperreg.registration.passes.register_passes`;
-            ``refine`` refines the last); default 1.
+            ``refine`` refines the last); None (default): the model's own
+            (``model.config.passes``).
 
     Returns:
         The :class:`~hyperreg.registration.pipeline.PairResult` (``resampled`` lists what was

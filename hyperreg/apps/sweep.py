@@ -267,7 +267,7 @@ def sweep_files(
     initial_affine: AffineTransform | PathLike | None = None,
     lam: float | str | None = None,
     npz_geometry: str | None = None,
-    passes: int = 1,
+    passes: int | None = None,
 ) -> SweepReport:
     """Load a pair, sweep λ (:func:`sweep_lambdas`) and write the report to ``out``.
 
@@ -315,7 +315,8 @@ def sweep_files(
         npz_geometry: Geometry of npz inputs (no header): ``"fixed"``, ``"identity"`` or None
             (an npz input is an error), see :func:`hyperreg.registration.inputs.load_input`.
         passes: Network passes per λ, composed (:func:`hyperreg.registration.passes.
-            register_passes`; one λ at a time when more than 1); default 1.
+            register_passes`; one λ at a time when more than 1); None (default): the
+            model's own (``model.config.passes``).
 
     Returns:
         A :class:`SweepReport`.

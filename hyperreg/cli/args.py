@@ -398,13 +398,13 @@ def add_passes_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--passes",
         type=pass_count,
-        default=1,
+        default=None,
         metavar="N",
-        help="apply the network N times (1-4; default 1), each pass registering the previous "
-        "pass's moved image to the fixed image, the fields composed (a recursive cascade with "
-        "shared weights); --refine refines the last pass. Each pass costs one more forward "
-        "pass (seconds for a 3D pair on a CPU); whether it helps depends on the model: see "
-        "its card",
+        help="apply the network N times (1-4), each pass registering the previous pass's moved "
+        "image to the fixed image, the fields composed (a recursive cascade with shared "
+        "weights); --refine refines the last pass. Default: the model's own (its config's "
+        "'passes', 1 unless it records more; see its card). Each pass costs one more forward "
+        "pass (seconds for a 3D pair on a CPU)",
     )
 
 

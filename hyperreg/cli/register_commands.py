@@ -266,8 +266,10 @@ def _report(args: argparse.Namespace, model: Any, result: Any, folders: list[Pat
         print(f"{opts.PROG} register: {message}")
     if result.lam_reason != "given":
         print(f"λ = {result.lam:.4g}: {result.lam_reason}")
-    if args.passes > 1:
-        print(f"{args.passes} network passes, each registering the last one's moved image")
+    passes = args.passes or (1 if args.inverse_warp_out else model.config.passes)
+    if passes > 1:
+        source = "" if args.passes else " (the model's default; --passes 1: one)"
+        print(f"{passes} network passes, each registering the last one's moved image{source}")
     if refine_text(result.refinement):
         print(_default_refine_note(args, model) + refine_text(result.refinement))
     written = [

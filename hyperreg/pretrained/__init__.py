@@ -11,6 +11,8 @@ Imports :mod:`hyperreg.method.model` (lazily, to load a checkpoint) and nothing 
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,7 +133,7 @@ def load_pretrained(ndim: int = 2, device: Any = "cpu") -> Any:
     return model.eval()
 
 
-def export_model(checkpoint: str | Path, out: str | Path) -> Path:
+def export_model(checkpoint: str | Path, out: str | Path, passes: int | None = None) -> Path:
     """Write a training checkpoint as a bundled model file: weights in float16, no optimiser.
 
     Keeps what a model card cites (``step``, ``train_config``, ``validation``, a
@@ -142,6 +144,8 @@ def export_model(checkpoint: str | Path, out: str | Path) -> Path:
     Args:
         checkpoint: Any hyperreg checkpoint (``best.pt``, ``model.pt``, ``checkpoint_*.pt``).
         out: The ``.pt`` file to write (e.g. ``hyperreg/pretrained/hypermorph-3d.pt``).
+        passes: Network passes the model runs by default (``ModelConfig.passes``, what its card
+            measured); None keeps the checkpoint's.
 
     Returns:
         ``Path(out)``.
@@ -155,6 +159,8 @@ def export_model(checkpoint: str | Path, out: str | Path) -> Path:
     from hyperreg.method.model import load_checkpoint, save_checkpoint
 
     model, payload = load_checkpoint(checkpoint)
+    if passes is not None:
+        model.config = dataclasses.replace(model.config, passes=passes)
     keep = {
         key: payload[key]
         for key in ("step", "train_config", "validation", "default_lambda")

@@ -118,7 +118,7 @@ class PreparedPair:
         chunk: int | None = None,
         amp: bool = False,
         ncc: bool = False,
-        passes: int = 1,
+        passes: int | None = None,
     ) -> list[PairResult]:
         """Register the pair at every λ of ``lams``; outputs through the chain.
 
@@ -134,7 +134,8 @@ class PreparedPair:
                 pair without an affine to compose).
             chunk, amp, ncc: See :func:`~hyperreg.registration.lambdas.sweep_lambdas`.
             passes: Network passes per λ, composed (:func:`~hyperreg.registration.passes.
-                register_passes`; refinement refines the last); 1 (default) is one pass.
+                register_passes`; refinement refines the last); None (default): the model's
+                own (``model.config.passes``, 1 unless it records more; 1 with ``inverse``).
 
         Returns:
             One :class:`PairResult` per λ, in the order given.
@@ -161,6 +162,8 @@ class PreparedPair:
             fixed_seg=None if self.chained else self.fixed_seg,
             images=not self.chained,
         )
+        if passes is None:  # the model's own; an inverse field needs one pass
+            passes = 1 if inverse else model.config.passes
         if passes != 1:
             if inverse:
                 raise InputError(fn, "{0} needs a single network pass (passes 1)", "inverse")
