@@ -95,8 +95,11 @@ def labels(path: Path) -> np.ndarray:
     return load_volume(path, label=True).data
 
 
-def hyperreg_cli(model: str, pair: dict, lam: float, refine: int, work: Path) -> dict:
-    """One `hyperreg register` call with the defaults; Dice, folding, NDV, seconds."""
+def hyperreg_cli(
+    model: str, pair: dict, lam: float, refine: int, work: Path, passes: int | None = None
+) -> dict:
+    """One `hyperreg register` call with the defaults (``passes`` None: the model's own);
+    Dice, folding, NDV, seconds."""
     import nibabel as nib
 
     moved_seg, field = work / "moved_seg.nii.gz", work / "field.nii.gz"
@@ -126,6 +129,7 @@ def hyperreg_cli(model: str, pair: dict, lam: float, refine: int, work: Path) ->
         str(field),
     ]
     command += ["--refine", str(refine)]  # 0 too: the bundled 3D model refines by default
+    command += [] if passes is None else ["--passes", str(passes)]
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True)
     seconds = time.perf_counter() - start
@@ -217,6 +221,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--pairs", type=int, default=0, help="only the first N pairs (smoke)")
     parser.add_argument(
+        "--also-passes",
+        type=int,
+        help="one more network-alone row with --passes N (the other rows use the model's own)",
+    )
+    parser.add_argument(
         "--ants-cache",
         type=Path,
         help="JSON of ANTs results per pair and kind: rows found there are reused (and marked "
@@ -239,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["ITK_GLOBAL_DEFAULT_NUMBER_OF_THREADS"] = str(args.threads)
     have_ants = not args.no_ants and importlib.util.find_spec("ants") is not None
     methods = [f"hyperreg λ {args.lam:g}", f"hyperreg λ {args.lam:g} + refine {args.refine}"]
+    also = f"hyperreg λ {args.lam:g}, --passes {args.also_passes}" if args.also_passes else None
+    methods += [also] if also else []
     kinds = ("SyN",) if args.no_syncc else ("SyN", "SyNCC")
     methods += [f"ANTs {kind}" for kind in kinds] if have_ants else []
     rows, summary = [], {name: [] for name in methods}
@@ -253,6 +264,10 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"{pair['name']}: hyperreg ...")
                 results[methods[0]] = hyperreg_cli(args.model, pair, args.lam, 0, work)
                 results[methods[1]] = hyperreg_cli(args.model, pair, args.lam, args.refine, work)
+                if also:
+                    results[also] = hyperreg_cli(
+                        args.model, pair, args.lam, 0, work, passes=args.also_passes
+                    )
             if have_ants:
                 for kind in kinds:
                     if kind == "SyNCC" and args.syncc_cached_only:
@@ -287,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
             f"Command: `python benchmarks/bench_3d_heldout.py --model {args.model} --lambda "
             f"{args.lam:g} --refine {args.refine} --threads {args.threads}"
             f"{' --no-syncc' if args.no_syncc else ''}"
+            f"{f' --also-passes {args.also_passes}' if args.also_passes else ''}"
             f"{f' --ants-cache {args.ants_cache}' if args.ants_cache else ''}"
             f"{' --syncc-cached-only' if args.syncc_cached_only else ''}`; "
             f"{args.threads} threads "
