@@ -3,7 +3,8 @@
 :func:`load_pair` reads a pair once, checks it (dimensions first, before any expensive stage),
 runs the affine stage once (or takes an initial affine), brings the label maps and baselines
 onto the fixed grid and returns a :class:`PreparedPair`. :meth:`PreparedPair.register` then
-registers it at one or many λ (optionally refined for the pair) and returns one typed
+registers it at one or many λ (with the model's network passes,
+:mod:`hyperreg.registration.passes`, optionally refined for the pair) and returns one typed
 :class:`PairResult` per λ whose outputs already went through the whole chain (affine, then the
 deformable field): the moved image and label map are sampled **once** from the original files
 (:func:`hyperreg.registration.chain.sample_volume`), ``warp`` is the composed field, and Dice
