@@ -15,6 +15,7 @@
 # and writes to $OUT: hypermorph-3d-gpu.pt (hyperreg.pretrained.export_model of the last
 # checkpoint; continue here with --init), train_log.csv, val_log.csv, split.json, train.log.
 # Env: BATCH (pairs per step, default the recipe's 1), LR (default the recipe's 5e-6).
+# CASCADE=K: every K-th step trains the second network pass (the recipe's --cascade-every; default 0).
 # A dry run on a CPU machine: DEVICE=cpu OUT=/tmp/out bash scripts/device_3d.sh train 1
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +43,7 @@ train)
     args=(--out runs/h3d_gpu --device "${DEVICE:-cuda}")
     [ -n "${BATCH:-}" ] && args+=(--batch-size "$BATCH")
     [ -n "${LR:-}" ] && args+=(--lr "$LR")
+    [ -n "${CASCADE:-}" ] && args+=(--cascade-every "$CASCADE")
     set +e
     timeout -s TERM "${minutes}m" python3 scripts/train_hypermorph_3d.py "${args[@]}" 2>&1 |
         tee "$out/train.log"
