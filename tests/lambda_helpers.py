@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from hyperreg.config import ModelConfig
+from hyperreg.geometry.io import Volume
 from hyperreg.method.model import HyperMorph, save_checkpoint
 
 AFFINE = np.array(
@@ -90,3 +91,18 @@ def write_pair(folder: Path, tag: str, offset: float = 0.0) -> dict[str, Path]:
 def save_tiny_model(path: Path, ndim: int = 2) -> Path:
     """Save :func:`tiny_model` as a checkpoint."""
     return save_checkpoint(tiny_model(ndim), path)
+
+
+def volume_pair(ndim: int = 2) -> dict[str, Volume]:
+    """In-memory moving/fixed blobs two voxels apart per axis, with their label maps
+    (identity affine): a pair the tiny model moves a few voxels."""
+    shape = SHAPE if ndim == 2 else (12, 10, 14)
+    moving = blob(shape, tuple(s / 2 - 1 for s in shape), sigma=3.0)
+    fixed = blob(shape, tuple(s / 2 + 1 for s in shape), sigma=3.0)
+    affine = np.eye(4)
+    return {
+        "moving": Volume(moving, affine, shape),
+        "fixed": Volume(fixed, affine, shape),
+        "moving_seg": Volume(labels_of(moving).astype(np.int32), affine, shape),
+        "fixed_seg": Volume(labels_of(fixed).astype(np.int32), affine, shape),
+    }

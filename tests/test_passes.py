@@ -10,10 +10,9 @@ import nibabel as nib
 import numpy as np
 import pytest
 import torch
-from lambda_helpers import SHAPE, blob, labels_of, save_tiny_model, tiny_model, write_nifti
+from lambda_helpers import SHAPE, blob, save_tiny_model, tiny_model, volume_pair, write_nifti
 
 from hyperreg.cli import main
-from hyperreg.geometry.io import Volume
 from hyperreg.method.spatial import compose_displacements, warp
 from hyperreg.registration.lambdas import sweep_lambdas
 from hyperreg.registration.pairs import network_inputs
@@ -53,19 +52,8 @@ def test_constant_shifts_add() -> None:
     np.testing.assert_allclose(total[:, 1].numpy(), -0.5, atol=1e-6)
 
 
-def _pair() -> dict[str, Volume]:
-    moving, fixed = blob(SHAPE, (10, 8), sigma=3.5), blob(SHAPE, (13, 11), sigma=4.5)
-    affine = np.eye(4)
-    return {
-        "moving": Volume(moving, affine, SHAPE),
-        "fixed": Volume(fixed, affine, SHAPE),
-        "moving_seg": Volume(labels_of(moving).astype(np.int32), affine, SHAPE),
-        "fixed_seg": Volume(labels_of(fixed).astype(np.int32), affine, SHAPE),
-    }
-
-
 def test_one_pass_is_the_networks_field() -> None:
-    model, pair = tiny_model(2), _pair()
+    model, pair = tiny_model(2), volume_pair()
     once = register_passes(model, pair["moving"], pair["fixed"], 0.3, 1)
     plain = sweep_lambdas(model, pair["moving"], pair["fixed"], [0.3])[0]
     np.testing.assert_allclose(once.disp, plain.disp, atol=1e-6)
@@ -75,7 +63,7 @@ def test_one_pass_is_the_networks_field() -> None:
 def test_two_passes_register_the_first_pass_moved_image_again() -> None:
     """Pass 2 sees the normalised moving image warped by pass 1 (not normalised again), and the
     result is pass 1 then pass 2, checked against the network called by hand."""
-    model, pair = tiny_model(2), _pair()
+    model, pair = tiny_model(2), volume_pair()
     twice = register_passes(
         model, pair["moving"], pair["fixed"], 0.3, 2,
         moving_seg=pair["moving_seg"], fixed_seg=pair["fixed_seg"],
@@ -96,7 +84,7 @@ def test_two_passes_register_the_first_pass_moved_image_again() -> None:
 
 
 def test_refinement_refines_the_last_pass() -> None:
-    model, pair = tiny_model(2), _pair()
+    model, pair = tiny_model(2), volume_pair()
     plain = register_passes(model, pair["moving"], pair["fixed"], 0.3, 2)
     refined = register_passes(
         model, pair["moving"], pair["fixed"], 0.3, 2, Refinement(steps=10, lr=0.1)
@@ -109,13 +97,13 @@ def test_refinement_refines_the_last_pass() -> None:
 
 @pytest.mark.parametrize("passes", [0, MAX_PASSES + 1, True, 1.5])
 def test_a_bad_pass_count_is_rejected(passes: object) -> None:
-    model, pair = tiny_model(2), _pair()
+    model, pair = tiny_model(2), volume_pair()
     with pytest.raises(ValueError, match="'passes' must be an integer from 1 to"):
         register_passes(model, pair["moving"], pair["fixed"], 0.3, passes)  # type: ignore[arg-type]
 
 
 def test_the_pipeline_runs_passes_per_lambda_and_refuses_an_inverse() -> None:
-    model, pair = tiny_model(2), _pair()
+    model, pair = tiny_model(2), volume_pair()
     prepared = load_pair(
         pair["moving"], pair["fixed"], moving_seg=pair["moving_seg"],
         fixed_seg=pair["fixed_seg"], init="none",
@@ -217,7 +205,7 @@ def test_a_model_that_records_two_passes_runs_them_by_default(
     model.config = dataclasses.replace(model.config, passes=2)
     path = save_checkpoint(model, tmp_path / "two.pt")
     assert load_checkpoint(path)[0].config.passes == 2
-    pair = _pair()
+    pair = volume_pair()
     prepared = load_pair(pair["moving"], pair["fixed"], init="none")
     default = prepared.register(model, [0.3])[0]
     two = register_passes(model, pair["moving"], pair["fixed"], 0.3, 2)

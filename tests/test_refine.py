@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from lambda_helpers import SHAPE, blob, labels_of, tiny_model, write_nifti
+from lambda_helpers import SHAPE, blob, tiny_model, volume_pair, write_nifti
 from shared_paths import CASES as CASES_DIR
 from shared_paths import DATA
 from hyperreg.cli import main
@@ -31,23 +31,10 @@ from hyperreg.registration.results import RefineStats
 CASES = CASES_DIR / "files"
 
 
-def _volumes(ndim: int) -> dict[str, Volume]:
-    shape = SHAPE if ndim == 2 else (12, 10, 14)
-    moving = blob(shape, tuple(s / 2 - 1 for s in shape), sigma=3.0)
-    fixed = blob(shape, tuple(s / 2 + 1 for s in shape), sigma=3.0)
-    affine = np.eye(4)
-    return {
-        "moving": Volume(moving, affine, shape),
-        "fixed": Volume(fixed, affine, shape),
-        "moving_seg": Volume(labels_of(moving).astype(np.int32), affine, shape),
-        "fixed_seg": Volume(labels_of(fixed).astype(np.int32), affine, shape),
-    }
-
-
 @pytest.mark.parametrize("ndim", [2, 3])
 def test_refinement_lowers_the_loss_and_keeps_the_fixed_grid(ndim: int) -> None:
     model = tiny_model(ndim)
-    pair = _volumes(ndim)
+    pair = volume_pair(ndim)
     before = register_pair(
         model,
         pair["moving"],
@@ -82,7 +69,7 @@ def test_refinement_lowers_the_loss_and_keeps_the_fixed_grid(ndim: int) -> None:
 
 def test_zero_steps_is_the_networks_field() -> None:
     model = tiny_model(2)
-    pair = _volumes(2)
+    pair = volume_pair(2)
     plain = register_pair(model, pair["moving"], pair["fixed"], 0.4)
     refined = refine_pair(model, pair["moving"], pair["fixed"], 0.4, Refinement(steps=0))
     np.testing.assert_allclose(refined.disp, plain.disp, atol=1e-6)
@@ -95,7 +82,7 @@ def test_refined_smoothness_is_the_objectives_term_like_the_networks() -> None:
     half-resolution velocity), the same number register_pair reports for the same field."""
     model = tiny_model(2)
     assert model.config.int_downsize > 1  # a half-resolution velocity: the factor matters
-    pair = _volumes(2)
+    pair = volume_pair(2)
     plain = register_pair(model, pair["moving"], pair["fixed"], 0.4)
     refined = refine_pair(model, pair["moving"], pair["fixed"], 0.4, Refinement(steps=0))
     assert plain.smoothness is not None and plain.smoothness > 0
@@ -105,7 +92,7 @@ def test_refined_smoothness_is_the_objectives_term_like_the_networks() -> None:
 def test_field_only_results_skip_the_images() -> None:
     """images=False (the pipeline's chained path) returns the same field, no moved images."""
     model = tiny_model(2)
-    pair = _volumes(2)
+    pair = volume_pair(2)
     full = refine_pair(model, pair["moving"], pair["fixed"], 0.4, Refinement(steps=2))
     field = refine_pair(
         model, pair["moving"], pair["fixed"], 0.4, Refinement(steps=2), images=False
@@ -118,7 +105,7 @@ def test_field_only_results_skip_the_images() -> None:
 
 def test_mutual_information_refinement_raises_mi() -> None:
     model = tiny_model(2)
-    pair = _volumes(2)
+    pair = volume_pair(2)
     fixed = pair["fixed"]
     inverted = Volume(1.0 - fixed.data, fixed.affine, fixed.disk_shape)  # another "contrast"
     result = refine_pair(model, pair["moving"], inverted, 0.2, Refinement(steps=25, sim="mi"))
@@ -130,7 +117,7 @@ def test_results_carry_typed_statistics_not_an_untyped_dict() -> None:
     """Issue 21: refinement, dice_before, ncc and smoothness are typed fields of the results
     (register_pair, refine_pair and the pipeline's PairResult), filled when computed."""
     model = tiny_model(2)
-    pair = _volumes(2)
+    pair = volume_pair(2)
     segs = {"moving_seg": pair["moving_seg"], "fixed_seg": pair["fixed_seg"]}
     refined = refine_pair(
         model, pair["moving"], pair["fixed"], 0.2, Refinement(steps=6, levels=2), **segs
@@ -171,7 +158,7 @@ def test_results_carry_typed_statistics_not_an_untyped_dict() -> None:
     ],
 )
 def test_bad_refinement_is_rejected(refinement: Refinement, match: str) -> None:
-    pair = _volumes(2)
+    pair = volume_pair(2)
     with pytest.raises(ValueError, match=match):
         refine_pair(tiny_model(2), pair["moving"], pair["fixed"], 0.3, refinement)
 
