@@ -30,6 +30,7 @@ Benchmark-only dependency: ``pip install -e ".[bench]"`` (antspyx).
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -182,10 +183,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         rows.append({"pair": pair, "ours": ours, "syn": syn, "syncc": syncc, "before": before})
 
+    itk_threads = os.environ.get("ITK_GLOBAL_DEFAULT_NUMBER_OF_THREADS", "default (all cores)")
     print("## People never seen in training: bundled 2D model vs ANTs SyN / SyN-CC\n")
     print(
-        f"Model `{args.model}`; threads: torch {torch.get_num_threads()}, ANTs default (all "
-        "cores). Moving people held out of the model's training: "
+        f"Model `{args.model}`; threads: torch {torch.get_num_threads()}, ANTs {itk_threads}. "
+        "Moving people held out of the model's training: "
         f"{', '.join(HELD_OUT)} (mindboggle) and OAS1_0002 (OASIS coronal slice); the fixed "
         "people were in its training set except where the pair is 9↔10.\n"
     )
