@@ -393,6 +393,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
+    from hyperreg.method.model import load_checkpoint
     from hyperreg.pretrained import PRETRAINED_DIR, bundled_models
 
     models = bundled_models()
@@ -405,7 +406,8 @@ def _cmd_models(args: argparse.Namespace) -> int:
         print(f"{m.name}: {m.ndim}D{default}, {size:.1f} MB, {m.path}")
         print(f"    {m.summary}")
         lam = "none recorded" if m.default_lambda is None else f"{m.default_lambda:g}"
-        print(f"    defaults: λ {lam}, refinement {m.default_refine} steps")
+        passes = load_checkpoint(m.path)[0].config.passes  # the file's ModelConfig.passes
+        print(f"    defaults: λ {lam}, refinement {m.default_refine} steps, passes {passes}")
         print(f"    model card: {m.card}")
     return 0
 
