@@ -169,3 +169,18 @@ def test_cli_no_prefetch_turns_the_worker_off() -> None:
     on = _train_config(build_parser().parse_args(base), ModelConfig())
     off = _train_config(build_parser().parse_args([*base, "--no-prefetch"]), ModelConfig())
     assert (on.prefetch, off.prefetch) == (True, False)
+
+
+def test_cli_cascade_every_reaches_the_config() -> None:
+    from hyperreg.cli.run import build_parser
+    from hyperreg.cli.train_commands import _train_config
+    from hyperreg.config import ModelConfig
+
+    base = ["train", "--data", "d", "--out", "o"]
+    plain = _train_config(build_parser().parse_args(base), ModelConfig())
+    cascade = _train_config(
+        build_parser().parse_args([*base, "--cascade-every", "2"]), ModelConfig()
+    )
+    assert (plain.cascade_every, cascade.cascade_every) == (0, 2)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*base, "--cascade-every", "-1"])

@@ -38,7 +38,7 @@ _CONFIG_FLAGS = (
     "steps", "batch_size", "sim", "atlas", "atlas_seg", "checkpoint_every", "keep_checkpoints",
     "val_every", "val_fraction", "test_fraction", "amp", "compile", "spacing", "synth", "seed",
     "device", "label_loss", "label_weight", "max_labels", "label_downsize", "conform",
-    "mse_sigma", "lam_endpoint_fraction", "prefetch",
+    "mse_sigma", "lam_endpoint_fraction", "prefetch", "cascade_every",
 )
 _TUPLE_FLAGS = ("val_lambdas", "crop", "holdout", "shape", "synth_labels")
 
@@ -80,6 +80,15 @@ def _add_train_objective(train: argparse.ArgumentParser) -> None:
         help="3D: resample every scan to RAS storage order (recorded in the model, so any "
         "storage order registers alike) and place each person's foreground in the --shape "
         "grid (needs --shape): for people each scanned in their own position",
+    )
+    group.add_argument(
+        "--cascade-every",
+        type=opts.non_negative_int,
+        default=0,
+        metavar="K",
+        help="every K-th step trains the network as the second of two passes: on its own "
+        "moved image (no gradient through the first pass), the loss on the composed field, "
+        "as 'register --passes 2' runs it (default 0: never)",
     )
 
 
