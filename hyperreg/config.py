@@ -48,6 +48,10 @@ class ModelConfig:
     # registers the previous pass's moved image, the fields composed
     # (hyperreg.registration.passes); forward() is always one pass. Not part of the architecture.
     passes: int = 1
+    # Test-time flip averaging: in eval mode the network also registers the pair mirrored
+    # left-right and the two velocities are averaged (HyperMorph.predict_flow). Needs an
+    # ``orientation`` (it names the left-right axis). Not part of the architecture.
+    flip_average: bool = False
 
     def __post_init__(self) -> None:
         if self.ndim not in (2, 3):
@@ -71,12 +75,23 @@ class ModelConfig:
             raise ValueError(f"ModelConfig(): 'spacing' must be >= 0 (mm), got {self.spacing}")
         if not 1 <= self.passes <= 4:
             raise ValueError(f"ModelConfig(): 'passes' must be 1 to 4, got {self.passes}")
+        if self.flip_average and self.flip_axis() is None:
+            raise ValueError(
+                "ModelConfig(): 'flip_average' needs an 'orientation' with a left-right axis "
+                f"(e.g. 'RAS'), got {self.orientation!r}"
+            )
+
+    def flip_axis(self) -> int | None:
+        """The spatial axis that runs left-right in the network's grid (the index of ``R`` or
+        ``L`` in ``orientation``), or None when the model records no orientation."""
+        codes = self.orientation.upper()
+        return next((i for i, c in enumerate(codes) if c in "RL"), None)
 
     def architecture(self) -> dict[str, Any]:
-        """Every setting the weights depend on (all but ``spacing``, ``orientation`` and
-        ``passes``), as a plain dict: what a resumed or fine-tuned run must share with its
-        checkpoint."""
-        inference = ("spacing", "orientation", "passes")
+        """Every setting the weights depend on (all but ``spacing``, ``orientation``,
+        ``passes`` and ``flip_average``), as a plain dict: what a resumed or fine-tuned run must
+        share with its checkpoint."""
+        inference = ("spacing", "orientation", "passes", "flip_average")
         return {k: v for k, v in to_dict(self).items() if k not in inference}
 
 

@@ -159,15 +159,15 @@ def batch_register(
     )
     start = time.perf_counter()
     report = BatchReport()
-    root = Path(out) / "pairs"
-    root.mkdir(parents=True, exist_ok=True)
+    (root := Path(out) / "pairs").mkdir(parents=True, exist_ok=True)
     _warn_missing(pairs)
     bar = tqdm(pairs, desc=desc, unit="pair", disable=not progress, dynamic_ncols=True)
     for pair in bar:
         pair_lam = pair.lam if pair.lam is not None else lam  # None: the model's default
         folder = root / pair.name
         planned = default.lam if pair_lam is None else pair_lam
-        identity = pair_identity(pair, planned, refine, init, passes or model.config.passes)
+        settings = (passes or model.config.passes, model.config.flip_average)
+        identity = pair_identity(pair, planned, refine, init, *settings)
         outputs = _outputs(pair, init)
         earlier = read_record(folder)  # read once: done, or what changed since
         if finished(folder, earlier, identity):
@@ -352,6 +352,7 @@ def run_batch(
     init: str | None = None,
     npz_geometry: str | None = None,
     passes: int | None = None,
+    flip_average: bool | None = None,
 ) -> BatchRun:
     """One process of a batch job: read the pairs, run this rank's shard, merge.
 
@@ -381,6 +382,8 @@ def run_batch(
         init: The affine stage per pair (see :func:`batch_register`).
         npz_geometry: Geometry of npz inputs (see :func:`batch_register`).
         passes: Network passes per pair (see :func:`batch_register`).
+        flip_average: The model's test-time flip averaging on or off; None: as its file
+            records (:func:`hyperreg.apps.models.resolve_model`).
 
     Returns:
         A :class:`BatchRun`.
@@ -402,7 +405,7 @@ def run_batch(
     resolved = resolve_device("run_batch", device)
     if resolved.type == "cuda" and resolved.index is None and world > 1:
         resolved = torch.device("cuda", local_rank % torch.cuda.device_count())
-    resolved_model = resolve_model(model, resolved, image=pairs[0].fixed)
+    resolved_model = resolve_model(model, resolved, image=pairs[0].fixed, flip_average=flip_average)
     group = world > 1 and "MASTER_ADDR" in os.environ and torch.distributed.is_available()
     if group and not torch.distributed.is_initialized():
         torch.distributed.init_process_group("gloo", rank=rank, world_size=world)

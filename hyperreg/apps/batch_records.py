@@ -69,11 +69,17 @@ FAILURE_COLUMNS = ("index", "name", "moving", "fixed", "moving_seg", "fixed_seg"
 
 
 def pair_identity(
-    pair: PairSpec, lam: float | str, refine: Any, init: str, passes: int = 1
+    pair: PairSpec,
+    lam: float | str,
+    refine: Any,
+    init: str,
+    passes: int = 1,
+    flip_average: bool = False,
 ) -> dict[str, Any]:
     """What a finished record of ``pair`` must match: its files, λ (a number or ``"auto"``),
     the refinement's steps, similarity and learning rate (when it refines), the affine
-    stage (when there is one) and the network passes (when more than 1)."""
+    stage (when there is one), the network passes (when more than 1) and flip averaging (when
+    on)."""
     identity: dict[str, Any] = {
         "index": pair.index,
         "moving": str(pair.moving),
@@ -88,6 +94,8 @@ def pair_identity(
         identity["init"] = init
     if passes != 1:
         identity["passes"] = passes
+    if flip_average:
+        identity["flip_average"] = True
     return identity
 
 
@@ -111,10 +119,10 @@ def finished(folder: Path, record: dict[str, Any] | None, identity: dict[str, An
 def changed_settings(record: dict[str, Any] | None, identity: dict[str, Any]) -> list[str]:
     """The settings of an earlier ``record`` that differ from ``identity``, as
     ``"<key> <old> -> <new>"`` (``refine`` and ``init`` read ``none`` when absent, ``passes``
-    1); empty when there is no record or nothing changed."""
+    1, ``flip_average`` False); empty when there is no record or nothing changed."""
     if record is None:
         return []
-    absent = {"refine": "none", "init": "none", "passes": 1}
+    absent = {"refine": "none", "init": "none", "passes": 1, "flip_average": False}
     keys = [*identity, *(k for k in absent if k not in identity)]
     changed = []
     for key in keys:

@@ -1,18 +1,16 @@
 """Which model a user means: a checkpoint file, a training run folder, or a bundled name.
 
-:func:`model_file` turns such a spec into the checkpoint file; :func:`model_source` also
-picks, without a spec, the bundled model for the images' dimensionality (nothing loaded);
-:func:`resolve_model` loads that onto a device and says which bundled model it took;
-:func:`model_architecture` reconciles the architecture a training run asks for with that of
-the checkpoint it continues or fine-tunes. Errors are
-:class:`~hyperreg.registration.pipeline.InputError` carrying the caller's argument name in
-``argument`` (a front end maps it to its own option); messages never name command-line flags.
-:func:`model_default_lambda` gives the λ a model registers at when none is asked for (the
-checkpoint's own, its bundled card's, its best validation Dice, or :data:`FALLBACK_LAMBDA`,
-always with where it came from); :func:`pair_lambda` turns what a caller asked for (a number,
-``"auto"`` or None) into the λ of one prepared pair. :func:`model_default_refine` and
-:func:`pair_refinement` do the same for test-time refinement (a bundled model's card may ask for
-some steps by default). Must not import cli.
+:func:`model_file` turns such a spec into the checkpoint file; :func:`model_source` also picks,
+without a spec, the bundled model for the images' dimensionality (nothing loaded);
+:func:`resolve_model` loads it onto a device (and turns its test-time flip averaging on or off);
+:func:`model_architecture` reconciles a training run's architecture with the checkpoint it
+continues. Errors are :class:`~hyperreg.registration.pipeline.InputError` carrying the caller's
+argument name (a front end maps it to its own option; messages never name flags).
+:func:`model_default_lambda` gives the λ a model registers at when none is asked for (its own,
+its card's, its best validation Dice, or :data:`FALLBACK_LAMBDA`, always with where it came
+from); :func:`pair_lambda` turns a request (a number, ``"auto"`` or None) into one pair's λ.
+:func:`model_default_refine` and :func:`pair_refinement` do the same for test-time refinement.
+Must not import cli.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ import math
 import numbers
 import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -411,16 +409,15 @@ def resolve_model(
     *,
     image: str | os.PathLike[str] | None = None,
     argument: str = "model",
+    flip_average: bool | None = None,
 ) -> ResolvedModel:
     """Load the model ``spec`` names onto ``device``.
 
     Args:
-        spec: A checkpoint file, a run folder holding ``model.pt``, a bundled model's name, or
-            None: the bundled model for the dimensionality of ``image``.
+        spec, image, argument: As :func:`model_source`.
         device: A torch device (or its name).
-        image: An image of the pair(s) to register (only its header is read); needed when
-            ``spec`` is None.
-        argument: The caller's name for ``spec``, stored in errors.
+        flip_average: Turns the model's test-time left-right flip averaging on or off
+            (``ModelConfig.flip_average``); None keeps what its file records.
 
     Returns:
         A :class:`ResolvedModel`; its model carries its default λ as ``model.default_lambda``
@@ -428,13 +425,24 @@ def resolve_model(
         ``model.default_refine`` (:func:`checkpoint_default_refine`).
 
     Raises:
-        InputError: If ``spec`` names nothing usable, is not a hyperreg checkpoint, or no
-            bundled model registers images like ``image``.
+        InputError: If ``spec`` names nothing usable, is not a hyperreg checkpoint, no
+            bundled model registers images like ``image``, or ``flip_average`` is asked of a
+            model that records no orientation (no left-right axis).
         RuntimeError: If the checkpoint's format is unknown or its weights do not match its
             config (:func:`hyperreg.method.model.load_checkpoint`).
     """
     path, bundled = model_source(spec, image=image, argument=argument)
     model, payload = _load(path, device, argument)
+    if flip_average and model.config.flip_axis() is None:
+        raise InputError(
+            "resolve_model",
+            "{0} needs a model that records its orientation (its left-right axis); {path} "
+            "records none",
+            "flip_average",
+            path=path,
+        )
+    if flip_average is not None:
+        model.config = replace(model.config, flip_average=flip_average)
     default = checkpoint_default_lambda(payload, path)
     model.default_lambda = default
     model.default_refine = checkpoint_default_refine(path)

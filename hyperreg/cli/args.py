@@ -24,6 +24,7 @@ __all__ = [
     "add_affine_out_argument",
     "add_batching_arguments",
     "add_common",
+    "add_flip_argument",
     "add_init_argument",
     "add_input_arguments",
     "add_label_arguments",
@@ -405,6 +406,20 @@ def add_passes_argument(parser: argparse.ArgumentParser) -> None:
         "weights); --refine refines the last pass. Default: the model's own (its config's "
         "'passes', 1 unless it records more; see its card). Each pass costs one more forward "
         "pass (seconds for a 3D pair on a CPU)",
+    )
+
+
+def add_flip_argument(parser: argparse.ArgumentParser) -> None:
+    """``--flip-average`` / ``--no-flip-average``: the model's test-time left-right flip
+    averaging turned on or off (default: what the model records)."""
+    parser.add_argument(
+        "--flip-average",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="average the network's velocity with that of the pair mirrored left-right "
+        "(test-time augmentation; twice the network's cost; needs a model that records its "
+        "orientation, as the bundled 3D one). Default: the model's own (see its card); "
+        "--no-flip-average: the network as given",
     )
 
 

@@ -29,12 +29,14 @@ __all__ = [
 
 def model_for(args: Any) -> Any:
     """The model ``--model`` names (:func:`model_path_for`), loaded on the device of
-    ``--device`` (:func:`hyperreg.apps.models.resolve_model`)."""
+    ``--device`` (:func:`hyperreg.apps.models.resolve_model`), with ``--flip-average`` where
+    the command has it."""
     from hyperreg._checks import resolve_device
     from hyperreg.apps.models import resolve_model
 
     device = resolve_device(args.command, args.device)
-    return resolve_model(model_path_for(args), device).model
+    flips = getattr(args, "flip_average", None)
+    return resolve_model(model_path_for(args), device, flip_average=flips).model
 
 
 def model_path_for(args: Any) -> str:

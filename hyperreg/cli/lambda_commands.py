@@ -55,6 +55,7 @@ def _add_sweep(sub: Any) -> None:
     opts.add_batching_arguments(sweep)
     opts.add_refine_arguments(sweep)
     opts.add_passes_argument(sweep)
+    opts.add_flip_argument(sweep)
     opts.add_init_argument(sweep)
     opts.add_preprocessing_arguments(sweep)
     opts.add_npz_geometry_argument(sweep)

@@ -82,6 +82,7 @@ def _add_register(sub: Any) -> None:
     )
     opts.add_refine_arguments(reg, model_default=True)
     opts.add_passes_argument(reg)
+    opts.add_flip_argument(reg)
     opts.add_preprocessing_arguments(reg)
     opts.add_npz_geometry_argument(reg)
     opts.add_common(reg)
@@ -270,6 +271,9 @@ def _report(args: argparse.Namespace, model: Any, result: Any, folders: list[Pat
     if passes > 1:
         source = "" if args.passes else " (the model's default; --passes 1: one)"
         print(f"{passes} network passes, each registering the last one's moved image{source}")
+    if model.config.flip_average:
+        source = "" if args.flip_average else " (the model's default; --no-flip-average: off)"
+        print(f"the network's velocity averaged with the pair mirrored left-right{source}")
     if refine_text(result.refinement):
         print(_default_refine_note(args, model) + refine_text(result.refinement))
     written = [

@@ -415,8 +415,12 @@ def _cmd_models(args: argparse.Namespace) -> int:
         print(f"{m.name}: {m.ndim}D{default}, {size:.1f} MB, {m.path}")
         print(f"    {m.summary}")
         lam = "none recorded" if m.default_lambda is None else f"{m.default_lambda:g}"
-        passes = load_checkpoint(m.path)[0].config.passes  # the file's ModelConfig.passes
-        print(f"    defaults: λ {lam}, refinement {m.default_refine} steps, passes {passes}")
+        config = load_checkpoint(m.path)[0].config  # the file's passes and flip averaging
+        flips = ", flip averaging" if config.flip_average else ""
+        print(
+            f"    defaults: λ {lam}, refinement {m.default_refine} steps, passes "
+            f"{config.passes}{flips}"
+        )
         print(f"    model card: {m.card}")
     return 0
 

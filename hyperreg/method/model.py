@@ -136,6 +136,12 @@ class HyperMorph(nn.Module):
         Any spatial size works: images are zero-padded to a multiple of 16 (2**levels) and the
         field is cropped back, so outputs have the input's spatial shape.
 
+        In eval mode, a model whose config sets ``flip_average`` predicts its flow twice, for
+        the pair as given and mirrored along the left-right axis of ``config.orientation``,
+        and averages the two velocities (the mirrored one mirrored back): test-time
+        augmentation with the brain's left-right symmetry; twice the U-Net's cost. In training
+        mode it never does.
+
         Args:
             moving: ``(B, C, *S)`` float image, intensities in [0, 1], ``C = in_channels``.
             fixed: Same shape as ``moving``.
@@ -174,7 +180,7 @@ class HyperMorph(nn.Module):
             TypeError, ValueError: As :meth:`forward`.
         """
         params = self._weights("HyperMorph.predict_flow", moving, fixed, lam)
-        return self.unet(self._pad(torch.cat([moving, fixed], dim=1)), params)
+        return self._flow(moving, fixed, params)
 
     def flow_to_output(self, flow: Tensor, moving: Tensor) -> RegistrationOutput:
         """Integrate (and upsample) a raw flow from :meth:`predict_flow`, crop, warp ``moving``.
@@ -237,8 +243,22 @@ class HyperMorph(nn.Module):
         self, moving: Tensor, fixed: Tensor, params: dict[str, Tensor]
     ) -> RegistrationOutput:
         spatial = tuple(moving.shape[2:])
-        flow = self.unet(self._pad(torch.cat([moving, fixed], dim=1)), params)
+        flow = self._flow(moving, fixed, params)
         return self._finish(flow, moving, spatial, self._padded_shape(spatial))
+
+    def _flow(self, moving: Tensor, fixed: Tensor, params: dict[str, Tensor]) -> Tensor:
+        """The U-Net's flow on the padded pair; in eval mode with ``config.flip_average``, the
+        mean of it and of the flow of the pair mirrored left-right, mirrored back."""
+        pair = self._pad(torch.cat([moving, fixed], dim=1))
+        flow = self.unet(pair, params)
+        axis = self.config.flip_axis() if self.config.flip_average else None
+        if self.training or axis is None:
+            return flow
+        dim = 2 + axis  # the mirrored flow's component along the axis changes sign
+        sign = torch.ones(flow.shape[1], device=flow.device, dtype=flow.dtype)
+        sign[axis] = -1
+        mirrored = self.unet(pair.flip(dim), params).flip(dim)
+        return (flow + mirrored * sign.view(1, -1, *[1] * (flow.ndim - 2))) / 2
 
     def _finish(
         self, flow: Tensor, moving: Tensor, spatial: tuple[int, ...], padded: tuple[int, ...]

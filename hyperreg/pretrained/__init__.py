@@ -133,7 +133,12 @@ def load_pretrained(ndim: int = 2, device: Any = "cpu") -> Any:
     return model.eval()
 
 
-def export_model(checkpoint: str | Path, out: str | Path, passes: int | None = None) -> Path:
+def export_model(
+    checkpoint: str | Path,
+    out: str | Path,
+    passes: int | None = None,
+    flip_average: bool | None = None,
+) -> Path:
     """Write a training checkpoint as a bundled model file: weights in float16, no optimiser.
 
     Keeps what a model card cites (``step``, ``train_config``, ``validation``, a
@@ -146,6 +151,9 @@ def export_model(checkpoint: str | Path, out: str | Path, passes: int | None = N
         out: The ``.pt`` file to write (e.g. ``hyperreg/pretrained/hypermorph-3d.pt``).
         passes: Network passes the model runs by default (``ModelConfig.passes``, what its card
             measured); None keeps the checkpoint's.
+        flip_average: Whether the model averages its flow over a left-right mirror at test
+            time (``ModelConfig.flip_average``; needs the model's orientation); None keeps the
+            checkpoint's.
 
     Returns:
         ``Path(out)``.
@@ -161,6 +169,8 @@ def export_model(checkpoint: str | Path, out: str | Path, passes: int | None = N
     model, payload = load_checkpoint(checkpoint)
     if passes is not None:
         model.config = dataclasses.replace(model.config, passes=passes)
+    if flip_average is not None:
+        model.config = dataclasses.replace(model.config, flip_average=flip_average)
     keep = {
         key: payload[key]
         for key in ("step", "train_config", "validation", "default_lambda")
