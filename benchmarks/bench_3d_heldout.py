@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -96,10 +97,10 @@ def labels(path: Path) -> np.ndarray:
 
 
 def hyperreg_cli(
-    model: str, pair: dict, lam: float, refine: int, work: Path, passes: int | None = None
+    model: str, pair: dict, lam: float, refine: int, work: Path, extra: Sequence[str] = ()
 ) -> dict:
-    """One `hyperreg register` call with the defaults (``passes`` None: the model's own);
-    Dice, folding, NDV, seconds."""
+    """One `hyperreg register` call with the defaults and ``extra`` options (e.g. ``--passes
+    1``); Dice, folding, NDV, seconds."""
     import nibabel as nib
 
     moved_seg, field = work / "moved_seg.nii.gz", work / "field.nii.gz"
@@ -129,7 +130,7 @@ def hyperreg_cli(
         str(field),
     ]
     command += ["--refine", str(refine)]  # 0 too: the bundled 3D model refines by default
-    command += [] if passes is None else ["--passes", str(passes)]
+    command += list(extra)
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True)
     seconds = time.perf_counter() - start
@@ -221,9 +222,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--pairs", type=int, default=0, help="only the first N pairs (smoke)")
     parser.add_argument(
-        "--also-passes",
-        type=int,
-        help="one more network-alone row with --passes N (the other rows use the model's own)",
+        "--also",
+        action="append",
+        default=[],
+        metavar="OPTIONS",
+        help="one more network-alone row with these register options (quoted, e.g. "
+        "'--passes 1 --no-flip-average'; the other rows use the model's own); repeatable",
     )
     parser.add_argument(
         "--ants-cache",
@@ -248,8 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["ITK_GLOBAL_DEFAULT_NUMBER_OF_THREADS"] = str(args.threads)
     have_ants = not args.no_ants and importlib.util.find_spec("ants") is not None
     methods = [f"hyperreg λ {args.lam:g}", f"hyperreg λ {args.lam:g} + refine {args.refine}"]
-    also = f"hyperreg λ {args.lam:g}, --passes {args.also_passes}" if args.also_passes else None
-    methods += [also] if also else []
+    also = {f"hyperreg λ {args.lam:g}, {options}": options.split() for options in args.also}
+    methods += list(also)
     kinds = ("SyN",) if args.no_syncc else ("SyN", "SyNCC")
     methods += [f"ANTs {kind}" for kind in kinds] if have_ants else []
     rows, summary = [], {name: [] for name in methods}
@@ -264,10 +268,8 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"{pair['name']}: hyperreg ...")
                 results[methods[0]] = hyperreg_cli(args.model, pair, args.lam, 0, work)
                 results[methods[1]] = hyperreg_cli(args.model, pair, args.lam, args.refine, work)
-                if also:
-                    results[also] = hyperreg_cli(
-                        args.model, pair, args.lam, 0, work, passes=args.also_passes
-                    )
+                for name, extra in also.items():
+                    results[name] = hyperreg_cli(args.model, pair, args.lam, 0, work, extra)
             if have_ants:
                 for kind in kinds:
                     if kind == "SyNCC" and args.syncc_cached_only:
@@ -302,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
             f"Command: `python benchmarks/bench_3d_heldout.py --model {args.model} --lambda "
             f"{args.lam:g} --refine {args.refine} --threads {args.threads}"
             f"{' --no-syncc' if args.no_syncc else ''}"
-            f"{f' --also-passes {args.also_passes}' if args.also_passes else ''}"
+            f"{''.join(' --also ' + repr(options) for options in args.also)}"
             f"{f' --ants-cache {args.ants_cache}' if args.ants_cache else ''}"
             f"{' --syncc-cached-only' if args.syncc_cached_only else ''}`; "
             f"{args.threads} threads "
