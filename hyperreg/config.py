@@ -50,7 +50,8 @@ class ModelConfig:
     passes: int = 1
     # Test-time flip averaging: in eval mode the network also registers the pair mirrored
     # left-right and the two velocities are averaged (HyperMorph.predict_flow). Needs an
-    # ``orientation`` (it names the left-right axis). Not part of the architecture.
+    # ``orientation`` (it names the left-right axis). Not part of the architecture; a model
+    # fine-tuned from one that averages keeps it, so its validation (eval mode) averages too.
     flip_average: bool = False
 
     def __post_init__(self) -> None:
