@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="OPTIONS",
-        help="one more network-alone row with these register options (quoted, e.g. "
+        help="one more network-alone row with these register options (--also='OPTIONS', e.g. "
         "'--passes 1 --no-flip-average'; the other rows use the model's own); repeatable",
     )
     parser.add_argument(
@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
             f"Command: `python benchmarks/bench_3d_heldout.py --model {args.model} --lambda "
             f"{args.lam:g} --refine {args.refine} --threads {args.threads}"
             f"{' --no-syncc' if args.no_syncc else ''}"
-            f"{''.join(' --also ' + repr(options) for options in args.also)}"
+            f"{''.join(' --also=' + repr(options) for options in args.also)}"
             f"{f' --ants-cache {args.ants_cache}' if args.ants_cache else ''}"
             f"{' --syncc-cached-only' if args.syncc_cached_only else ''}`; "
             f"{args.threads} threads "

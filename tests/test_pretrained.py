@@ -53,7 +53,7 @@ def test_models_command_lists_them(capsys) -> None:
     printed = capsys.readouterr().out
     assert all(m.name in printed for m in bundled_models())
     assert "model card" in printed
-    assert "defaults: λ 0.2, refinement 30 steps, passes 2" in printed  # hypermorph-3d's
+    assert "defaults: λ 0.2, refinement 30 steps, passes 2, flip averaging" in printed  # 3D
 
 
 def test_demo_registers_with_the_bundled_model(tmp_path: Path) -> None:
