@@ -113,9 +113,9 @@ def _step_worker(factor: float, threads: int) -> dict:
     from hyperreg.training.train import hypermorph_loss
 
     torch.set_num_threads(threads)
-    base = ModelConfig(ndim=3)
-    enc = tuple(round(c * factor) for c in base.enc_channels)
-    dec = tuple(round(c * factor) for c in base.dec_channels)
+    from train_hypermorph_3d import channels
+
+    enc, dec = channels(factor)  # the recipe's --width
     config = TrainConfig(model=ModelConfig(ndim=3, enc_channels=enc, dec_channels=dec))
     torch.manual_seed(0)
     model = HyperMorph(config.model)

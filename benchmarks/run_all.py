@@ -310,6 +310,19 @@ SUITE: dict[str, Bench] = {
         device=False,
         needs=("ixi-2mm",),
     ),
+    "capacity": Bench(
+        "Capacity of the 3D U-Net: validation Dice per training second by width",
+        "bench_capacity.py",
+        {
+            "smoke": ["--widths", "1", "--steps", "2", "--val-every", "2"],
+            "small": ["--widths", "1,1.5", "--minutes", "30"],
+            "full": ["--widths", "1,1.5,2", "--minutes", "120"],
+            "both": ["--out", "{work}/capacity"],
+        },
+        group="by-hand",
+        data="root",
+        needs=("ixi-2mm", "oasis1-freesurfer", "lapirn-3d", "misc-3d", "synthseg-labelmaps"),
+    ),
     "speed": Bench(
         "Where the seconds go: affine stage, network, coarse-to-fine refinement",
         "bench_speed.py",

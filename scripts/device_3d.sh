@@ -16,6 +16,10 @@
 # checkpoint; continue here with --init), train_log.csv, val_log.csv, split.json, train.log.
 # Env: BATCH (pairs per step, default the recipe's 1), LR (default the recipe's 5e-6).
 # CASCADE=K: every K-th step trains the second network pass (the recipe's --cascade-every; default 0).
+# `capacity MINUTES [WIDTHS]` (after `install`, instead of `train`): the capacity study,
+# benchmarks/bench_capacity.py, each width (default 1,1.5) from scratch for MINUTES on CUDA;
+# writes capacity.md (its table) and each width's train_log.csv / val_log.csv to $OUT. Widths run
+# one after the other: MINUTES x widths + about a minute of data loading each must fit the call.
 # A dry run on a CPU machine: DEVICE=cpu OUT=/tmp/out bash scripts/device_3d.sh train 1
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,19 +28,36 @@ install_wheels() {
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target "$SITE" "$@"
 }
-case "${1:-}" in
-install)
-    install_wheels .devpack-sitk/*.whl
-    PYTHONPATH="$SITE" python3 -c "import SimpleITK; print('SimpleITK', SimpleITK.Version())"
-    ;;
-train)
-    minutes=${2:-7}
+require_install() {  # the wheels of `install` and of the pack, on PYTHONPATH
     if [ ! -d "$SITE/SimpleITK" ]; then
         echo "device_3d.sh: no SimpleITK in $SITE: run 'install' on this machine first" >&2
         exit 2
     fi
     install_wheels .devpack/whl/*.whl
     export PYTHONPATH="$SITE:$PWD" HYPERREG_DATA=.devpack/data PYTHONUNBUFFERED=1
+}
+case "${1:-}" in
+install)
+    install_wheels .devpack-sitk/*.whl
+    PYTHONPATH="$SITE" python3 -c "import SimpleITK; print('SimpleITK', SimpleITK.Version())"
+    ;;
+capacity)
+    require_install
+    out=${OUT:-runs/device_out}
+    mkdir -p "$out"
+    python3 benchmarks/bench_capacity.py --widths "${3:-1,1.5}" --minutes "${2:-4}" \
+        --device "${DEVICE:-cuda}" --data .devpack/data --out runs/capacity --val-every 500 |
+        tee "$out/capacity.md"
+    for run in runs/capacity/width_*/; do
+        name=$(basename "$run")
+        for log in train_log.csv val_log.csv; do
+            if [ -f "$run/$log" ]; then cp "$run/$log" "$out/${name}_$log"; fi
+        done
+    done
+    ;;
+train)
+    minutes=${2:-7}
+    require_install
     out=${OUT:-runs/device_out}
     mkdir -p "$out"
     python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
@@ -66,7 +87,7 @@ print(f"device_3d.sh: exported {checkpoint} to {out / 'hypermorph-3d-gpu.pt'}")
 EOF
     ;;
 *)
-    echo "usage: bash scripts/device_3d.sh install | train [MINUTES]" >&2
+    echo "usage: bash scripts/device_3d.sh install | train [MINUTES] | capacity [MINUTES [WIDTHS]]" >&2
     exit 2
     ;;
 esac

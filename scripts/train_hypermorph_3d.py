@@ -20,6 +20,10 @@ Usage (CPU, one thread, in the background; re-running resumes)::
 
     OMP_NUM_THREADS=1 python scripts/train_hypermorph_3d.py --out runs/h3d --device cpu
 
+Capacity (``--width W --init none``): the same recipe from random weights with W times the U-Net
+features, at Adam lr 1e-4 unless ``--lr``; ``benchmarks/bench_capacity.py`` runs it per width
+and compares validation Dice per training second.
+
 Env: ``HYPERREG_DATA`` the shared data folder (default ``../shared/data``).
 """
 
@@ -31,6 +35,10 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hyperreg.config import TrainConfig
 
 HOLDOUT = (
     "OAS1_0002",
@@ -100,16 +108,54 @@ def write_sources(data: Path, folder: Path) -> list[str]:
     return paths
 
 
-def main(argv: list[str] | None = None) -> int:
+def channels(width: float) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The U-Net's encoder and decoder features at ``width`` times the bundled model's (the
+    :class:`~hyperreg.config.ModelConfig` defaults), each rounded, at least 1.
+
+    Raises:
+        ValueError: If ``width`` is not positive.
+    """
+    from hyperreg.config import ModelConfig
+
+    if not width > 0:
+        raise ValueError(f"--width must be > 0, got {width}")
+    base = ModelConfig(ndim=3)
+
+    def scale(features: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(max(1, round(c * width)) for c in features)
+
+    return scale(base.enc_channels), scale(base.dec_channels)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The recipe's command line; ``--lr`` defaults to 5e-6 continuing a model, 1e-4 from scratch.
+
+    Raises:
+        SystemExit: (argparse, exit 2) on a bad option, or ``--width`` other than 1 while
+            continuing the bundled model (its U-Net has width 1).
+    """
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="runs/h3d")
     parser.add_argument("--steps", type=int, default=20000)
     parser.add_argument("--device", default="cpu")
     # 5e-6: continuing the bundled model at 1e-4 did not help, at 2e-5 and 5e-6 it did (its card,
     # run D); steps 1-4400 of the bundled model ran at 1e-4
-    parser.add_argument("--lr", type=float, default=5e-6, help="Adam learning rate (5e-6)")
+    parser.add_argument(
+        "--lr", type=float, default=None, help="Adam learning rate (5e-6; 1e-4 with --init none)"
+    )
     parser.add_argument("--batch-size", type=int, default=1, help="pairs per step (default 1)")
-    parser.add_argument("--init", default="", help="model to start from (default: bundled 3D)")
+    parser.add_argument(
+        "--init",
+        default="",
+        help="model to start from (default: bundled 3D; 'none': random weights, from scratch)",
+    )
+    parser.add_argument(
+        "--width",
+        type=float,
+        default=1.0,
+        help="U-Net features times the bundled model's (default 1; other widths need --init none "
+        "or a model of that width): the capacity study, benchmarks/bench_capacity.py",
+    )
     parser.add_argument(
         "--cascade-every",
         type=int,
@@ -118,25 +164,34 @@ def main(argv: list[str] | None = None) -> int:
         help="every K-th step trains the network as the second of two passes on its own moved "
         "image (TrainConfig.cascade_every; default 0, never)",
     )
+    parser.add_argument("--val-every", type=int, default=1000, help="validation every N steps")
+    parser.add_argument("--checkpoint-every", type=int, default=250)
     parser.add_argument("--no-resume", action="store_true")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    if args.width != 1.0 and not args.init:
+        parser.error(f"--width {args.width:g}: the bundled model has width 1; pass --init none")
+    try:
+        channels(args.width)
+    except ValueError as err:
+        parser.error(str(err))
+    if args.lr is None:
+        args.lr = 1e-4 if args.init == "none" else 5e-6
+    return args
 
+
+def recipe_config(args: argparse.Namespace, sources: list[str], data: Path) -> TrainConfig:
+    """The run's :class:`~hyperreg.config.TrainConfig` from :func:`parse_args`'s options."""
     from hyperreg.config import ModelConfig, TrainConfig
-    from hyperreg.training.checkpointing import latest_checkpoint
-    from hyperreg.training.train import train
 
-    data = Path(os.environ.get("HYPERREG_DATA", "../shared/data"))
-    out = Path(args.out)
-    sources = write_sources(data, out.parent / f"{out.name}_sources")
-    init = args.init
-    if not init:
+    init = "" if args.init == "none" else args.init
+    if not args.init:
         from importlib.resources import files
 
         init = str(files("hyperreg") / "pretrained" / "hypermorph-3d.pt")
-    config = TrainConfig(
+    enc, dec = channels(args.width)
+    return TrainConfig(
         data=tuple(sources),
-        out=str(out),
+        out=str(args.out),
         steps=args.steps,
         batch_size=args.batch_size,
         lr=args.lr,
@@ -153,16 +208,28 @@ def main(argv: list[str] | None = None) -> int:
         synth_labels=tuple(str(p) for p in synth_labels(data)),
         holdout=HOLDOUT,
         test_fraction=0.0,
-        checkpoint_every=250,
-        val_every=1000,
+        checkpoint_every=args.checkpoint_every,
+        val_every=args.val_every,
         val_lambdas=(0.1, 0.3, 0.6),
         val_max_pairs=6,
         keep_checkpoints=3,
         seed=3,
         device=args.device,
         init=init,
-        model=ModelConfig(ndim=3),
+        model=ModelConfig(ndim=3, enc_channels=enc, dec_channels=dec),
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+
+    from hyperreg.training.checkpointing import latest_checkpoint
+    from hyperreg.training.train import train
+
+    data = Path(os.environ.get("HYPERREG_DATA", "../shared/data"))
+    out = Path(args.out)
+    config = recipe_config(args, write_sources(data, out.parent / f"{out.name}_sources"), data)
     resume = None
     if not args.no_resume:
         try:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from shared_paths import DATA, REPO, data_path
+from hyperreg.config import ModelConfig
 from hyperreg.training.sources import Scan, load_scan
 
 sys.path.insert(0, str(REPO / "scripts"))
@@ -72,9 +73,9 @@ def test_a_copy_when_already_at_2_mm(tmp_path: Path) -> None:
     assert (tmp_path / "b" / "a.nii.gz").read_bytes() == (tmp_path / "a.nii.gz").read_bytes()
 
 
-@pytest.mark.parametrize("argv", [[], ["train", "1"]])
+@pytest.mark.parametrize("argv", [[], ["train", "1"], ["capacity", "1"]])
 def test_device_script_refuses_before_any_work(argv: list[str], tmp_path: Path) -> None:
-    """No verb: usage; 'train' on a machine where 'install' did not run: says so, exit 2."""
+    """No verb: usage; 'train' or 'capacity' where 'install' did not run: says so, exit 2."""
     done = subprocess.run(
         ["bash", str(REPO / "scripts" / "device_3d.sh"), *argv],
         capture_output=True,
@@ -84,3 +85,50 @@ def test_device_script_refuses_before_any_work(argv: list[str], tmp_path: Path) 
     assert done.returncode == 2
     assert ("usage" if not argv else "run 'install' on this machine first") in done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_recipe_widths_and_learning_rates() -> None:
+    """--width scales every U-Net feature count; it needs --init none (1e-4 unless --lr)."""
+    from train_hypermorph_3d import channels, parse_args, recipe_config
+
+    assert channels(1.5) == ((24, 48, 48, 48), (48, 48, 48, 48, 48, 24, 24))
+    assert channels(1) == (ModelConfig(ndim=3).enc_channels, ModelConfig(ndim=3).dec_channels)
+    with pytest.raises(SystemExit):
+        parse_args(["--width", "2"])  # continuing the bundled model (width 1)
+    with pytest.raises(SystemExit):
+        parse_args(["--width", "0", "--init", "none"])
+    scratch = recipe_config(parse_args(["--width", "2", "--init", "none"]), [], DATA)
+    assert scratch.init == "" and scratch.lr == 1e-4
+    assert scratch.model.enc_channels == (32, 64, 64, 64)
+    assert recipe_config(parse_args(["--init", "none", "--lr", "3e-5"]), [], DATA).lr == 3e-5
+    bundled = recipe_config(parse_args([]), [], DATA)
+    assert bundled.init.endswith("hypermorph-3d.pt") and bundled.lr == 5e-6
+
+
+def test_capacity_report_compares_widths_at_the_shortest_runs_seconds(tmp_path: Path) -> None:
+    """bench_capacity's table from run folders: per width its size and step time, every
+    validation with its seconds, and the best Dice each width reached within the shortest run."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from bench_capacity import report
+
+    logs = {  # width: (seconds at steps 1..4, validation mean Dice at steps 2 and 4)
+        1.0: ((1, 2, 3, 4), (0.30, 0.40)),
+        1.5: ((2, 4, 6, 8), (0.35, 0.50)),
+    }
+    for width, (seconds, dices) in logs.items():
+        run = tmp_path / f"width_{width:g}"
+        run.mkdir()
+        rows = [f"{i},0.1,0.1,0.0,0.5,{s}" for i, s in enumerate(seconds, 1)]
+        (run / "train_log.csv").write_text(
+            "step,loss,similarity,smoothness,lam_mean,seconds\n" + "\n".join(rows) + "\n"
+        )
+        val = [f"{step},{d},{d},{d},0,0,{d},0,0,{d},0,0" for step, d in zip((2, 4), dices)]
+        header = "step,score,mean_dice,dice_0.1,folding_pct_0.1,similarity_0.1,dice_0.3,"
+        header += "folding_pct_0.3,similarity_0.3,dice_0.6,folding_pct_0.6,similarity_0.6"
+        (run / "val_log.csv").write_text(header + "\n" + "\n".join(val) + "\n")
+    text = report([1.0, 1.5], tmp_path)
+    assert "| 1 | 2207477 | 4.41 | 4 | 4 | 1.00 |" in text
+    assert "| 1.5 | 4937701 | 9.88 | 4 | 8 | 2.00 |" in text
+    assert "| 1.5 | 4 | 8 | 0.5000 | 0.5000 / 0.5000 / 0.5000 |" in text
+    best = text.split("within 4 training seconds")[1]
+    assert "| 1 | 0.4000 |" in best and "| 1.5 | 0.3500 |" in best  # width 1.5 at 4 s: step 2
