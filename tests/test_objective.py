@@ -7,11 +7,12 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from hyperreg.config import ModelConfig, TrainConfig
 from hyperreg.method.losses import gradient_loss, ncc_loss
 from hyperreg.method.model import HyperMorph, load_checkpoint, save_checkpoint
-from hyperreg.method.objective import Objective, one_hot
+from hyperreg.method.objective import Objective, one_hot, pooled_one_hot
 from hyperreg.training.data import batch_of, foreground_centre, label_indices
 from hyperreg.training.sources import fit_to_shape
 from hyperreg.training.train import hypermorph_loss, training_objective
@@ -144,3 +145,15 @@ def test_batch_of_plain_sources() -> None:
     assert batch.moving_labels.shape == (3, 1, 4, 4)
     assert int(batch.moving_labels.abs().sum()) == 0
     assert batch.image_pairs.all()
+
+
+@pytest.mark.parametrize(
+    ("shape", "factor"), [((2, 1, 9, 7), 2), ((1, 1, 10, 12, 9), 2), ((1, 1, 8, 8, 8), 4)]
+)
+def test_pooled_one_hot_equals_pooling_the_one_hot(shape, factor) -> None:
+    """The label term's coarse maps: exactly avg_pool(one_hot) (odd sizes: whole blocks only)."""
+    index = torch.randint(0, 6, shape, generator=torch.Generator().manual_seed(0))
+    pool = F.avg_pool2d if len(shape) == 4 else F.avg_pool3d
+    expected = pool(one_hot(index, 7), factor)
+    pooled = pooled_one_hot(index.to(torch.int16), 7, factor)
+    assert pooled.shape == expected.shape and torch.equal(pooled, expected)

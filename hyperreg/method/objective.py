@@ -37,7 +37,14 @@ from torch import Tensor
 from hyperreg.method.losses import gradient_loss, mi_loss, mse_loss, ncc_loss
 from hyperreg.method.spatial import warp
 
-__all__ = ["LABEL_LOSSES", "SIMILARITIES", "Objective", "ObjectiveTerms", "one_hot"]
+__all__ = [
+    "LABEL_LOSSES",
+    "SIMILARITIES",
+    "Objective",
+    "ObjectiveTerms",
+    "one_hot",
+    "pooled_one_hot",
+]
 
 SIMILARITIES = ("ncc", "mse", "mi")
 LABEL_LOSSES = ("none", "dice", "mse")
@@ -73,6 +80,38 @@ def one_hot(index: Tensor, classes: int) -> Tensor:
     """
     out = F.one_hot(index[:, 0].long(), classes)
     return out.movedim(-1, 1).float()
+
+
+def pooled_one_hot(index: Tensor, classes: int, factor: int) -> Tensor:
+    """The share of each label in each ``factor``-wide block: ``avg_pool(one_hot(index), factor)``
+    without the full-resolution one-hot (``L`` times the map's size, then read again to pool).
+
+    Each block's ``factor**N`` voxels add ``1 / factor**N`` to their label's channel
+    (``scatter_add``); the values are exact (multiples of a power of two) and equal those of
+    ``torch.nn.functional.avg_pool{N}d(one_hot(index, classes), factor)``, which also drops the
+    voxels past the last whole block.
+
+    Args:
+        index: ``(B, 1, *S)`` integer map with values in ``[0, classes)``, ``N = len(S)``.
+        classes: Number of channels ``L``.
+        factor: Block width in voxels along every axis, >= 1.
+
+    Returns:
+        ``(B, L, *(S // factor))`` float32.
+    """
+    batch, spatial = index.shape[0], tuple(index.shape[2:])
+    coarse = [size // factor for size in spatial]
+    crop = (slice(None), 0, *[slice(0, c * factor) for c in coarse])
+    blocks = [batch]
+    for size in coarse:
+        blocks += [size, factor]
+    ndim = len(spatial)
+    # (B, c0, f, c1, f, ...) -> (B, f**N offsets within a block, c0 * c1 * ... blocks)
+    order = [0, *[2 + 2 * i for i in range(ndim)], *[1 + 2 * i for i in range(ndim)]]
+    cells = index[crop].long().reshape(blocks).permute(order).reshape(batch, factor**ndim, -1)
+    share = torch.full(cells.shape, 1.0 / factor**ndim, device=index.device)
+    out = torch.zeros(batch, classes, cells.shape[-1], device=index.device)
+    return out.scatter_add_(1, cells, share).reshape(batch, classes, *coarse)
 
 
 @dataclass(frozen=True)
@@ -230,12 +269,15 @@ class Objective:
             if disp is None:
                 raise ValueError("Objective(): label maps need the displacement 'disp'")
             classes = int(max(moving_labels.max(), fixed_labels.max())) + 1
-            moving_hot, fixed_hot = one_hot(moving_labels, classes), one_hot(fixed_labels, classes)
-            if self.label_downsize > 1:
-                factor = self.label_downsize
+            factor = self.label_downsize
+            if factor > 1:  # each map's label shares per block; the displacement in block units
+                moving_hot = pooled_one_hot(moving_labels, classes, factor)
+                fixed_hot = pooled_one_hot(fixed_labels, classes, factor)
                 pool = F.avg_pool2d if disp.ndim == 4 else F.avg_pool3d
-                moving_hot, fixed_hot = pool(moving_hot, factor), pool(fixed_hot, factor)
                 disp = pool(disp, factor) / factor
+            else:
+                moving_hot = one_hot(moving_labels, classes)
+                fixed_hot = one_hot(fixed_labels, classes)
             moved_labels = warp(moving_hot, disp)
             labels = self.label_term(moved_labels, fixed_hot).float()
             data = data + self.label_weight * labels
