@@ -117,6 +117,7 @@ def _describe(steps: int | None) -> str:
 
 
 def _end_to_end(root: Path, lam: float, steps: int | None, old: bool) -> tuple[list, list, dict]:
+    import hyperreg.registration.passes as passes
     import hyperreg.registration.pipeline as pipeline
     import hyperreg.registration.refine as refine
     import hyperreg.registration.refine_levels as refine_levels
@@ -130,6 +131,8 @@ def _end_to_end(root: Path, lam: float, steps: int | None, old: bool) -> tuple[l
     clock = _Clock()
     model = load_pretrained(ndim=3)
     model.predict_flow = clock.wrap("network", model.predict_flow)  # type: ignore[method-assign]
+    # the first of the model's passes runs forward() (it does not call predict_flow)
+    model.forward = clock.wrap("network", model.forward)  # type: ignore[method-assign]
     total = time.perf_counter()
     tic = time.perf_counter()
     moving = load_volume(native / "OAS1_0002_MR1" / "norm.mgz")
@@ -155,6 +158,10 @@ def _end_to_end(root: Path, lam: float, steps: int | None, old: bool) -> tuple[l
         (refine, "refine_flow"): "refine_flow",
         (refine, "network_inputs"): "network inputs (resample to 2 mm)",
         (refine, "result_from_output"): "field to the fixed grid, warp, folding",
+        # the model's network passes (register_passes) import these by name
+        (passes, "refine_flow"): "refine_flow",
+        (passes, "network_inputs"): "network inputs (resample to 2 mm)",
+        (passes, "result_from_output"): "field to the fixed grid, warp, folding",
         (pipeline, "sample_volume"): "chain: moved image and label map",
         (pipeline, "composed_displacement"): "chain: composed field",
         (pipeline, "registration_dice"): "Dice",
