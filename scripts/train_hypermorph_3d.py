@@ -14,7 +14,8 @@ resampled to 2 mm RAS and its foreground centred in a 96 × 112 × 96 training g
 Held out for validation (never trained on, in any form): OAS1_0002 and five IXI people.
 The loss is (1 − λ)·[NCC on real pairs + soft Dice on the pair's labels] + λ·2·Grad-l2.
 It continues the bundled 3D model (``--init``) at Adam lr 5e-6 by default: its first 4400 steps
-ran at 1e-4, and continuing there did not help while 2e-5 and 5e-6 did (its card, run D).
+ran at 1e-4, and continuing there did not help while 2e-5 and 5e-6 did (its card, run D); from
+step 7858, 2e-5 did not help either (run F).
 
 Usage (CPU, one thread, in the background; re-running resumes)::
 
