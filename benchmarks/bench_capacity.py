@@ -101,9 +101,6 @@ def report(widths: Sequence[float], out: Path) -> str:
     for width in widths:
         folder = out / f"width_{width:g}"
         runs[width] = (read_rows(folder / "train_log.csv"), read_rows(folder / "val_log.csv"))
-    sizes = [
-        ("width", "parameters", "float16 MB", "steps", "training s", "s / step"),
-    ]
     rows = []
     for width, (train_rows, _) in runs.items():
         count, megabytes = model_size(width)
@@ -134,7 +131,7 @@ def report(widths: Sequence[float], out: Path) -> str:
         best.append((f"{width:g}", f"{max(reached):.4f}" if reached else "not measured"))
     return "\n\n".join(
         [
-            table(sizes[0], rows),
+            table(("width", "parameters", "float16 MB", "steps", "training s", "s / step"), rows),
             table(("width", "step", "training s", "mean Dice", "λ 0.1 / 0.3 / 0.6"), val_rows),
             f"Best validation Dice within {budget:.0f} training seconds (the shortest run):",
             table(("width", "mean Dice"), best),
