@@ -258,8 +258,8 @@ class SynthPairSampler:
         smooth = integrate_velocity(velocity, self.int_steps)
         smooth = 2 * F.interpolate(smooth, size=shape, mode=mode, align_corners=True)
         # sample point A(x) + u(A(x)): the affine first, then the smooth deformation
-        disp = affine_disp + warp(smooth, affine_disp, padding="border")
-        return warp(seg[None], disp, mode="nearest", padding="zeros")[0]
+        disp = affine_disp + warp(smooth, affine_disp, padding="border", exact=False)
+        return warp(seg[None], disp, mode="nearest", padding="zeros", exact=False)[0]
 
     def _image(self, seg: Tensor, rng: np.random.Generator) -> Tensor:
         """Gaussian-mixture image of a label map ``(1, *S)``, artefacts, scaled to [0, 1]."""
