@@ -154,14 +154,16 @@ def _end_to_end(root: Path, lam: float, steps: int | None, old: bool) -> tuple[l
         initial_affine=transform,
     )
     clock.add("prepare (resample through the affine, baselines)", time.perf_counter() - tic)
+    shared = {
+        "refine_flow": "refine_flow",
+        "network_inputs": "network inputs (resample to 2 mm)",
+        "result_from_output": "field to the fixed grid, warp, folding",
+    }
+    # the model's network passes (register_passes) import these names from refine
     originals = {
-        (refine, "refine_flow"): "refine_flow",
-        (refine, "network_inputs"): "network inputs (resample to 2 mm)",
-        (refine, "result_from_output"): "field to the fixed grid, warp, folding",
-        # the model's network passes (register_passes) import these by name
-        (passes, "refine_flow"): "refine_flow",
-        (passes, "network_inputs"): "network inputs (resample to 2 mm)",
-        (passes, "result_from_output"): "field to the fixed grid, warp, folding",
+        (module, name): stage for module in (refine, passes) for name, stage in shared.items()
+    }
+    originals |= {
         (pipeline, "sample_volume"): "chain: moved image and label map",
         (pipeline, "composed_displacement"): "chain: composed field",
         (pipeline, "registration_dice"): "Dice",
