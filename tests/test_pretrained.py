@@ -26,6 +26,19 @@ def test_a_2d_model_is_bundled_with_its_card() -> None:
     assert model.config.ndim == 2 and not model.training
 
 
+def test_model_cards_speak_of_the_model_not_its_development() -> None:
+    """A card is read by users: no work diary (sessions, run folders, verdict words of the
+    project's own targets)."""
+    import re
+
+    diary = re.compile(r"\bsession\b|\bsessions\b|MISSED|runs/|\brun [A-F]\b", re.IGNORECASE)
+    for m in bundled_models():
+        texts = [m.card.read_text(), m.summary, m.default_lambda_note, m.default_refine_note]
+        for text in texts:
+            found = diary.findall(text or "")
+            assert not found, f"{m.card.name}: development history in user text: {found}"
+
+
 def test_no_bundled_model_for_a_dimensionality_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no bundled model registers 3D images"):
         default_model(3, folder=tmp_path)  # an empty folder: nothing shipped
