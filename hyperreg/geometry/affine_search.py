@@ -29,25 +29,13 @@ import math
 import numpy as np
 import SimpleITK as sitk
 
-__all__ = ["SEARCH_MM", "score", "search_rotations", "single_thread_metric"]
+__all__ = ["SEARCH_MM", "score", "search_rotations"]
 
 SEARCH_MM = 8.0  # voxel size (mm) of the coarse copy the candidates are scored on
 _ANGLES_3D = (-60.0, -30.0, 0.0, 30.0, 60.0)  # degrees, per Euler angle
 _ANGLES_2D = tuple(float(a) for a in range(-90, 91, 15))  # degrees, in-plane
 _DISTINCT_DEG = 40.0  # returned candidates differ from each other by more than this rotation
 _BINS = 32  # Mattes histogram bins, as the local optimiser uses
-
-
-def single_thread_metric(method: sitk.ImageRegistrationMethod) -> None:
-    """Run ``method``'s metric and optimiser on one thread.
-
-    ITK's Mattes metric merges its threads' joint histograms in the order the threads finish,
-    so the same registration on two threads rounds differently from run to run, and
-    differently from one thread; near a decision (which start wins, whether the identity is
-    kept) that changed results. One thread makes the stage repeat exactly at any setting of
-    ``sitk.ProcessObject.SetGlobalDefaultNumberOfThreads``.
-    """
-    method.SetNumberOfThreads(1)
 
 
 def score(fixed: sitk.Image, moving: sitk.Image, transform: sitk.Transform) -> float:
@@ -59,7 +47,7 @@ def score(fixed: sitk.Image, moving: sitk.Image, transform: sitk.Transform) -> f
     method.MetricUseMovingImageGradientFilterOff()
     method.SetMetricSamplingStrategy(method.NONE)
     method.SetInterpolator(sitk.sitkLinear)
-    single_thread_metric(method)
+    method.SetNumberOfThreads(1)  # threaded sums round differently from run to run
     method.SetInitialTransform(transform, inPlace=False)
     try:
         value = float(method.MetricEvaluate(fixed, moving))
