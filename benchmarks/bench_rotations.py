@@ -86,12 +86,12 @@ def tilt(volume: Volume, angles: tuple[float, float, float], *, label: bool) -> 
     return sitk.GetArrayFromImage(out).T.copy()
 
 
-def people(root: Path, ixi: int) -> list[tuple[str, Path, Path]]:
+def people(root: Path, ixi: int, freesurfer: bool = True) -> list[tuple[str, Path, Path]]:
     """``(name, image, label map)`` of every person found (missing ones are skipped)."""
     found = []
-    freesurfer = root / "oasis1-freesurfer"
-    for name in ("OAS1_0001_MR1", "OAS1_0002_MR1"):
-        image, seg = freesurfer / name / "norm.mgz", freesurfer / name / "aseg.mgz"
+    folder = root / "oasis1-freesurfer"
+    for name in ("OAS1_0001_MR1", "OAS1_0002_MR1") if freesurfer else ():
+        image, seg = folder / name / "norm.mgz", folder / name / "aseg.mgz"
         if image.is_file() and seg.is_file():
             found.append((name, image, seg))
     heads = sorted((root / "ixi-2mm").glob("*_T1.nii.gz"))
@@ -147,9 +147,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--threads", type=int, default=1, help="SimpleITK threads outside the stage (default 1)"
     )
     parser.add_argument("--only", nargs="*", help="person names to run (default: all found)")
+    parser.add_argument(
+        "--no-freesurfer", action="store_true", help="leave out the two FreeSurfer heads"
+    )
+    parser.add_argument(
+        "--tilts", nargs="*", help="pitch/roll/yaw cases to run, e.g. 45/0/0 (default: all 13)"
+    )
     args = parser.parse_args(argv)
     sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(args.threads)
-    found = people(args.data, args.ixi)
+    found = people(args.data, args.ixi, not args.no_freesurfer)
+    tilts = TILTS
+    if args.tilts:
+        tilts = [tuple(float(a) for a in text.split("/")) for text in args.tilts]
+        if any(len(angles) != 3 for angles in tilts):
+            parser.error("--tilts: each case is pitch/roll/yaw in degrees, e.g. 45/0/0")
     if args.only:
         found = [p for p in found if p[0] in args.only]
     if not found:
@@ -158,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, image_p, seg_p in found:
-            rows += run_person(name, image_p, seg_p, TILTS, args.repeats, Path(tmp))
+            rows += run_person(name, image_p, seg_p, tilts, args.repeats, Path(tmp))
     lines = [
         "Mean label Dice of the moved label map against the original, per run; seconds are wall "
         "(process CPU) of `affine_files` per run; 'same' says whether every run gave a "
