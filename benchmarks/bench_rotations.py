@@ -151,14 +151,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--no-freesurfer", action="store_true", help="leave out the two FreeSurfer heads"
     )
     parser.add_argument(
-        "--tilts", nargs="*", help="pitch/roll/yaw cases to run, e.g. 45/0/0 (default: all 13)"
+        "--tilts",
+        help="comma-separated pitch/roll/yaw cases to run, e.g. --tilts=-60/0/0,45/0/0 "
+        "(default: all 13)",
     )
     args = parser.parse_args(argv)
     sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(args.threads)
     found = people(args.data, args.ixi, not args.no_freesurfer)
     tilts = TILTS
     if args.tilts:
-        tilts = [tuple(float(a) for a in text.split("/")) for text in args.tilts]
+        tilts = [tuple(float(a) for a in text.split("/")) for text in args.tilts.split(",")]
         if any(len(angles) != 3 for angles in tilts):
             parser.error("--tilts: each case is pitch/roll/yaw in degrees, e.g. 45/0/0")
     if args.only:

@@ -272,7 +272,7 @@ SUITE: dict[str, Bench] = {
         "Tilted heads: the affine stage brings rotated copies back",
         "bench_rotations.py",
         {
-            "smoke": ["--no-freesurfer", "--ixi", "1", "--tilts", "45/0/0", "--repeats", "1"],
+            "smoke": ["--no-freesurfer", "--ixi", "1", "--tilts=45/0/0", "--repeats", "1"],
             "small": ["--ixi", "0"],
             "full": [],
             "both": ["--threads", "1"],
