@@ -29,12 +29,13 @@ import math
 import numpy as np
 import SimpleITK as sitk
 
-__all__ = ["SEARCH_MM", "score", "search_rotations"]
+__all__ = ["SEARCH_MM", "looks_turned", "score", "search_rotations"]
 
 SEARCH_MM = 8.0  # voxel size (mm) of the coarse copy the candidates are scored on
 _ANGLES_3D = (-60.0, -30.0, 0.0, 30.0, 60.0)  # degrees, per Euler angle
 _ANGLES_2D = tuple(float(a) for a in range(-90, 91, 15))  # degrees, in-plane
 _DISTINCT_DEG = 40.0  # returned candidates differ from each other by more than this rotation
+_PROBE_DEG = 20.0  # looks_turned: the start turned by this much about each axis, both ways
 _BINS = 32  # Mattes histogram bins, as the local optimiser uses
 
 
@@ -123,6 +124,26 @@ def _angle_between(a: np.ndarray, b: np.ndarray) -> float:
         return abs(math.degrees(math.atan2(relative[1, 0], relative[0, 0])))
     cosine = (np.trace(relative) - 1) / 2
     return math.degrees(math.acos(min(1.0, max(-1.0, cosine))))
+
+
+def looks_turned(fixed: sitk.Image, moving: sitk.Image, start: sitk.Transform) -> bool:
+    """Whether turning ``start`` by 20° about one axis (either way; a slice: in its plane)
+    scores a lower MI than ``start`` itself on the coarse pair (:func:`score`).
+
+    The affine stage's early identity test asks this before keeping an unmoved start: a rigid
+    run from the identity can stay there on a head rolled by 25° (measured on OAS1_0001's
+    256³ ``norm.mgz``: corners moved 2.6 mm, MI gained 0 %), while on an aligned pair every
+    20° turn scores worse. Costs 7 metric evaluations (a slice: 3).
+    """
+    base = score(fixed, moving, start)
+    ndim = fixed.GetDimension()
+    for axis, sign in itertools.product(range(1 if ndim == 2 else 3), (1.0, -1.0)):
+        angles = [0.0] * (1 if ndim == 2 else 3)
+        angles[axis] = sign * _PROBE_DEG
+        turned = _with_rotation(start, _euler(tuple(angles)) @ _rotation_of(start))
+        if score(fixed, moving, turned) < base:
+            return True
+    return False
 
 
 def search_rotations(
