@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import tempfile
 import time
@@ -39,6 +40,7 @@ from _common import DATA_ROOT, log, table
 from hyperreg.apps.transforms import affine_files
 from hyperreg.geometry.io import Volume, load_volume
 from hyperreg.geometry.resample import to_sitk
+from hyperreg.method.metrics import registration_dice
 
 # (pitch, roll, yaw) in degrees
 TILTS = [
@@ -138,40 +140,65 @@ def run_person(
     return rows
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=DATA_ROOT, help="../shared/data folder")
-    parser.add_argument("--ixi", type=int, default=2, help="how many IXI heads (default 2)")
-    parser.add_argument("--repeats", type=int, default=2, help="runs of the suite (default 2)")
-    parser.add_argument(
-        "--threads", type=int, default=1, help="SimpleITK threads outside the stage (default 1)"
-    )
-    parser.add_argument("--only", nargs="*", help="person names to run (default: all found)")
-    parser.add_argument(
-        "--no-freesurfer", action="store_true", help="leave out the two FreeSurfer heads"
-    )
-    parser.add_argument(
-        "--tilts",
-        help="comma-separated pitch/roll/yaw cases to run, e.g. --tilts=-60/0/0,45/0/0 "
-        "(default: all 13)",
-    )
-    args = parser.parse_args(argv)
-    sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(args.threads)
-    found = people(args.data, args.ixi, not args.no_freesurfer)
-    tilts = TILTS
-    if args.tilts:
-        tilts = [tuple(float(a) for a in text.split("/")) for text in args.tilts.split(",")]
-        if any(len(angles) != 3 for angles in tilts):
-            parser.error("--tilts: each case is pitch/roll/yaw in degrees, e.g. 45/0/0")
-    if args.only:
-        found = [p for p in found if p[0] in args.only]
-    if not found:
-        print(f"No people found under {args.data} (oasis1-freesurfer, ixi-2mm): not measured.")
-        return 0
+def ants_pairs(root: Path, count: int, threads: int) -> list[str]:
+    """The affine stage alone beside ANTs' ``Affine`` on ``count`` native pairs of IXI heads
+    (head n+1 -> head n, label Dice with :func:`registration_dice`, wall seconds)."""
+    os.environ["ITK_GLOBAL_DEFAULT_NUMBER_OF_THREADS"] = str(threads)
+    try:
+        import ants
+    except ImportError:
+        return [
+            "ANTs (antspyx) is not installed: the comparison with ANTs' affine is not measured."
+        ]
+    heads = [p for p in people(root, count + 1, freesurfer=False)]
+    rows = []
+    for (m_name, moving, moving_seg), (f_name, fixed, fixed_seg) in zip(heads[1:], heads):
+        ours = affine_files(moving, fixed, moving_seg=moving_seg, fixed_seg=fixed_seg)
+        tic = time.perf_counter()
+        reg = ants.registration(
+            fixed=ants.image_read(str(fixed)),
+            moving=ants.image_read(str(moving)),
+            type_of_transform="Affine",
+            random_seed=0,
+        )
+        seconds = time.perf_counter() - tic
+        moved = ants.apply_transforms(
+            fixed=ants.image_read(str(fixed)),
+            moving=ants.image_read(str(moving_seg)),
+            transformlist=reg["fwdtransforms"],
+            interpolator="genericLabel",
+        ).numpy()
+        labels = [load_volume(s, label=True).data for s in (fixed_seg, moving_seg)]
+        scores = registration_dice(np.rint(moved).astype(np.int32), labels[0], labels[1])
+        dice = float(np.mean(list(scores.values())))
+        rows.append(
+            (
+                f"{m_name} -> {f_name}",
+                f"{ours.dice_before:.3f}",
+                f"{ours.mean_dice:.3f}",
+                f"{ours.transform.seconds:.1f}",
+                f"{dice:.3f}",
+                f"{seconds:.1f}",
+            )
+        )
+        log(f"ANTs pair {rows[-1]}")
+    header = ["pair", "Dice before", "hyperreg affine", "s", "ANTs Affine", "s"]
+    ours_mean = np.mean([float(r[2]) for r in rows])
+    ants_mean = np.mean([float(r[4]) for r in rows])
+    return [
+        table(header, rows),
+        "",
+        f"Mean over {len(rows)} pairs: hyperreg affine {ours_mean:.3f}, ANTs Affine "
+        f"{ants_mean:.3f} (antspyx {ants.__version__}, random seed 0).",
+    ]
+
+
+def _suite(found: list[tuple[str, Path, Path]], tilts: list, repeats: int) -> list[str]:
+    """The table of every tilt of every person, ``repeats`` runs each, and its summary."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, image_p, seg_p in found:
-            rows += run_person(name, image_p, seg_p, tilts, args.repeats, Path(tmp))
+            rows += run_person(name, image_p, seg_p, tilts, repeats, Path(tmp))
     lines = [
         "Mean label Dice of the moved label map against the original, per run; seconds are wall "
         "(process CPU) of `affine_files` per run; 'same' says whether every run gave a "
@@ -205,6 +232,50 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{np.median(walls):.1f}), process CPU {min(cpus):.1f}-{max(cpus):.1f} (median "
         f"{np.median(cpus):.1f}).",
     ]
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DATA_ROOT, help="../shared/data folder")
+    parser.add_argument("--ixi", type=int, default=2, help="how many IXI heads (default 2)")
+    parser.add_argument(
+        "--repeats", type=int, default=2, help="runs of the suite (default 2; 0: no suite)"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=1, help="SimpleITK threads outside the stage (default 1)"
+    )
+    parser.add_argument("--only", nargs="*", help="person names to run (default: all found)")
+    parser.add_argument(
+        "--no-freesurfer", action="store_true", help="leave out the two FreeSurfer heads"
+    )
+    parser.add_argument(
+        "--tilts",
+        help="comma-separated pitch/roll/yaw cases to run, e.g. --tilts=-60/0/0,45/0/0 "
+        "(default: all 13)",
+    )
+    parser.add_argument(
+        "--ants-pairs",
+        type=int,
+        default=0,
+        help="also the affine stage beside ANTs' Affine on this many native IXI pairs",
+    )
+    args = parser.parse_args(argv)
+    sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(args.threads)
+    found = people(args.data, args.ixi, not args.no_freesurfer)
+    tilts = TILTS
+    if args.tilts:
+        tilts = [tuple(float(a) for a in text.split("/")) for text in args.tilts.split(",")]
+        if any(len(angles) != 3 for angles in tilts):
+            parser.error("--tilts: each case is pitch/roll/yaw in degrees, e.g. 45/0/0")
+    if args.only:
+        found = [p for p in found if p[0] in args.only]
+    if not found and args.repeats > 0:
+        print(f"No people found under {args.data} (oasis1-freesurfer, ixi-2mm): not measured.")
+        return 0
+    lines = [] if args.repeats < 1 else _suite(found, tilts, args.repeats)
+    if args.ants_pairs:
+        lines += ["", *ants_pairs(args.data, args.ants_pairs, args.threads)]
     print("\n".join(lines))
     return 0
 

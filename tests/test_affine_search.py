@@ -15,7 +15,7 @@ import SimpleITK as sitk
 
 import hyperreg.geometry.affine as affine_module
 from hyperreg.geometry.affine import register_affine
-from hyperreg.geometry.affine_search import search_rotations
+from hyperreg.geometry.affine_search import looks_turned, search_rotations
 from hyperreg.geometry.io import Volume
 
 _SHAPES = [  # centre (mm, RAS), radii (mm), intensity added
@@ -138,20 +138,31 @@ def test_an_aligned_pair_keeps_the_identity_without_a_search(
     assert found.metric_after == found.metric_before and not searches
 
 
-def test_search_ranks_the_true_orientation_first() -> None:
-    truth = _rotation(60.0, 0.0, 0.0)
-    moving, fixed = _pair(truth)
-    images = [
-        sitk.Cast(sitk.GetImageFromArray(v.data.T.copy()), sitk.sitkFloat32)
-        for v in (fixed, moving)
-    ]
-    for image in images:
+def _coarse(moving: Volume, fixed: Volume) -> tuple[sitk.Image, sitk.Image, sitk.Transform]:
+    """(fixed, moving) as SimpleITK images of 3.4 mm voxels (axes as stored, no LPS flip) and
+    an identity Euler transform centred on the grid."""
+    images = []
+    for volume in (fixed, moving):
+        image = sitk.GetImageFromArray(np.ascontiguousarray(volume.data.T))
         image.SetSpacing((3.4,) * 3)
+        images.append(image)
     start = sitk.Euler3DTransform()
     start.SetCenter(images[0].TransformContinuousIndexToPhysicalPoint([23.5] * 3))
-    found = search_rotations(*images, start, keep=3)
+    return images[0], images[1], start
+
+
+def test_search_ranks_the_true_orientation_first() -> None:
+    truth = _rotation(60.0, 0.0, 0.0)
+    found = search_rotations(*_coarse(*_pair(truth)), keep=3)
     assert 1 <= len(found) <= 3
     best = np.array(found[0].GetMatrix()).reshape(3, 3)
     # the images' axes are RAS here (no LPS flip): the search sees the rotation as it is
     cosine = (np.trace(best.T @ truth[:3, :3]) - 1) / 2
     assert math.degrees(math.acos(min(1.0, cosine))) < 20.0  # within the 30° grid's reach
+
+
+@pytest.mark.parametrize(("angles", "turned"), [((0.0, 0.0, 0.0), False), ((0.0, 25.0, 0.0), True)])
+def test_looks_turned_tells_a_rolled_head_from_an_aligned_one(
+    angles: tuple[float, float, float], turned: bool
+) -> None:
+    assert looks_turned(*_coarse(*_pair(_rotation(*angles)))) is turned
