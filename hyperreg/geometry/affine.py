@@ -425,6 +425,7 @@ def _register(
         )
         rigid.SetCenter(centre)
     centred = rigid.__class__(rigid)  # the centres-of-mass start, kept for the search
+    search = _search_level(frame)  # 8 mm copies for the search (and the early test's probe)
     # 4 mm: a rigid run (the early test), then the affine; 2 mm: the transform of ``kind``
     steps = [_run(levels[0], rigid, start_itk, seed, iterations, 0)]
     matrix = frame.to_world(*_linear_of(rigid, start, ndim))
@@ -435,12 +436,12 @@ def _register(
         coarse_after = _mutual_information(*levels[0], frame.from_world(matrix), seed, 0)
         early = not coarse_after < coarse_before * (1 + _EARLY_GAIN)
         if early and initial is None:  # unless a 20° turn of the start scores better at 8 mm
-            early = not looks_turned(*_search_level(frame), centred)
+            early = not looks_turned(*search, centred)
     transform: sitk.Transform = rigid
     if not early:
         if initial is None:  # a global start: the best of a rotation search and the run above
             rigid = transform = _global_start(
-                frame, levels[0], centred, rigid, seed, iterations, steps
+                frame.ndim, levels[0], search, centred, rigid, seed, iterations, steps
             )
         steps.append(_run(levels[-1], rigid, start_itk, seed, iterations, len(levels) - 1))
         if kind == "affine":
@@ -483,8 +484,9 @@ def _register(
 
 
 def _global_start(
-    frame: Frame,
+    ndim: int,
     coarse: tuple[sitk.Image, sitk.Image],
+    search: tuple[sitk.Image, sitk.Image],
     centred: sitk.Transform,
     found: sitk.Transform,
     seed: int,
@@ -497,8 +499,6 @@ def _global_start(
     run; the winner has the lowest MI on the coarse level's samples, and a searched one must
     beat ``found`` by more than :data:`_SEARCH_GAIN` of it. Appends the iterations of each run
     to ``steps``."""
-    ndim = frame.ndim
-    search = _search_level(frame)
     found_value = _mutual_information(*coarse, matrix_offset(found, ndim), seed, 0)
     best, best_value = found, found_value * (1 + _SEARCH_GAIN)
     values = []
