@@ -10,7 +10,9 @@ to 90° in 15° steps) and the proper rotations that carry the fixed image's pri
 passes (e.g. the result of a first local run) join them. Each is scored by Mattes mutual
 information over **every** voxel of the coarse fixed image (no random sampling) on one thread,
 so the ranking is the same at any thread count. The best ones that differ from each other by
-more than :data:`_DISTINCT_DEG` are returned, best first.
+more than :data:`_DISTINCT_DEG` are returned, best first. :func:`looks_turned` is the cheap
+probe the stage's early identity test asks first: does a 20° turn of the start score clearly
+better?
 
 Must not import torch, model or cli code (numpy and SimpleITK only).
 
