@@ -268,6 +268,20 @@ SUITE: dict[str, Bench] = {
         device=False,
         needs=("oasis1-freesurfer", "multicontrast-2d", "neurite-oasis"),
     ),
+    "rotations": Bench(
+        "Tilted heads: the affine stage brings rotated copies back",
+        "bench_rotations.py",
+        {
+            "smoke": ["--no-freesurfer", "--ixi", "1", "--tilts=45/0/0", "--repeats", "1"],
+            "small": ["--ixi", "0"],
+            "full": [],
+            "both": ["--threads", "1"],
+        },
+        group="by-hand",
+        data="root",
+        device=False,
+        needs=("oasis1-freesurfer", "ixi-2mm"),
+    ),
     "3d": Bench(
         "3D: the bundled 3D model beside ANTs on the OASIS volume pair",
         "bench_3d.py",

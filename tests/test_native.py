@@ -18,7 +18,7 @@ import pytest
 import SimpleITK as sitk
 import torch
 
-import hyperreg.geometry.affine as affine_module
+import hyperreg.geometry.affine_frame as affine_frame
 from hyperreg.apps.fields import warp_file
 from hyperreg.apps.transforms import affine_files, warp_files
 from hyperreg.cli import main
@@ -441,7 +441,7 @@ def test_bad_inputs_are_one_line_errors(
             err = capsys.readouterr().err.strip()
             assert len(err.splitlines()) == 1 and expected in err, err
     # a diverging stage (degenerate matrix) is caught before anything is written
-    monkeypatch.setattr(affine_module, "_lift_lps", lambda transform: np.diag([9.0, 1, 1, 1]))
+    monkeypatch.setattr(affine_frame, "lift_lps", lambda transform: np.diag([9.0, 1, 1, 1]))
     assert main(_affine_cli(moving.path, fixed.path, out)) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "the affine stage diverged" in err
@@ -510,8 +510,12 @@ def test_warp_count_mismatch_names_only_what_was_given(tmp_path: Path) -> None:
     """Two moving files and one moved: the message says so and invents no --nearest flags."""
     paths = [tmp_path / f"{n}.nii.gz" for n in "ab"]
     with pytest.raises(ValueError, match=r"got 2 and 1$"):
-        warp_files(paths, [tmp_path / "out.nii.gz"], warp_field=tmp_path / "w.nii.gz",
-                   nearest=[False, False])
+        warp_files(
+            paths,
+            [tmp_path / "out.nii.gz"],
+            warp_field=tmp_path / "w.nii.gz",
+            nearest=[False, False],
+        )
 
 
 def test_tune_dice_under_the_affine_stage_is_registers(tmp_path: Path) -> None:
@@ -531,8 +535,11 @@ def test_tune_dice_under_the_affine_stage_is_registers(tmp_path: Path) -> None:
         files[role] = root / person / f"{person}_slice118.nii.gz"
         files[f"{role}_seg"] = root / person / f"{person}_DKT31_CMA_labels_slice118.nii.gz"
     csv = tmp_path / "pairs.csv"
-    csv.write_text("moving,fixed,moving_seg,fixed_seg\n" + ",".join(
-        str(files[k]) for k in ("moving", "fixed", "moving_seg", "fixed_seg")) + "\n")
+    csv.write_text(
+        "moving,fixed,moving_seg,fixed_seg\n"
+        + ",".join(str(files[k]) for k in ("moving", "fixed", "moving_seg", "fixed_seg"))
+        + "\n"
+    )
     common = ["--device", "cpu"]
     tune = ["tune", *common, "--pairs", str(csv), "--lambdas", "0.1,0.9", "--refine-rounds", "0"]
     assert main([*tune, "--out", str(tmp_path / "tune")]) == 0
@@ -550,7 +557,6 @@ def test_tune_dice_under_the_affine_stage_is_registers(tmp_path: Path) -> None:
     expected = float(np.mean(list(registration_dice(moved, fixed_seg, moving_seg).values())))
     at = next(row for row in grid if abs(row["lambda"] - 0.1) < 1e-6)
     assert at["mean_dice"] == pytest.approx(expected, abs=1e-4)
-
 
 
 def test_x_y_plane_2d_affine_is_written_as_a_2d_itk_transform(tmp_path: Path) -> None:
@@ -576,8 +582,13 @@ def test_x_y_plane_2d_affine_is_written_as_a_2d_itk_transform(tmp_path: Path) ->
     moving, fixed = load_volume(paths["moving"]), load_volume(paths["fixed"])
     ours = sample_volume(moving, AffineTransform(truth), None, fixed).data
     theirs = sitk.GetArrayFromImage(
-        sitk.Resample(sitk.ReadImage(str(paths["moving"])), sitk.ReadImage(str(paths["fixed"])),
-                      read, sitk.sitkLinear, 0.0)
+        sitk.Resample(
+            sitk.ReadImage(str(paths["moving"])),
+            sitk.ReadImage(str(paths["fixed"])),
+            read,
+            sitk.sitkLinear,
+            0.0,
+        )
     ).T
     assert float(np.abs(ours).max()) > 0.5
     np.testing.assert_allclose(theirs, ours, atol=5e-4)  # edge voxels: ITK's inside test

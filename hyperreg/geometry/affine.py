@@ -1,7 +1,8 @@
 """The affine stage before deformable registration: SimpleITK's registration framework.
 
 Owns :func:`register_affine` (rigid or affine, Mattes mutual information, 4 mm and 2 mm levels,
-centre-of-mass start, early identity test, in world space) and the transform it returns,
+centre-of-mass start, early identity test, a global rotation search from
+:mod:`hyperreg.geometry.affine_search`, in world space) and the transform it returns,
 :class:`AffineTransform`: a ``(4, 4)`` RAS-mm matrix mapping a **fixed** world point to the
 **moving** world point that lands on it (the direction ITK and ANTs transforms point). It also owns
 the file format (:func:`save_affine`, :func:`load_affine`: ITK transform files that
@@ -33,8 +34,10 @@ import SimpleITK as sitk
 
 from hyperreg._errors import InputError, MissingInputError
 from hyperreg._files import atomic_write
+from hyperreg.geometry.affine_frame import RAS_TO_LPS, Frame, lift_lps, matrix_offset, sitk_affine
+from hyperreg.geometry.affine_search import SEARCH_MM, looks_turned, search_rotations
 from hyperreg.geometry.io import Volume, check_same_ndim
-from hyperreg.geometry.resample import affine_3d, resample_through, to_sitk
+from hyperreg.geometry.resample import affine_3d, resample_through
 
 __all__ = [
     "AFFINE_INITS",
@@ -51,13 +54,19 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 AFFINE_INITS = ("affine", "rigid", "none")
-_RAS_TO_LPS = np.diag([-1.0, -1.0, 1.0])
 TRANSFORM_SUFFIXES = (".mat", ".tfm", ".txt")
 # metric samples per resolution level, whatever the image size (ANTs' affine default samples
 # 25 % of the voxels at every level; 10 000 - 20 000 points hold a 32-bin joint histogram well)
 _SAMPLES = (10_000, 20_000)
 _LEVELS_MM = (4.0, 2.0)  # voxel size of each resolution level, coarse first
 _LEVEL_VOXELS = (32, 64)  # at least this many voxels across the smallest extent per level
+_SEARCH_VOXELS = 16  # the rotation search's level: SEARCH_MM voxels, at least this many across
+_SEARCH_KEEP = 3  # distinct orientations of the search refined by the coarse rigid run
+# a searched orientation replaces the first rigid run's result only when its coarse MI is lower
+# by more than this share: on a nearly round phantom (test_native's, 32³ of 1.6 mm, 10° and
+# 1.1x scale apart) a wrong orientation scored 2.4 % lower than the right one after the rigid
+# run, and the affine then ended 12° off
+_SEARCH_GAIN = 0.05
 # affine: conjugate gradient with a line search, learning rate estimated once per level so
 # that the first step moves no point more than this (mm)
 _MAX_STEP_MM = (1.0, 0.5)
@@ -108,8 +117,8 @@ class AffineTransform:
 
     def to_sitk(self) -> sitk.AffineTransform:
         """The same map as a 3D ITK transform in LPS mm (fixed physical point -> moving)."""
-        linear = _RAS_TO_LPS @ self.matrix[:3, :3] @ _RAS_TO_LPS
-        offset = _RAS_TO_LPS @ self.matrix[:3, 3]
+        linear = RAS_TO_LPS @ self.matrix[:3, :3] @ RAS_TO_LPS
+        offset = RAS_TO_LPS @ self.matrix[:3, 3]
         transform = sitk.AffineTransform(3)
         transform.SetMatrix(tuple(float(v) for v in linear.ravel()))
         transform.SetTranslation(tuple(float(v) for v in offset))
@@ -135,116 +144,6 @@ def world_overlap(moving: Volume, fixed: Volume) -> bool:
     return bool(np.all(high - low > -1.0))
 
 
-def _plane_frame(fixed: Volume) -> tuple[np.ndarray, np.ndarray]:
-    """Origin ``(3,)`` and orthonormal in-plane axes ``(3, 2)`` of a 2D fixed slice (RAS)."""
-    columns = fixed.affine[:3, :2]
-    first = columns[:, 0] / np.linalg.norm(columns[:, 0])
-    second = columns[:, 1] - first * (first @ columns[:, 1])
-    second /= np.linalg.norm(second)
-    return fixed.affine[:3, 3].copy(), np.stack([first, second], 1)
-
-
-def _plane_image(volume: Volume, origin: np.ndarray, axes: np.ndarray) -> sitk.Image:
-    """A 2D SimpleITK image of a slice in the plane frame ``(origin, axes)`` (mm).
-
-    Raises:
-        ValueError: If the slice's plane is tilted by more than 60° against the frame's (e.g.
-            an axial slice against a coronal one): its projection would squash an axis.
-    """
-    linear = axes.T @ volume.affine[:3, :2]  # plane coordinates per voxel step
-    spacing = np.linalg.norm(linear, axis=0)
-    own = np.linalg.norm(volume.affine[:3, :2], axis=0)
-    if np.any(spacing < 0.5 * own):
-        normal = np.cross(axes[:, 0], axes[:, 1])
-        theirs = np.cross(volume.affine[:3, 0], volume.affine[:3, 1])
-        cosine = abs(float(normal @ theirs)) / float(np.linalg.norm(theirs))
-        angle = math.degrees(math.acos(min(1.0, cosine)))
-        raise InputError(
-            "register_affine",
-            "the 2D slice '{name}' and the fixed 2D slice lie in different world planes "
-            "({angle:.0f}° apart, e.g. axial against coronal); a 2D registration needs slices "
-            "of the same plane: register the 3D volumes instead",
-            "moving",
-            name=_name(volume, "moving"),
-            angle=angle,
-        )
-    image = sitk.GetImageFromArray(np.ascontiguousarray(volume.data.astype(np.float32).T))
-    image.SetSpacing(tuple(float(s) for s in spacing))
-    image.SetOrigin(tuple(float(v) for v in axes.T @ (volume.affine[:3, 3] - origin)))
-    image.SetDirection(tuple(float(v) for v in (linear / spacing).ravel()))
-    return image
-
-
-def _matrix_offset(transform: sitk.Transform, ndim: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(A, b)`` with ``transform(p) = A p + b`` for any ITK matrix-offset transform.
-
-    Raises:
-        ValueError: If ``transform`` is not a linear (matrix + offset) transform.
-    """
-    concrete = transform.Downcast()
-    if not all(hasattr(concrete, m) for m in ("GetMatrix", "GetCenter", "GetTranslation")):
-        raise ValueError(f"a {concrete.GetName()}, not a linear transform")
-    matrix = np.array(concrete.GetMatrix(), dtype=np.float64).reshape(ndim, ndim)
-    centre = np.array(concrete.GetCenter(), dtype=np.float64)
-    return matrix, centre + np.array(concrete.GetTranslation()) - matrix @ centre
-
-
-def _lift_lps(transform: sitk.Transform) -> np.ndarray:
-    """World RAS ``(4, 4)`` of a 3D LPS transform (fixed point -> moving point)."""
-    matrix, offset = _matrix_offset(transform, 3)
-    out = np.eye(4)
-    out[:3, :3] = _RAS_TO_LPS @ matrix @ _RAS_TO_LPS
-    out[:3, 3] = _RAS_TO_LPS @ offset
-    return out
-
-
-def _sitk_affine(linear: np.ndarray, offset: np.ndarray) -> sitk.AffineTransform:
-    """An ITK affine ``p -> linear @ p + offset`` of the matching dimension (centre 0)."""
-    transform = sitk.AffineTransform(len(offset))
-    transform.SetMatrix(tuple(float(v) for v in linear.ravel()))
-    transform.SetTranslation(tuple(float(v) for v in offset))
-    return transform
-
-
-class _Frame:
-    """Where a pair is registered: 3D LPS mm, or a 2D slice's in-plane frame (mm).
-
-    Converts the pair to SimpleITK images and world RAS ``(4, 4)`` matrices to and from
-    ``(A, b)`` maps of the frame (``p -> A p + b``, fixed point -> moving point).
-    """
-
-    def __init__(self, moving: Volume, fixed: Volume) -> None:
-        self.ndim = fixed.ndim
-        if fixed.ndim == 2:
-            self.origin, self.axes = _plane_frame(fixed)
-            self.fixed = _plane_image(fixed, self.origin, self.axes)
-            self.moving = _plane_image(moving, self.origin, self.axes)
-        else:
-            self.fixed = sitk.Cast(to_sitk(fixed), sitk.sitkFloat32)
-            self.moving = sitk.Cast(to_sitk(moving), sitk.sitkFloat32)
-
-    def to_world(self, linear: np.ndarray, offset: np.ndarray) -> np.ndarray:
-        """World RAS ``(4, 4)`` of a frame map (2D: in-plane as given, normal left alone)."""
-        out = np.eye(4)
-        if self.ndim == 2:
-            axes, origin = self.axes, self.origin
-            full = axes @ linear @ axes.T + (np.eye(3) - axes @ axes.T)
-            out[:3, :3] = full
-            out[:3, 3] = origin - full @ origin + axes @ offset
-        else:
-            out = _lift_lps(_sitk_affine(linear, offset))
-        return out
-
-    def from_world(self, matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The frame map ``(A, b)`` of a world RAS matrix (2D: its in-plane part)."""
-        if self.ndim == 2:
-            axes, origin = self.axes, self.origin
-            linear = axes.T @ matrix[:3, :3] @ axes
-            offset = axes.T @ (matrix[:3, :3] @ origin + matrix[:3, 3] - origin)
-            return linear, offset
-        return _RAS_TO_LPS @ matrix[:3, :3] @ _RAS_TO_LPS, _RAS_TO_LPS @ matrix[:3, 3]
-
-
 def _shrink(image: sitk.Image, spacing: float) -> sitk.Image:
     """``image`` averaged in blocks to voxels of about ``spacing`` mm (unchanged when finer).
 
@@ -257,7 +156,7 @@ def _shrink(image: sitk.Image, spacing: float) -> sitk.Image:
     return sitk.BinShrink(image, factors)
 
 
-def _pyramid(frame: _Frame) -> list[tuple[sitk.Image, sitk.Image]]:
+def _pyramid(frame: Frame) -> list[tuple[sitk.Image, sitk.Image]]:
     """``(fixed, moving)`` images per level, coarse first: voxels of :data:`_LEVELS_MM`, but
     coarse enough only to keep at least 32 (coarse level) and 64 (fine level) voxels across the
     fixed image's smallest extent, so small images (a 48 mm phantom) keep their detail. Each
@@ -265,6 +164,14 @@ def _pyramid(frame: _Frame) -> list[tuple[sitk.Image, sitk.Image]]:
     extent = min(n * s for n, s in zip(frame.fixed.GetSize(), frame.fixed.GetSpacing()))
     spacings = [min(mm, extent / n) for mm, n in zip(_LEVELS_MM, _LEVEL_VOXELS)]
     return [(_shrink(frame.fixed, mm), _shrink(frame.moving, mm)) for mm in spacings]
+
+
+def _search_level(frame: Frame) -> tuple[sitk.Image, sitk.Image]:
+    """``(fixed, moving)`` block-averaged to voxels of about ``SEARCH_MM`` (8 mm), but keeping
+    at least 16 voxels across the fixed image's smallest extent (see :func:`_pyramid`)."""
+    extent = min(n * s for n, s in zip(frame.fixed.GetSize(), frame.fixed.GetSpacing()))
+    spacing = min(SEARCH_MM, extent / _SEARCH_VOXELS)
+    return _shrink(frame.fixed, spacing), _shrink(frame.moving, spacing)
 
 
 def _mattes(fixed: sitk.Image, seed: int, level: int) -> sitk.ImageRegistrationMethod:
@@ -351,7 +258,7 @@ def _run(
 def _linear_of(transform: sitk.Transform, start: tuple[np.ndarray, np.ndarray] | None, ndim: int):
     """``(A, b)`` of ``start ∘ transform`` (``transform`` first, as ITK composes a moving
     initial transform)."""
-    linear, offset = _matrix_offset(transform, ndim)
+    linear, offset = matrix_offset(transform, ndim)
     if start is None:
         return linear, offset
     return start[0] @ linear, start[0] @ offset + start[1]
@@ -395,17 +302,29 @@ def register_affine(
     Without ``initial`` the stage starts from the centres of mass of the two images (ITK's
     moments initialiser: translation only; from the identity when they already agree within
     3 voxels), which also brings together pairs whose headers place them apart in world space
-    (as ANTs does). Then: rigid at 4 mm (the early test below), rigid at 2 mm, and for
-    ``"affine"`` the affine at 4 mm and at 2 mm. With ``initial`` (e.g. read by
-    :func:`load_initial_affine`) the same runs optimise a correction applied **after** it
-    (ITK's moving initial transform): ``initial ∘ correction``.
+    (as ANTs does). Then: rigid at 4 mm (the early test below); unless the early test keeps
+    the start, a **global search** for the orientation (as FSL FLIRT's ``-searchr*`` and ANTs'
+    ``antsAI``): 125 rotations about the fixed centre of mass (each Euler angle in -60°..60°,
+    30° steps; a slice: its in-plane angle in -90°..90°, 15° steps) and the principal-axes
+    alignments are scored by MI over every voxel of 8 mm copies
+    (:func:`hyperreg.geometry.affine_search.search_rotations`), the three best that differ by
+    more than 40° are refined by the same 4 mm rigid run, and the one with the lowest 4 mm MI
+    (the first rigid run's result included) goes on: rigid at 2 mm, and for ``"affine"`` the
+    affine at 4 mm and at 2 mm. With ``initial`` (e.g. read by :func:`load_initial_affine`)
+    there is no search, and the same runs optimise a correction applied **after** it (ITK's
+    moving initial transform): ``initial ∘ correction``. The stage runs on one ITK thread
+    whatever ``sitk.ProcessObject.SetGlobalDefaultNumberOfThreads`` says (restored after), so
+    the same inputs give the same transform at any thread count.
 
     The start (the identity, or ``initial``) is kept when the result moves no corner of the
     fixed grid by 3 voxels or more relative to it, or does not improve MI over it (MI at the
     2 mm level, same samples for both), so an already aligned pair is not made worse (MI with
     linear interpolation slightly favours zooming in on aligned images). **Early test:** when
-    the 4 mm rigid run moves no corner by 3 voxels and gains less than 5 % of MI, the start is
-    kept without running the rest (an aligned 160×192×224 pair costs one coarse rigid run).
+    the 4 mm rigid run moves no corner by 3 voxels and gains less than 5 % of MI, and (without
+    ``initial``) no 20° turn of the start about one axis scores 10 % better at 8 mm
+    (:func:`~hyperreg.geometry.affine_search.looks_turned`: a rigid run can stay put on a head
+    rolled by 25°), the start is kept without running the rest (an aligned pair costs one
+    coarse rigid run and seven coarse metric evaluations).
 
     Args:
         moving: Moving image (2D or 3D, any grid, orientation and spacing).
@@ -414,8 +333,7 @@ def register_affine(
             ``"none"`` (``initial``, or the identity, is returned as is; nothing is computed).
         iterations: Most optimiser iterations per level.
         seed: Seed of the random (voxel-jittered) metric sampling; ITK gets ``seed + 1``
-            (its 0 means the wall clock). 2D runs on one thread and repeats exactly; 3D repeats
-            up to the rounding of ITK's threaded sums.
+            (its 0 means the wall clock).
         initial: Start transform (fixed world point -> moving world point, RAS mm), or None.
 
     Returns:
@@ -433,7 +351,8 @@ def register_affine(
     References:
         Mattes et al., IEEE TMI 2003 (the metric); ITK ``ImageRegistrationMethodv4`` and
         ``CenteredTransformInitializer`` (moments) as wrapped by SimpleITK; ANTs
-        ``antsRegistration`` (centre-of-mass start, multi-resolution affine).
+        ``antsRegistration`` (centre-of-mass start, multi-resolution affine); Jenkinson &
+        Smith, Med Image Anal 2001 (FLIRT's coarse rotation search).
     """
     fn = "register_affine"
     if kind not in AFFINE_INITS:
@@ -463,10 +382,11 @@ def register_affine(
             _name(moving, "moving"),
             _name(fixed, "fixed"),
         )
-    if fixed.ndim == 3:
-        return _register(moving, fixed, kind, iterations, seed, initial)
-    # a slice runs on one ITK thread, so the result repeats exactly (threaded sums round
-    # differently from run to run, and near the identity that decides what is kept)
+    # the stage runs on one ITK thread, so the result repeats exactly at any thread setting:
+    # ITK's Mattes metric merges its threads' joint histograms in the order they finish, so
+    # threaded sums round differently from run to run (measured on a 256³ head tilted by
+    # 20/15/20°: two 2-thread runs gave matrix entries 0.04 and translations 1 mm apart), and
+    # near a decision (which start wins, whether the identity is kept) that changed the result
     threads = sitk.ProcessObject.GetGlobalDefaultNumberOfThreads()
     sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(1)
     try:
@@ -486,18 +406,18 @@ def _register(
     """:func:`register_affine` after its checks."""
     fn = "register_affine"
     tic = time.perf_counter()
-    frame = _Frame(moving, fixed)
+    frame = Frame(moving, fixed, _name(moving, "moving"))
     levels = _pyramid(frame)
     ndim = frame.fixed.GetDimension()
     rigid: sitk.Transform = sitk.Euler2DTransform() if ndim == 2 else sitk.Euler3DTransform()
     start_matrix = np.eye(4) if initial is None else initial.matrix
     start = None if initial is None else frame.from_world(initial.matrix)
-    start_itk = None if start is None else _sitk_affine(*start)
+    start_itk = None if start is None else sitk_affine(*start)
     coarse_fixed, coarse_moving = levels[0]
     threshold = _MIN_MOTION * min(fixed.spacing)
     if initial is None:
         rigid = _centres_of_mass(coarse_fixed, coarse_moving, rigid)
-        offset = frame.to_world(*_matrix_offset(rigid, ndim))
+        offset = frame.to_world(*matrix_offset(rigid, ndim))
         if _motion(offset, start_matrix, fixed) < threshold:
             # the centres of mass agree: start from the identity (the early test below then
             # asks whether a coarse rigid run finds anything to correct)
@@ -507,6 +427,8 @@ def _register(
             [(n - 1) / 2 for n in coarse_fixed.GetSize()]
         )
         rigid.SetCenter(centre)
+    centred = rigid.__class__(rigid)  # the centres-of-mass start, kept for the search
+    search = _search_level(frame)  # 8 mm copies for the search (and the early test's probe)
     # 4 mm: a rigid run (the early test), then the affine; 2 mm: the transform of ``kind``
     steps = [_run(levels[0], rigid, start_itk, seed, iterations, 0)]
     matrix = frame.to_world(*_linear_of(rigid, start, ndim))
@@ -516,8 +438,14 @@ def _register(
         coarse_before = _mutual_information(*levels[0], frame.from_world(start_matrix), seed, 0)
         coarse_after = _mutual_information(*levels[0], frame.from_world(matrix), seed, 0)
         early = not coarse_after < coarse_before * (1 + _EARLY_GAIN)
+        if early and initial is None:  # unless a 20° turn of the start scores better at 8 mm
+            early = not looks_turned(*search, centred)
     transform: sitk.Transform = rigid
     if not early:
+        if initial is None:  # a global start: the best of a rotation search and the run above
+            rigid = transform = _global_start(
+                frame.ndim, levels[0], search, centred, rigid, seed, iterations, steps
+            )
         steps.append(_run(levels[-1], rigid, start_itk, seed, iterations, len(levels) - 1))
         if kind == "affine":
             transform = _as_affine(rigid, ndim)
@@ -558,6 +486,42 @@ def _register(
     return AffineTransform(matrix, kind, before, after, seconds)
 
 
+def _global_start(
+    ndim: int,
+    coarse: tuple[sitk.Image, sitk.Image],
+    search: tuple[sitk.Image, sitk.Image],
+    centred: sitk.Transform,
+    found: sitk.Transform,
+    seed: int,
+    iterations: int,
+    steps: list[int],
+) -> sitk.Transform:
+    """The best rigid start for the rest of the stage: ``found`` (the coarse rigid run from the
+    centres of mass) or one of the other orientations :func:`search_rotations` ranks best at
+    8 mm (``centred``'s centre and translation, rotated), each refined by the same coarse rigid
+    run; the winner has the lowest MI on the coarse level's samples, and a searched one must
+    beat ``found`` by more than :data:`_SEARCH_GAIN` of it. Appends the iterations of each run
+    to ``steps``."""
+    found_value = _mutual_information(*coarse, matrix_offset(found, ndim), seed, 0)
+    best, best_value = found, found_value * (1 + _SEARCH_GAIN)
+    values = []
+    for candidate in search_rotations(*search, centred, extra=(found,), keep=_SEARCH_KEEP):
+        if candidate is found:
+            continue
+        steps.append(_run(coarse, candidate, None, seed, iterations, 0))
+        value = _mutual_information(*coarse, matrix_offset(candidate, ndim), seed, 0)
+        values.append(value)
+        if value < best_value or (math.isnan(best_value) and not math.isnan(value)):
+            best, best_value = candidate, value
+    logger.debug(
+        "rotation search: coarse MI %.4f from the centres of mass, %s from the search; %s kept",
+        found_value,
+        [round(v, 4) for v in values],
+        "the first" if best is found else "a searched start",
+    )
+    return best
+
+
 def _centres_of_mass(
     fixed: sitk.Image, moving: sitk.Image, rigid: sitk.Transform
 ) -> sitk.Transform:
@@ -585,7 +549,7 @@ def _mutual_information(
     most ``_SAMPLES[level]`` random voxels drawn from ``seed`` (the same for every transform);
     NaN when too few samples land in the moving image (no overlap)."""
     method = _mattes(fixed, seed + 1, level)  # jittered samples, as in the registration
-    method.SetInitialTransform(_sitk_affine(*linear_offset), inPlace=False)
+    method.SetInitialTransform(sitk_affine(*linear_offset), inPlace=False)
     try:
         return float(method.MetricEvaluate(fixed, moving))
     except RuntimeError:  # "too many samples map outside moving image buffer"
@@ -670,7 +634,7 @@ def save_affine(path: str | os.PathLike[str], transform: AffineTransform, ndim: 
         )
     itk = transform.to_sitk()
     if ndim == 2 and _in_xy_plane(transform.matrix):
-        flip = _RAS_TO_LPS[:2, :2]
+        flip = RAS_TO_LPS[:2, :2]
         itk = sitk.AffineTransform(2)
         itk.SetMatrix(tuple(float(v) for v in (flip @ transform.matrix[:2, :2] @ flip).ravel()))
         itk.SetTranslation(tuple(float(v) for v in flip @ transform.matrix[:2, 3]))
@@ -693,15 +657,15 @@ def _read_linear(fn: str, path: Path) -> tuple[np.ndarray, int]:
         transform = sitk.ReadTransform(str(path))
         dim = transform.GetDimension()
         if dim == 2:  # an x-y plane map (save_affine, ANTs 2D)
-            linear, offset = _matrix_offset(transform, 2)
-            flip = _RAS_TO_LPS[:2, :2]
+            linear, offset = matrix_offset(transform, 2)
+            flip = RAS_TO_LPS[:2, :2]
             matrix = np.eye(4)
             matrix[:2, :2] = flip @ linear @ flip
             matrix[:2, 3] = flip @ offset
         elif dim != 3:
             raise ValueError(f"a {dim}D transform")
         else:
-            matrix = _lift_lps(transform)
+            matrix = lift_lps(transform)
     except (RuntimeError, ValueError) as err:
         reason = str(err) if isinstance(err, ValueError) else "ITK cannot read it as a transform"
         raise InputError(
