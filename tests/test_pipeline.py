@@ -38,8 +38,12 @@ def _pair_with_a_fixed_only_label(folder: Path) -> dict[str, Path]:
     moving, fixed = blob(SHAPE, (11, 9)), blob(SHAPE, (13, 10))
     fixed_seg = labels_of(fixed)
     fixed_seg[:3, :3] = 9
-    data = {"moving": moving, "fixed": fixed, "moving_seg": labels_of(moving),
-            "fixed_seg": fixed_seg}
+    data = {
+        "moving": moving,
+        "fixed": fixed,
+        "moving_seg": labels_of(moving),
+        "fixed_seg": fixed_seg,
+    }
     return {k: write_nifti(folder / f"{k}.nii.gz", v[..., None]) for k, v in data.items()}
 
 
@@ -55,35 +59,70 @@ def test_every_command_scores_dice_over_the_labels_of_the_inputs(
     model = save_tiny_model(tmp_path / "model.pt")
     segs = {"moving_seg": files["moving_seg"], "fixed_seg": files["fixed_seg"]}
     result = register_files(
-        tiny_model(), files["moving"], files["fixed"], 0.5, init="none",
-        moved_seg=tmp_path / "moved_seg.nii.gz", **segs,
+        tiny_model(),
+        files["moving"],
+        files["fixed"],
+        0.5,
+        init="none",
+        moved_seg=tmp_path / "moved_seg.nii.gz",
+        **segs,
     )
     assert result.dice is not None and set(result.dice) == {3, 4, 9} and result.dice[9] == 0.0
     register_dice = result.mean_dice
     assert register_dice == pytest.approx(np.mean([result.dice[k] for k in (3, 4, 9)]))
     # sweep
     common = ["--model", str(model), "--device", "cpu", "--init", "none"]
-    pair_args = ["--moving", str(files["moving"]), "--fixed", str(files["fixed"]),
-                 "--moving-seg", str(files["moving_seg"]), "--fixed-seg", str(files["fixed_seg"])]
-    assert main(["sweep", *common, *pair_args, "--lambdas", "0.5", "--out",
-                 str(tmp_path / "sweep")]) == 0
+    pair_args = [
+        "--moving",
+        str(files["moving"]),
+        "--fixed",
+        str(files["fixed"]),
+        "--moving-seg",
+        str(files["moving_seg"]),
+        "--fixed-seg",
+        str(files["fixed_seg"]),
+    ]
+    assert (
+        main(["sweep", *common, *pair_args, "--lambdas", "0.5", "--out", str(tmp_path / "sweep")])
+        == 0
+    )
     row = (tmp_path / "sweep" / "sweep.csv").read_text().splitlines()
     header, values = row[0].split(","), row[1].split(",")
     assert float(values[header.index("mean_dice")]) == pytest.approx(register_dice, abs=1e-6)
     assert float(values[header.index("dice_9")]) == 0.0
     # tune
     csv = tmp_path / "pairs.csv"
-    csv.write_text("moving,fixed,moving_seg,fixed_seg\n" + ",".join(
-        str(files[k]) for k in ("moving", "fixed", "moving_seg", "fixed_seg")) + "\n")
-    assert main(["tune", *common, "--pairs", str(csv), "--lambdas", "0.5,1",
-                 "--refine-rounds", "0", "--out", str(tmp_path / "tune")]) == 0
+    csv.write_text(
+        "moving,fixed,moving_seg,fixed_seg\n"
+        + ",".join(str(files[k]) for k in ("moving", "fixed", "moving_seg", "fixed_seg"))
+        + "\n"
+    )
+    assert (
+        main(
+            [
+                "tune",
+                *common,
+                "--pairs",
+                str(csv),
+                "--lambdas",
+                "0.5,1",
+                "--refine-rounds",
+                "0",
+                "--out",
+                str(tmp_path / "tune"),
+            ]
+        )
+        == 0
+    )
     grid = json.loads((tmp_path / "tune" / "tune.json").read_text())["grid"]
     at = next(r for r in grid if r["lambda"] == 0.5)
     assert at["mean_dice"] == pytest.approx(register_dice, abs=1e-6)
     # evaluate, with the moving label map named
     rows = tmp_path / "evaluate.csv"
-    rows.write_text(f"moved_seg,fixed_seg,moving_seg\n{tmp_path / 'moved_seg.nii.gz'},"
-                    f"{files['fixed_seg']},{files['moving_seg']}\n")
+    rows.write_text(
+        f"moved_seg,fixed_seg,moving_seg\n{tmp_path / 'moved_seg.nii.gz'},"
+        f"{files['fixed_seg']},{files['moving_seg']}\n"
+    )
     report = evaluate_csv(rows, tmp_path / "evaluation")
     assert report.pairs[0].mean_dice == pytest.approx(register_dice, abs=1e-6)
     capsys.readouterr()
@@ -154,14 +193,32 @@ def test_label_maps_of_two_labellings_warn_before_dice(tmp_path: Path) -> None:
         load_pair(moving, fixed, moving_seg=ours, fixed_seg=ours, init="none")
 
 
-def test_init_none_without_overlap_warns(tmp_path: Path) -> None:
+def test_init_none_without_overlap_is_an_error(tmp_path: Path) -> None:
     image = blob(SHAPE, (11, 9))[..., None]
     far = np.eye(4)
     far[0, 3] = 1000.0
     moving = write_nifti(tmp_path / "m.nii.gz", image, far)
     fixed = write_nifti(tmp_path / "f.nii.gz", image, np.eye(4))
-    with pytest.warns(UserWarning, match="do not overlap in world space"):
+    with pytest.raises(InputError, match="do not overlap in world space.*'init' 'affine'") as err:
         load_pair(moving, fixed, init="none")
+    assert err.value.argument == "init"
+    load_pair(moving, fixed, init="affine")  # the affine stage starts from the centres of mass
+
+
+@pytest.mark.parametrize("role", ["moving", "fixed"])
+def test_a_constant_image_is_an_error_not_a_warning(tmp_path: Path, role: str) -> None:
+    image = write_nifti(tmp_path / "image.nii.gz", blob(SHAPE, (11, 9))[..., None])
+    constant = write_nifti(tmp_path / "zero.nii.gz", np.zeros((*SHAPE, 1), np.float32))
+    files = {"moving": image, "fixed": image, role: constant}
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # refused, not warned about first (a warning would raise)
+        with pytest.raises(
+            InputError, match=r"zero\.nii\.gz' is constant \(all voxels = 0\.0\)"
+        ) as err:
+            load_pair(files["moving"], files["fixed"])
+    assert err.value.argument == role and "nothing to register" in str(err.value)
 
 
 def test_an_unwritable_output_fails_before_registration_naming_the_option(
@@ -178,8 +235,19 @@ def test_an_unwritable_output_fails_before_registration_naming_the_option(
 
     monkeypatch.setattr(pipeline, "load_pair", never)
     monkeypatch.setattr(register_app, "load_pair", never)
-    args = ["register", "--model", str(model), "--device", "cpu", "--lambda", "0.5",
-            "--moving", str(files["moving"]), "--fixed", str(files["fixed"])]
+    args = [
+        "register",
+        "--model",
+        str(model),
+        "--device",
+        "cpu",
+        "--lambda",
+        "0.5",
+        "--moving",
+        str(files["moving"]),
+        "--fixed",
+        str(files["fixed"]),
+    ]
     assert main([*args, "--moved", "/proc/m.nii.gz"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--moved" in err and "/proc" in err
@@ -191,8 +259,21 @@ def test_a_missing_output_folder_is_created_and_said(
     files = _pair_with_a_fixed_only_label(tmp_path / "data")
     model = save_tiny_model(tmp_path / "model.pt")
     moved = tmp_path / "new" / "folder" / "m.nii.gz"
-    args = ["register", "--model", str(model), "--device", "cpu", "--lambda", "0.5",
-            "--init", "none", "--moving", str(files["moving"]), "--fixed", str(files["fixed"])]
+    args = [
+        "register",
+        "--model",
+        str(model),
+        "--device",
+        "cpu",
+        "--lambda",
+        "0.5",
+        "--init",
+        "none",
+        "--moving",
+        str(files["moving"]),
+        "--fixed",
+        str(files["fixed"]),
+    ]
     assert main([*args, "--moved", str(moved)]) == 0
     assert moved.is_file()
     out = capsys.readouterr().out
