@@ -29,6 +29,7 @@ import nibabel as nib
 import numpy as np
 
 from hyperreg.geometry.intensity import normalize_intensity
+from hyperreg.geometry.inspect import looks_like_label_map
 from hyperreg.geometry.io import Volume, has_header, load_volume, same_grid, spatial_shape_of
 from hyperreg.geometry.resample import (
     conformed_grid,
@@ -43,6 +44,7 @@ __all__ = [
     "Scan",
     "find_scans",
     "fit_to_shape",
+    "is_label_map",
     "label_map_scans",
     "load_scan",
     "scan_shape",
@@ -52,7 +54,12 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 SCAN_SUFFIXES = (".nii.gz", ".nii", ".mgz", ".mgh", ".npz")
-LABEL_WORDS = ("seg", "label")  # a file whose name holds one of these is a label map
+LABEL_WORDS = ("seg", "label", "parc", "dlmuse")
+"""A file whose name holds one of these (any case) is a label map: ``seg``, ``aseg``,
+``dseg``, ``label``, ``aparc``, ``parc``, ``DLMUSE``. Other files are told by content
+(:func:`is_label_map`)."""
+_NIFTI_LABEL_INTENTS = (1002, 1003)  # NIFTI_INTENT_LABEL, NIFTI_INTENT_NEURONAME
+_SLAB = 16  # slices of a 3D file read to judge its content (the central ones)
 _OASIS_FILES = {
     3: ("aligned_norm.nii.gz", "aligned_seg35.nii.gz"),
     2: ("slice_norm.nii.gz", "slice_seg24.nii.gz"),
@@ -98,8 +105,70 @@ class Scan:
         return self.subject or self.name
 
 
-def _is_label(path: Path) -> bool:
+def _named_label(path: Path) -> bool:
     return any(word in path.name.lower() for word in LABEL_WORDS)
+
+
+def _central_slab(path: Path) -> np.ndarray | bool | None:
+    """The file's central :data:`_SLAB` slices along its last spatial axis (all of a 2D file);
+    True for a NIfTI whose intent says it holds label (or NeuroNames) ids; None when it cannot
+    be judged here (not 2D or 3D: the loader reports that later)."""
+    if path.name.lower().endswith(".npz"):
+        try:
+            return load_volume(path, assume_identity=True, warn_constant=False).data
+        except (OSError, ValueError):
+            return None
+    img = nib.load(path)
+    if isinstance(img, nib.Nifti1Image) and int(img.header["intent_code"]) in _NIFTI_LABEL_INTENTS:
+        return True
+    shape = [int(n) for n in img.shape]
+    while len(shape) > 2 and shape[-1] == 1:
+        shape.pop()
+    if len(shape) not in (2, 3):
+        return None
+    index: tuple[slice | int, ...] = (slice(None),) * len(shape)
+    if len(shape) == 3 and shape[2] > _SLAB:
+        start = (shape[2] - _SLAB) // 2
+        index = (slice(None), slice(None), slice(start, start + _SLAB))
+    index += (0,) * (len(img.shape) - len(shape))
+    return np.asarray(img.dataobj[index])
+
+
+def is_label_map(path: str | Path) -> bool:
+    """Whether a scan file holds a label map rather than an intensity image.
+
+    By name first (:data:`LABEL_WORDS`, no voxel read), then by header (a NIfTI intent of label
+    or NeuroNames ids), then by content: the central :data:`_SLAB` slices of a 3D file (all of
+    a 2D one) judged by :func:`~hyperreg.geometry.inspect.looks_like_label_map` (integer values,
+    few distinct ids, piecewise constant). An unreadable file is an image here (its loader
+    says what is wrong with it).
+
+    Args:
+        path: A scan file (NIfTI, MGH/MGZ or npz).
+
+    Returns:
+        True for a label map (or a binary mask), False for an image.
+    """
+    path = Path(path)
+    if _named_label(path):
+        return True
+    try:
+        slab = _central_slab(path)
+    except Exception:  # nibabel raises many types for a foreign or truncated file
+        return False
+    if isinstance(slab, bool) or slab is None:
+        return bool(slab)
+    return slab.dtype.kind in "biuf" and looks_like_label_map(slab)
+
+
+def _is_label(path: Path, by_content: set[Path] | None = None) -> bool:
+    """:func:`is_label_map`, noting in ``by_content`` the files known only by their content."""
+    if _named_label(path):
+        return True
+    found = is_label_map(path)
+    if found and by_content is not None:
+        by_content.add(path)
+    return found
 
 
 def _scan_files(folder: Path) -> list[Path]:
@@ -116,15 +185,21 @@ def _name_score(image: Path, seg: Path) -> int:
     return prefix + suffix
 
 
-def _pair_labels(files: list[Path], subject: str = "") -> list[Scan]:
+def _pair_labels(
+    files: list[Path], subject: str = "", by_content: set[Path] | None = None
+) -> list[Scan]:
     """Scans of one folder: each label file goes to the image whose name matches it best.
 
-    With one image and one label map they pair whatever their names; otherwise a label map
-    pairs with the image of the highest :func:`_name_score`, and a tie leaves it unused (with a
-    warning), as does a second label map for the same image.
+    Label maps are told from images by :func:`is_label_map` (name, then content; those known
+    by content only are added to ``by_content``). With one image and one label map they pair
+    whatever their names; otherwise a label map pairs with the image of the highest
+    :func:`_name_score` (the same person's stem: ``IXI012-HH-1211_DLMUSE`` with
+    ``IXI012-HH-1211_T1``), and a tie leaves it unused (with a warning), as does a second label
+    map for the same image. A label map is never an image.
     """
-    images = [p for p in files if not _is_label(p)]
-    labels = [p for p in files if _is_label(p)]
+    is_label = {p: _is_label(p, by_content) for p in files}
+    images = [p for p in files if not is_label[p]]
+    labels = [p for p in files if is_label[p]]
     segs: dict[Path, Path] = {}
     for seg in labels:
         if len(images) == 1 and len(labels) == 1:
@@ -183,15 +258,18 @@ def find_scans(source: str | Path, ndim: int) -> list[Scan]:
     1. neurite-oasis: subject folders ``OASIS_*`` holding ``aligned_norm.nii.gz`` (with
        ``aligned_seg35``) or, for 2D, ``slice_norm.nii.gz`` (with ``slice_seg24``); 3D volumes
        are preferred, their slices are cut later. Person: the folder.
-    2. a flat folder of scans (``.nii``, ``.nii.gz``, ``.mgz``, ``.npz``). Files whose name holds
-       ``seg`` or ``label`` are label maps, paired with the image whose name matches best.
-       Person: the file name.
+    2. a flat folder of scans (``.nii``, ``.nii.gz``, ``.mgz``, ``.npz``). Label maps, known
+       by name (one of :data:`LABEL_WORDS`) or else by content (:func:`is_label_map`), are
+       paired with the image whose name matches best (the same person's stem) and are never
+       images. Person: the file name. One line is logged (INFO): images, how many have a label
+       map, and the label maps known by content.
     3. a folder of subject folders, each holding that person's scans (any number, e.g. T1 and
        T2) and label maps, paired as in 2 (``mindboggle-trt20-2d``, ``multicontrast-2d``).
        Person: the subject folder.
 
     A CSV file needs an ``image`` column and may have ``seg`` and ``subject`` columns; relative
-    paths are relative to the CSV; a row without ``subject`` is its own person.
+    paths are relative to the CSV; a row without ``subject`` is its own person; an ``image``
+    that holds a label map (:func:`is_label_map`) is an error.
 
     Args:
         source: Folder or CSV file.
@@ -202,8 +280,8 @@ def find_scans(source: str | Path, ndim: int) -> list[Scan]:
 
     Raises:
         FileNotFoundError: If ``source`` does not exist.
-        ValueError: If it holds no scan, is a file but not a ``.csv``, or a CSV lacks the
-            ``image`` column.
+        ValueError: If it holds no scan, is a file but not a ``.csv``, a CSV lacks the
+            ``image`` column, or a CSV ``image`` is a label map.
     """
     source = Path(source)
     if not source.exists():
@@ -212,19 +290,54 @@ def find_scans(source: str | Path, ndim: int) -> list[Scan]:
         if source.suffix.lower() != ".csv":
             raise ValueError(f"find_scans(): '{source}' must be a folder or a .csv list of scans")
         scans = _csv_scans(source)
+        _check_csv_images(source, scans)
     else:
+        by_content: set[Path] = set()
         scans = _oasis_scans(source, ndim)
         if not scans:
-            scans = _pair_labels(_scan_files(source))
+            scans = _pair_labels(_scan_files(source), by_content=by_content)
         if not scans:
             for folder in sorted(p for p in source.iterdir() if p.is_dir()):
-                scans += _pair_labels(_scan_files(folder), folder.name)
+                scans += _pair_labels(_scan_files(folder), folder.name, by_content)
+        _report_labels(source, scans, by_content)
     if not scans:
         raise ValueError(
             f"find_scans(): no scans found in '{source}' (expected neurite-oasis subject folders, "
             f"image files ending in {SCAN_SUFFIXES}, subject folders of them, or a CSV list)"
         )
     return scans
+
+
+def _report_labels(source: Path, scans: list[Scan], by_content: set[Path]) -> None:
+    """One line on the label maps found in a folder: how many images have one, and which
+    files were known as label maps by their content rather than their name."""
+    paired = sum(scan.seg is not None for scan in scans)
+    if not paired and not by_content:
+        return
+    known = ""
+    if by_content:
+        names = sorted(p.name for p in by_content)
+        more = f" and {len(names) - 2} more" if len(names) > 2 else ""
+        known = "; label maps known by their content (integer ids), not their name: "
+        known += ", ".join(f"'{n}'" for n in names[:2]) + more
+    logger.info(
+        "'%s': %d images, %d paired with their label map (same name stem)%s",
+        source,
+        len(scans),
+        paired,
+        known,
+    )
+
+
+def _check_csv_images(source: Path, scans: list[Scan]) -> None:
+    """Refuse a CSV whose ``image`` column names a label map (never trained on as an image)."""
+    for row, scan in enumerate(scans, start=2):  # row 1 is the header
+        if scan.image.is_file() and is_label_map(scan.image):
+            raise ValueError(
+                f"find_scans(): '{source}' row {row}: image '{scan.image}' holds a label map "
+                "(integer ids), not an intensity image; put it in the 'seg' column of its "
+                "image's row"
+            )
 
 
 def load_scan(
@@ -391,7 +504,7 @@ def label_map_scans(source: str | Path, ndim: int) -> list[Scan]:
         return [Scan(path, path)]
     if path.is_dir():
         files = _scan_files(path)
-        if files and all(_is_label(f) for f in files):  # a folder of label maps only
+        if files and all(is_label_map(f) for f in files):  # a folder of label maps only
             return [Scan(f, f) for f in files]
     return [scan for scan in find_scans(path, ndim) if scan.seg is not None]
 
