@@ -204,3 +204,20 @@ def test_a_validation_without_dice_says_why(
     said = [r.getMessage() for r in caplog.records if "validation has no Dice" in r.getMessage()]
     assert said and "none of the 1 validation pairs has a label map on both sides" in said[0]
     assert not any("mean Dice nan" in r.getMessage() for r in caplog.records)
+
+
+def test_a_validation_whose_label_maps_share_no_id_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = tmp_path / "mixed"
+    for index in range(5):
+        person = f"IXI{index:03d}-HH-{1000 + index}"
+        _save(folder / f"{person}_T1.nii.gz", _image(index)[:, :, 9].astype(np.float32))
+        seg = _parcellation(index)[:, :, 9]
+        inside = seg > 0  # every person their own ids, 8 per person (like aseg against MUSE)
+        seg[inside] = np.searchsorted(MUSE_IDS, seg[inside]) + 1 + len(MUSE_IDS) * index
+        _save(folder / f"{person}_DLMUSE.nii.gz", seg)
+    with caplog.at_level(logging.INFO):
+        _train_2d(folder, tmp_path / "run")
+    said = [r.getMessage() for r in caplog.records if "validation has no Dice" in r.getMessage()]
+    assert said and "share no label id" in said[0]
