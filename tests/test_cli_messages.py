@@ -587,6 +587,9 @@ def test_a_constant_image_is_refused_by_affine_sweep_and_tune(
     assert "--moving" in _one_line_error(capsys, "affine")
     assert main(_sweep(pair, moving=constant)) == 2
     assert "is constant" in _one_line_error(capsys, "sweep")
+    assert main(_tune(pair, moving=constant)) == 2
+    err = _one_line_error(capsys, "tune")
+    assert f"argument --pairs: --pairs row 0: 'moving' '{constant}' is constant" in err
     assert not out.exists()
 
 
