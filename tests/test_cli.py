@@ -483,9 +483,8 @@ def test_register_prints_dice_before_and_moved_keeps_intensity_units(
     assert 100 < moved.max() <= 200 + 1e-3
 
 
-@pytest.mark.parametrize(
-    ("ndim", "extra", "lr"), [("2", [], 1e-3), ("3", [], 1e-4), ("3", ["--lr", "5e-4"], 5e-4)]
-)
+@pytest.mark.parametrize(("ndim", "extra", "lr"), [("2", [], 1e-3), ("3", [], 1e-4),
+                                                   ("3", ["--lr", "5e-4"], 5e-4)])
 def test_train_default_lr_depends_on_dimensionality(
     tmp_path: Path, monkeypatch, ndim: str, extra: list[str], lr: float
 ) -> None:

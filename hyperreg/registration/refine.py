@@ -427,15 +427,7 @@ def refine_pair(
     refined = refine_flow(model, moving_t, fixed_t, lam, refinement)
     out = refined.output
     result = result_from_output(
-        out,
-        0,
-        float(lam),
-        moving_seg,
-        fixed_seg,
-        notes,
-        labels,
-        moving=moving,
-        grid=grid,
+        out, 0, float(lam), moving_seg, fixed_seg, notes, labels, moving=moving, grid=grid,
         images=images,
     )
     result.smoothness = float(smoothness_of(model, out)[0])
