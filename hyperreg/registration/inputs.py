@@ -7,7 +7,7 @@ from __future__ import annotations
 from hyperreg._checks import check_option
 from hyperreg._errors import InputError, passed_as
 from hyperreg.geometry.affine import AffineTransform, load_initial_affine, world_overlap
-from hyperreg.geometry.io import Volume, has_header, load_volume
+from hyperreg.geometry.io import Volume, check_same_ndim, has_header, load_volume
 from hyperreg.registration.pairs import PathLike
 
 __all__ = ["NPZ_GEOMETRIES", "check_registrable", "initial_transform", "load_input"]
@@ -91,9 +91,11 @@ def check_registrable(
         initial: The initial transform, or None.
 
     Raises:
-        InputError: For a constant or empty image (``argument`` "moving" or "fixed"), or no
-            overlap with ``init="none"`` (``argument`` "init").
+        InputError: For 2D with 3D (:func:`~hyperreg.geometry.io.check_same_ndim`), a constant
+            or empty image (``argument`` "moving" or "fixed"), or no overlap with
+            ``init="none"`` (``argument`` "init").
     """
+    check_same_ndim(fn, moving, fixed)  # 2D with 3D is said first, whatever they hold
     for role, volume in (("moving", moving), ("fixed", fixed)):
         data = volume.data
         if data.size == 0 or data.min() == data.max():
