@@ -133,7 +133,7 @@ def test_a_csv_image_that_is_a_label_map_is_an_error(tmp_path: Path) -> None:
         "image,seg\nixi/IXI000-HH-1000_T1.nii.gz,ixi/IXI000-HH-1000_DLMUSE.nii.gz\n"
         "ixi/IXI001-HH-1001_regions.nii.gz,\n"
     )
-    with pytest.raises(ValueError, match=r"row 3: image .*IXI001-HH-1001_regions.* label map"):
+    with pytest.raises(ValueError, match=r"line 3: image .*IXI001-HH-1001_regions.* label map"):
         find_scans(listed, 3)
     assert folder.is_dir()
 

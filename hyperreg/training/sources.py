@@ -269,10 +269,10 @@ def _report_labels(source: Path, scans: list[Scan], by_content: set[Path]) -> No
 
 def _check_csv_images(source: Path, scans: list[Scan]) -> None:
     """Refuse a CSV whose ``image`` column names a label map (never trained on as an image)."""
-    for row, scan in enumerate(scans, start=2):  # row 1 is the header
+    for line, scan in enumerate(scans, start=2):  # line 1 is the header
         if scan.image.is_file() and is_label_map(scan.image):
             raise ValueError(
-                f"find_scans(): '{source}' row {row}: image '{scan.image}' holds a label map "
+                f"find_scans(): '{source}' line {line}: image '{scan.image}' holds a label map "
                 "(integer ids), not an intensity image; put it in the 'seg' column of its "
                 "image's row"
             )
