@@ -146,7 +146,7 @@ def test_ixi_2mm_images_pair_with_their_dlmuse_maps() -> None:
     assert len(scans) == 30  # thirty people, each once
     assert all(s.image.name.endswith("_T1.nii.gz") for s in scans)
     labelled = [s for s in scans if s.seg is not None]
-    assert len(labelled) == 29  # IXI015-HH-1258 has none (shared/data README, section 9)
+    assert len(labelled) == 29  # IXI015-HH-1258 has none (the data README, section 9)
     for scan in labelled:
         assert scan.seg.name == scan.image.name.replace("_T1.", "_DLMUSE.")
     people = {s.person for s in scans}
