@@ -239,13 +239,36 @@ def test_batch_warnings_name_their_pair_and_are_kept_in_the_summary(
 
     fixed = job["data"] / "p3_fixed.nii.gz"
     image = nib.load(fixed)
-    nib.save(nib.Nifti1Image(np.zeros(image.shape, np.float32), image.affine), fixed)
+    square = np.zeros(image.shape, np.float32)  # integer ids, piecewise constant: a label map
+    square[tuple(slice(n // 4, 3 * n // 4) if n > 1 else slice(None) for n in image.shape)] = 1
+    nib.save(nib.Nifti1Image(square, image.affine), fixed)
     main(_batch_args(job, "--lambda", "0.5"))
     rows = {r["name"]: r for r in _rows(job["out"] / "summary.csv")}
-    assert "is constant" in rows["pair00003"]["warnings"]
+    assert "looks like a label map" in rows["pair00003"]["warnings"]
     assert rows["pair00000"]["warnings"] == ""
-    logged = [r.getMessage() for r in caplog.records if "is constant" in r.getMessage()]
+    logged = [r.getMessage() for r in caplog.records if "looks like a label map" in r.getMessage()]
     assert logged and all(m.startswith("pair00003: ") for m in logged)
+
+
+def test_batch_records_a_constant_image_as_a_failed_pair_and_goes_on(
+    job: dict[str, Path], caplog
+) -> None:
+    import nibabel as nib
+    import numpy as np
+
+    fixed = job["data"] / "p3_fixed.nii.gz"
+    image = nib.load(fixed)
+    nib.save(nib.Nifti1Image(np.zeros(image.shape, np.float32), image.affine), fixed)
+    assert main(_batch_args(job, "--lambda", "0.5")) == 1
+    failures = {r["index"]: r["error"] for r in _rows(job["out"] / "failures.csv")}
+    assert sorted(failures) == ["2", "3"]  # pair 2: its truncated moving image
+    assert f"'{fixed}' is constant (all voxels = 0.0)" in failures["3"]
+    assert "nothing to register" in failures["3"] and "\n" not in failures["3"]
+    summary = _rows(job["out"] / "summary.csv")
+    assert [int(r["index"]) for r in summary] == [0, 1, 4]  # the batch went on
+    assert not list((job["out"] / "pairs" / "pair00003").glob("*.nii.gz"))
+    logged = [r.getMessage() for r in caplog.records if "is constant" in r.getMessage()]
+    assert logged and all("pair00003 failed" in m for m in logged)  # no warning first
 
 
 def test_batch_says_up_front_which_pairs_name_missing_files_and_prints_the_lambda(

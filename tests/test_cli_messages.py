@@ -149,13 +149,15 @@ def test_device_message_names_the_option(
 def test_warnings_and_log_lines_name_no_function(
     pair: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    constant = write_nifti(tmp_path / "constant.nii.gz", np.zeros((24, 20, 1), np.float32))
-    args = _register(pair, "--moved", str(pair["out"] / "m.nii.gz"), fixed=constant)
+    square = np.zeros((24, 20, 1), np.float32)
+    square[6:18, 5:15] = 1.0  # integer ids, piecewise constant: a label map given as an image
+    labels = write_nifti(tmp_path / "labels.nii.gz", square)
+    args = _register(pair, "--moved", str(pair["out"] / "m.nii.gz"), fixed=labels)
     assert main(args) == 0
     err = capsys.readouterr().err
     # warnings print as the library wrote them (naming the file), one line each
-    assert f"hyperreg register: warning: '{constant}' is constant (all voxels = 0.0)" in err
-    assert err.count("is constant") == 1  # said once, when read (not again by the affine stage)
+    assert f"hyperreg register: warning: '{labels}' given as the fixed image looks like" in err
+    assert err.count("looks like a label map") == 1
     assert "(): " not in err
     # tune logs its refinement rounds; batch logs a failed pair
     assert main(_tune(pair, "--refine-rounds", "1", "--refine-points", "2")) == 0
@@ -551,3 +553,109 @@ def test_an_unwritable_output_is_said_before_a_model_is_read(
         "folder '/proc/nope' is missing and cannot be created, as '/proc' does not take new "
         "files (No such file or directory)"
     )
+
+
+# --- what cannot be registered is refused before any output --------------------------------------
+
+
+@pytest.mark.parametrize("role", ["moving", "fixed"])
+@pytest.mark.parametrize("value", [0.0, 3.5])
+def test_a_constant_image_is_refused_before_any_output(
+    pair: dict[str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    role: str,
+    value: float,
+) -> None:
+    constant = write_nifti(tmp_path / "constant.nii.gz", np.full((24, 20, 1), value, np.float32))
+    out = pair["out"]
+    args = _register(pair, "--moved", str(out / "m.nii.gz"), "--warp", str(out / "w.nii.gz"))
+    assert main([*args, f"--{role}", str(constant)]) == 2
+    err = _one_line_error(capsys, "register")
+    assert f"--{role} '{constant}' is constant (all voxels = {value})" in err
+    assert "nothing to register" in err and "warning" not in err
+    assert not out.exists()
+
+
+def test_a_constant_image_is_refused_by_affine_sweep_and_tune(
+    pair: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    constant = write_nifti(tmp_path / "constant.nii.gz", np.zeros((24, 20, 1), np.float32))
+    out = pair["out"]
+    affine = ["affine", "--moving", str(constant), "--fixed", str(pair["fixed"])]
+    assert main([*affine, "--moved", str(out / "m.nii.gz")]) == 2
+    assert "--moving" in _one_line_error(capsys, "affine")
+    assert main(_sweep(pair, moving=constant)) == 2
+    assert "is constant" in _one_line_error(capsys, "sweep")
+    assert main(_tune(pair, moving=constant)) == 2
+    err = _one_line_error(capsys, "tune")
+    assert f"argument --pairs: --pairs row 0: 'moving' '{constant}' is constant" in err
+    assert not out.exists()
+
+
+def test_a_batch_records_a_constant_pair_as_failed_and_goes_on(
+    pair: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    constant = write_nifti(tmp_path / "constant.nii.gz", np.zeros((24, 20, 1), np.float32))
+    good = {k: str(pair[k]) for k in ("moving", "fixed", "moving_seg", "fixed_seg")}
+    csv_path = tmp_path / "pairs.csv"
+    with csv_path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(good))
+        writer.writeheader()
+        writer.writerow({**good, "fixed": str(constant)})
+        writer.writerow(good)
+    out = tmp_path / "batch"
+    args = ["batch", "--model", str(pair["model"]), "--pairs", str(csv_path), "--out", str(out)]
+    assert main([*args, "--lambda", "0.5", "--no-progress", "--device", "cpu"]) == 1
+    err = capsys.readouterr().err
+    failed = [line for line in err.splitlines() if "pair00000 failed" in line]
+    assert len(failed) == 1 and f"'{constant}' is constant" in failed[0]
+    assert "pair00001" not in " ".join(line for line in err.splitlines() if "failed" in line)
+    assert not list((out / "pairs" / "pair00000").glob("*.nii*"))
+    assert list((out / "pairs" / "pair00001").glob("*.nii*"))  # the next pair went on
+
+
+def test_init_none_without_overlap_is_refused(
+    pair: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    far = np.eye(4)
+    far[0, 3] = 1000.0  # the same image 1 m away: the fields of view do not meet
+    moving = write_nifti(tmp_path / "far.nii.gz", blob((24, 20), (11, 9))[..., None], far)
+    out = pair["out"]
+    args = _register(pair, "--moved", str(out / "m.nii.gz"), "--init", "none", moving=moving)
+    assert main(args) == 2
+    err = _one_line_error(capsys, "register")
+    assert "do not overlap in world space" in err and "--init 'affine'" in err
+    assert not out.exists()
+
+
+def test_a_nan_refinement_loss_is_a_runtime_error(
+    pair: dict[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import hyperreg.registration.refine_levels as levels
+
+    terms = levels._terms
+
+    def nan_terms(*args, **kwargs):  # type: ignore[no-untyped-def]
+        loss, image = terms(*args, **kwargs)
+        return loss * float("nan"), image
+
+    monkeypatch.setattr(levels, "_terms", nan_terms)
+    out = pair["out"]
+    args = _register(pair, "--moved", str(out / "m.nii.gz"), "--refine", "5")
+    assert main(args) == 1
+    err = _one_line_error(capsys, "register")
+    assert "loss became NaN" in err and "--refine 0" in err
+    assert not out.exists()
+
+
+def test_a_colour_image_is_refused_before_any_output(
+    pair: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    picture = np.random.default_rng(0).integers(0, 256, (24, 20, 3)).astype(np.uint8)
+    colour = write_nifti(tmp_path / "photo.nii.gz", picture)  # (X, Y, RGB), not 3 slices
+    out = pair["out"]
+    assert main(_register(pair, "--moved", str(out / "m.nii.gz"), moving=colour)) == 2
+    err = _one_line_error(capsys, "register")
+    assert f"argument --moving: '{colour}' has shape (24, 20, 3): a 2D colour image" in err
+    assert not out.exists()

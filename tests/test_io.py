@@ -13,6 +13,7 @@ import pytest
 
 from shared_paths import CASES as CASES_DIR
 from shared_paths import DATA
+from hyperreg._errors import InputError
 from hyperreg.geometry.fields import save_displacement
 from hyperreg.geometry.io import (
     Volume,
@@ -354,6 +355,51 @@ def test_constant_image_warns(tmp_path: Path) -> None:
         vol = load_volume(path)
     assert vol.data.shape == (4, 5)
     assert record[0].filename == __file__  # stacklevel points at the caller
+
+
+def test_constant_image_warning_can_be_left_to_the_caller(tmp_path: Path) -> None:
+    path = _write_nifti(tmp_path / "flat.nii.gz", np.full((4, 5, 1), 2.5, np.float32))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load_volume(path, warn_constant=False).data.shape == (4, 5)
+
+
+@pytest.mark.parametrize("channels", [3, 4])
+@pytest.mark.parametrize("label", [False, True])
+def test_a_2d_colour_array_is_refused(tmp_path: Path, channels: int, label: bool) -> None:
+    rng = np.random.default_rng(0)
+    picture = rng.integers(0, 256, (40, 32, channels)).astype(np.uint8)  # (X, Y, RGB[A])
+    path = _write_nifti(tmp_path / "photo.nii.gz", picture)
+    pattern = rf"photo\.nii\.gz' has shape \(40, 32, {channels}\): a 2D colour image"
+    with pytest.raises(InputError, match=pattern) as err:
+        load_volume(path, label=label)
+    assert err.value.argument == "path" and "one grey channel" in str(err.value)
+
+
+def test_an_rgb_nifti_datatype_is_refused(tmp_path: Path) -> None:
+    rgb = np.zeros((40, 32), dtype=[("R", "u1"), ("G", "u1"), ("B", "u1")])
+    rgb["G"][5:20, 5:20] = 200
+    img = nib.Nifti1Image(rgb, np.eye(4))
+    assert img.header.get_data_dtype().names == ("R", "G", "B")  # NIfTI datatype RGB24
+    path = tmp_path / "rgb.nii.gz"
+    nib.save(img, path)
+    with pytest.raises(InputError, match=r"rgb\.nii\.gz' is a colour image \(RGB voxels\)"):
+        load_volume(path)
+
+
+@pytest.mark.parametrize("shape", [(8, 8, 3), (40, 32, 2), (40, 32, 5)])
+def test_thin_volumes_that_are_not_a_colour_image_load(
+    tmp_path: Path, shape: tuple[int, ...]
+) -> None:
+    path = _write_nifti(tmp_path / "x.nii.gz", _asymmetric(shape))
+    assert load_volume(path).data.shape == shape
+
+
+def test_a_series_of_three_slices_is_a_series_not_a_colour_image(tmp_path: Path) -> None:
+    path = _write_nifti(tmp_path / "x.nii.gz", _asymmetric((40, 32, 1, 3)))  # time on axis 4
+    with pytest.raises(InputError, match="4D series") as err:
+        load_volume(path)
+    assert "colour" not in str(err.value)
 
 
 def test_nonconstant_image_does_not_warn(tmp_path: Path) -> None:

@@ -154,14 +154,32 @@ def test_label_maps_of_two_labellings_warn_before_dice(tmp_path: Path) -> None:
         load_pair(moving, fixed, moving_seg=ours, fixed_seg=ours, init="none")
 
 
-def test_init_none_without_overlap_warns(tmp_path: Path) -> None:
+def test_init_none_without_overlap_is_an_error(tmp_path: Path) -> None:
     image = blob(SHAPE, (11, 9))[..., None]
     far = np.eye(4)
     far[0, 3] = 1000.0
     moving = write_nifti(tmp_path / "m.nii.gz", image, far)
     fixed = write_nifti(tmp_path / "f.nii.gz", image, np.eye(4))
-    with pytest.warns(UserWarning, match="do not overlap in world space"):
+    with pytest.raises(InputError, match="do not overlap in world space.*'init' 'affine'") as err:
         load_pair(moving, fixed, init="none")
+    assert err.value.argument == "init"
+    load_pair(moving, fixed, init="affine")  # the affine stage starts from the centres of mass
+
+
+@pytest.mark.parametrize("role", ["moving", "fixed"])
+def test_a_constant_image_is_an_error_not_a_warning(tmp_path: Path, role: str) -> None:
+    image = write_nifti(tmp_path / "image.nii.gz", blob(SHAPE, (11, 9))[..., None])
+    constant = write_nifti(tmp_path / "zero.nii.gz", np.zeros((*SHAPE, 1), np.float32))
+    files = {"moving": image, "fixed": image, role: constant}
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # refused, not warned about first (a warning would raise)
+        with pytest.raises(
+            InputError, match=r"zero\.nii\.gz' is constant \(all voxels = 0\.0\)"
+        ) as err:
+            load_pair(files["moving"], files["fixed"])
+    assert err.value.argument == role and "nothing to register" in str(err.value)
 
 
 def test_an_unwritable_output_fails_before_registration_naming_the_option(

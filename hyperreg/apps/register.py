@@ -169,8 +169,8 @@ def register_files(
         check_refinement(fn, refine)
     refine = pair_refinement(model, refine)
     # each input is read once (and warned about once)
-    with passed_as(path="fixed"):
-        fixed_v = load_input(fixed, npz_geometry=npz_geometry)
+    with passed_as(path="fixed"):  # a constant image: load_pair refuses it (no warning first)
+        fixed_v = load_input(fixed, npz_geometry=npz_geometry, warn_constant=False)
     if (warp_out is not None or inverse_warp_out is not None) and warp_format == "itk":
         check_itk_grid(fixed_v)
     pair = load_pair(

@@ -42,7 +42,7 @@ from hyperreg.method.metrics import registration_dice
 from hyperreg.registration.chain import sample_volume
 from hyperreg.registration.pairs import PathLike, check_outputs
 from hyperreg._errors import InputError, passed_as
-from hyperreg.registration.inputs import initial_transform, load_input
+from hyperreg.registration.inputs import check_registrable, initial_transform, load_input
 
 __all__ = [
     "AffineResult",
@@ -134,9 +134,10 @@ def affine_files(
 
     Raises:
         FileNotFoundError: If an input is missing.
-        ValueError: On unreadable inputs or bad output suffixes, 2D with 3D, images that do not
-            overlap in world space, or a diverging registration (see
-            :func:`~hyperreg.geometry.affine.register_affine`).
+        ValueError: On unreadable inputs or bad output suffixes, 2D with 3D, an empty or
+            constant image, images that do not overlap in world space with ``init="none"``
+            (:func:`~hyperreg.registration.inputs.check_registrable`), or a diverging
+            registration (see :func:`~hyperreg.geometry.affine.register_affine`).
     """
     fn = "affine_files"
     if init not in AFFINE_INITS:
@@ -158,16 +159,17 @@ def affine_files(
         raise InputError(
             fn, "{0} would overwrite the input '{path}'", "affine_out", path=affine_out
         )
-    with passed_as(path="fixed"):
-        fixed_v = load_input(fixed, npz_geometry=npz_geometry)
+    with passed_as(path="fixed"):  # a constant image is refused below, not warned about
+        fixed_v = load_input(fixed, npz_geometry=npz_geometry, warn_constant=False)
     with passed_as(path="moving"):
-        moving_v = load_input(moving, npz_geometry=npz_geometry, fixed=fixed_v)
+        moving_v = load_input(moving, npz_geometry=npz_geometry, fixed=fixed_v, warn_constant=False)
     geometry = dict(npz_geometry=npz_geometry, fixed=fixed_v)
     moving_seg_v, fixed_seg_v = (
         None if seg is None else _load_seg(seg, name, geometry)
         for seg, name in ((moving_seg, "moving_seg"), (fixed_seg, "fixed_seg"))
     )
     initial = initial_transform(initial_affine, moving_v, fixed_v)
+    check_registrable(fn, moving_v, fixed_v, init=init, initial=initial)
     transform = register_affine(moving_v, fixed_v, init, seed=seed, initial=initial)
     moved_v = sample_volume(moving_v, transform, None, fixed_v)
     moved_seg_v = None

@@ -215,17 +215,24 @@ def _evaluate(
     transforms = {} if transforms is None else transforms
     for position, spec in enumerate(pairs):
         known = position in transforms
-        pair = load_pair(
-            spec.moving,
-            spec.fixed,
-            model=model,
-            moving_seg=spec.moving_seg,
-            fixed_seg=spec.fixed_seg,
-            init="none" if known else init,
-            initial_affine=transforms.get(position) if known else spec.initial_affine,
-            normalization=normalization,
-            resample=resample,
-        )
+        try:
+            pair = load_pair(
+                spec.moving,
+                spec.fixed,
+                model=model,
+                moving_seg=spec.moving_seg,
+                fixed_seg=spec.fixed_seg,
+                init="none" if known else init,
+                initial_affine=transforms.get(position) if known else spec.initial_affine,
+                normalization=normalization,
+                resample=resample,
+            )
+        except InputError as err:  # a pair's file, not an option: the row of 'pairs' says which
+            if err.argument not in ("moving", "fixed", "moving_seg", "fixed_seg"):
+                raise
+            raise type(err)(  # a missing file stays a FileNotFoundError (MissingInputError)
+                "tune_lambda", "{0} row {row}: {detail}", "pairs", row=spec.index, detail=err.detail
+            ) from err
         if not known:
             aligned = init != "none" or spec.initial_affine is not None
             transforms[position] = pair.transform if aligned else None
@@ -368,7 +375,10 @@ def tune_lambda(
         FileNotFoundError: If a file is missing.
         ValueError: If ``pairs`` is empty, a pair lacks a label map, the grid has fewer than 2
             distinct values or values outside [0, 1], ``max_folding`` is negative or NaN, or
-            ``refine_rounds`` / ``refine_points`` is negative / below 1.
+            ``refine_rounds`` / ``refine_points`` is negative / below 1; or a pair cannot be
+            registered (:func:`~hyperreg.registration.pipeline.load_pair`: e.g. a constant
+            image; an :class:`~hyperreg._errors.InputError` of argument ``"pairs"`` naming the
+            row).
     """
     fn = "tune_lambda"
     grid = _check_tune(fn, pairs, lambdas, max_folding, refine_rounds, refine_points)

@@ -289,6 +289,38 @@ def spatial_shape_of(path: Path, disk_shape: tuple[int, ...]) -> tuple[int, ...]
     return tuple(shape)
 
 
+_COLOUR_FIELDS = frozenset("RGBA")  # nibabel's field names of the RGB24 / RGBA32 datatypes
+_COLOUR_CHANNELS = (3, 4)  # RGB, RGBA
+_COLOUR_MIN_SIDE = 16  # a 2D colour picture is much wider than its channel axis
+
+
+def _check_not_colour(path: Path, raw: np.ndarray) -> None:
+    """Refuse a colour image (see :func:`load_volume`, Raises): one grey channel is read."""
+    names = raw.dtype.names
+    if names and set(names) <= _COLOUR_FIELDS:
+        raise InputError(
+            "load_volume",
+            "'{path}' is a colour image ({kind} voxels); hyperreg registers grey-level images: "
+            "convert it to one channel first (e.g. its luminance)",
+            "path",
+            path=path,
+            kind="".join(names),
+        )
+    shape = tuple(int(n) for n in raw.shape)
+    # (I, J, 3) only: (I, J, 1, 3) is a series of 3 slices in NIfTI's axis order (time 4th)
+    if len(shape) == 3 and shape[-1] in _COLOUR_CHANNELS and min(shape[:2]) >= _COLOUR_MIN_SIDE:
+        raise InputError(
+            "load_volume",
+            "'{path}' has shape {shape}: a 2D colour image ({n} values per pixel on the last "
+            "axis), or a volume only {n} slices thick, which neither the 2D nor the 3D model "
+            "registers; convert a colour image to one grey channel (e.g. its luminance) first",
+            "path",
+            path=path,
+            shape=shape,
+            n=shape[-1],
+        )
+
+
 def _nonfinite_error(path: Path, count: int, label: bool) -> InputError:
     hint = (
         "fix the file (allow_nonfinite does not apply to label maps)"
@@ -360,6 +392,7 @@ def load_volume(
     allow_nonfinite: bool = False,
     geometry_from: Volume | None = None,
     assume_identity: bool = False,
+    warn_constant: bool = True,
 ) -> Volume:
     """Read a 2D or 3D image or label map with its voxel-to-world affine.
 
@@ -397,6 +430,8 @@ def load_volume(
             with a header.
         assume_identity: For a header-less file (npz): use the 1 mm identity affine. Ignored
             for files with a header.
+        warn_constant: Warn when an image is constant (default); False for a caller that
+            checks that itself (the registration pipeline refuses such an image).
 
     Returns:
         The :class:`Volume`, with ``data`` of shape ``(I, J)`` or ``(I, J, K)``.
@@ -406,7 +441,9 @@ def load_volume(
             :class:`~hyperreg._errors.MissingInputError`, argument ``"path"``).
         ValueError: (An :class:`~hyperreg._errors.InputError` of argument ``"path"``, except
             for the choice of geometry.) If the suffix is not one of the supported ones; if the
-            file is truncated, corrupt or not of its suffix's format; if it holds a 4D series
+            file is truncated, corrupt or not of its suffix's format; if it holds a colour
+            image (RGB voxels, or shape ``(I, J, 3)`` or ``(I, J, 4)`` with ``I, J >= 16``:
+            3 or 4 values per pixel, never a 3- or 4-slice volume); if it holds a 4D series
             (more than one volume) or fewer than 2 spatial dimensions; if its dtype is not
             numeric; if an ``.npz`` file has several arrays and none named ``vol``/``vol_data``;
             if an ``.npz`` file gets neither ``geometry_from`` nor ``assume_identity`` (or
@@ -415,7 +452,8 @@ def load_volume(
             not fit in int32; or if a label map has values farther than 0.01 from an integer.
 
     Warns:
-        UserWarning: If an image is constant (all voxels equal).
+        UserWarning: If an image is constant (all voxels equal), unless ``warn_constant`` is
+            False.
 
     References:
         ``.npz`` layout as in VoxelMorph's ``py/utils.py:load_volfile``
@@ -428,6 +466,7 @@ def load_volume(
     headerless = not has_header(path)
 
     raw, affine, codes = read_raw(path, suffix)
+    _check_not_colour(path, raw)
     if raw.dtype.kind not in "biuf":
         raise InputError(
             "load_volume",
@@ -455,7 +494,7 @@ def load_volume(
                 count,
                 path,
             )
-        if data.size and data.min() == data.max():
+        if warn_constant and data.size and data.min() == data.max():
             v = float(data.flat[0])
             warnings.warn(
                 f"'{path}' is constant (all voxels = {v}); registration to it is meaningless",

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from hyperreg._checks import check_option
 from hyperreg._errors import InputError, passed_as
-from hyperreg.geometry.affine import AffineTransform, load_initial_affine
-from hyperreg.geometry.io import Volume, has_header, load_volume
+from hyperreg.geometry.affine import AffineTransform, load_initial_affine, world_overlap
+from hyperreg.geometry.io import Volume, check_same_ndim, has_header, load_volume
 from hyperreg.registration.pairs import PathLike
 
-__all__ = ["NPZ_GEOMETRIES", "initial_transform", "load_input"]
+__all__ = ["NPZ_GEOMETRIES", "check_registrable", "initial_transform", "load_input"]
 
 NPZ_GEOMETRIES = ("fixed", "identity")
 """Geometry of a header-less (npz) input: the fixed image's, or 1 mm voxels, world = index."""
@@ -22,6 +22,7 @@ def load_input(
     label: bool = False,
     npz_geometry: str | None = None,
     fixed: Volume | None = None,
+    warn_constant: bool = True,
 ) -> Volume:
     """Read one input of a pair (a :class:`~hyperreg.geometry.io.Volume` passes through).
 
@@ -32,6 +33,8 @@ def load_input(
             ``"identity"`` (1 mm voxels, world = voxel index); None refuses such a file. Files
             with a header ignore it.
         fixed: The fixed image, for ``"fixed"`` (None while reading the fixed image itself).
+        warn_constant: Warn when an image is constant (False: the caller refuses it,
+            :func:`check_registrable`).
 
     Returns:
         The :class:`~hyperreg.geometry.io.Volume`.
@@ -47,7 +50,7 @@ def load_input(
     if isinstance(value, Volume):
         return value
     if has_header(value):
-        return load_volume(value, label=label)
+        return load_volume(value, label=label, warn_constant=warn_constant)
     if npz_geometry is None:
         raise InputError(
             fn,
@@ -67,8 +70,58 @@ def load_input(
             path=value,
         )
     if npz_geometry == "fixed":
-        return load_volume(value, label=label, geometry_from=fixed)
-    return load_volume(value, label=label, assume_identity=True)
+        return load_volume(value, label=label, geometry_from=fixed, warn_constant=warn_constant)
+    return load_volume(value, label=label, assume_identity=True, warn_constant=warn_constant)
+
+
+def check_registrable(
+    fn: str, moving: Volume, fixed: Volume, *, init: str, initial: AffineTransform | None
+) -> None:
+    """Refuse a pair whose registration cannot mean anything, before any stage runs.
+
+    An empty or constant image (all voxels equal: nothing to align, every similarity flat)
+    and, with ``init="none"`` and no initial transform, two images whose world bounding boxes
+    do not intersect (:func:`~hyperreg.geometry.affine.world_overlap`: the moved image would
+    be empty and Dice 0) are errors, not warnings followed by outputs.
+
+    Args:
+        fn: The public function to name in the message.
+        moving, fixed: The pair as read.
+        init: The affine stage, ``"affine"``, ``"rigid"`` or ``"none"``.
+        initial: The initial transform, or None.
+
+    Raises:
+        InputError: For 2D with 3D (:func:`~hyperreg.geometry.io.check_same_ndim`), a constant
+            or empty image (``argument`` "moving" or "fixed"), or no overlap with
+            ``init="none"`` (``argument`` "init").
+    """
+    check_same_ndim(fn, moving, fixed)  # 2D with 3D is said first, whatever they hold
+    for role, volume in (("moving", moving), ("fixed", fixed)):
+        data = volume.data
+        if data.size == 0 or data.min() == data.max():
+            what = "empty" if data.size == 0 else f"constant (all voxels = {float(data.flat[0])})"
+            raise InputError(
+                fn,
+                "{0} '{path}' is {what}, so it holds nothing to register; check that the right "
+                "file was given (an image with content, not a mask or a blank volume)",
+                role,
+                path=_name(volume),
+                what=what,
+            )
+    if init == "none" and initial is None and not world_overlap(moving, fixed):
+        raise InputError(
+            fn,
+            "'{moving}' and '{fixed}' do not overlap in world space, so with {0} 'none' the "
+            "moved image would be empty; use {0} 'affine' or 'rigid' (which starts from the "
+            "centres of mass), or fix the headers",
+            "init",
+            moving=_name(moving),
+            fixed=_name(fixed),
+        )
+
+
+def _name(volume: Volume) -> str:
+    return str(volume.path) if volume.path is not None else "<in-memory volume>"
 
 
 def initial_transform(

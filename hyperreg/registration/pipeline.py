@@ -33,7 +33,6 @@ from hyperreg.geometry.affine import (
     AffineTransform,
     register_affine,
     resample_affine,
-    world_overlap,
 )
 from hyperreg.geometry.inspect import check_pair_contents, label_grid_warning
 from hyperreg.geometry.inspect import label_ids_warning, spacing_warning
@@ -42,7 +41,12 @@ from hyperreg.geometry.resample import resample_to
 from hyperreg.method.metrics import label_sets, mean_registration_dice, registration_dice
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.chain import composed_displacement, sample_volume
-from hyperreg.registration.inputs import NPZ_GEOMETRIES, initial_transform, load_input
+from hyperreg.registration.inputs import (
+    NPZ_GEOMETRIES,
+    check_registrable,
+    initial_transform,
+    load_input,
+)
 from hyperreg.registration.lambdas import sweep_lambdas
 from hyperreg.registration.pairs import (
     PathLike,
@@ -268,8 +272,9 @@ def load_pair(
     """Read and check a pair once, run its affine stage once: a :class:`PreparedPair`.
 
     Checks come before any expensive stage: the dimensionality of both images (and of
-    ``model``, when given) first, then what the images hold (warnings), then the grids
-    (``resample=False``), then the affine stage.
+    ``model``, when given) first, then whether the pair can be registered at all
+    (:func:`~hyperreg.registration.inputs.check_registrable`: errors), then what the images
+    hold (warnings), then the grids (``resample=False``), then the affine stage.
 
     Args:
         moving: Moving image (file or :class:`~hyperreg.geometry.io.Volume`), any grid.
@@ -298,8 +303,7 @@ def load_pair(
         A :class:`PreparedPair`.
 
     Warns:
-        UserWarning: With ``init="none"`` and images that do not overlap in world space (the
-            moved image would be empty and Dice 0); before the affine stage, for a label map
+        UserWarning: Before the affine stage, for a label map
             given as ``moving`` or ``fixed``, a head with skull against a skull-stripped image
             (:func:`hyperreg.geometry.inspect.check_pair_contents`), and, with ``model``, an
             image whose voxels are much coarser than the model's voxel size
@@ -310,21 +314,25 @@ def load_pair(
         InputError: On 2D with 3D (the images, or a label map and its image), a model of
             another dimensionality (``argument`` "model"), a bad ``initial_affine`` file (not
             an affine of the pair's dimensionality, or off the fixed view; ``argument``
-            "initial_affine"), an unknown ``init``, or an npz input without ``npz_geometry``
-            (``argument`` "npz_geometry").
+            "initial_affine"), an unknown ``init``, an npz input without ``npz_geometry``
+            (``argument`` "npz_geometry"), an empty or constant image (``argument`` "moving"
+            or "fixed"), or, with ``init="none"`` and no ``initial_affine``, images that do
+            not overlap in world space (``argument`` "init"; the moved image would be empty).
         ValueError: On unreadable inputs, differing grids with ``resample=False``, or a failed
             affine stage.
     """
     fn = "load_pair"
     check_option(fn, "init", init, AFFINE_INITS)
-    with passed_as(path="fixed"):
-        fixed_v = load_input(fixed, npz_geometry=npz_geometry)
+    with passed_as(path="fixed"):  # a constant image is refused below, not warned about
+        fixed_v = load_input(fixed, npz_geometry=npz_geometry, warn_constant=False)
     geometry = dict(npz_geometry=npz_geometry, fixed=fixed_v)
     with passed_as(path="moving"):
-        moving_v = load_input(moving, **geometry)
+        moving_v = load_input(moving, warn_constant=False, **geometry)
     check_same_ndim(fn, moving_v, fixed_v)
     if model is not None and model.config.ndim != fixed_v.ndim:
         raise _ndim_error(fn, model, fixed_v)
+    initial = initial_transform(initial_affine, moving_v, fixed_v)
+    check_registrable(fn, moving_v, fixed_v, init=init, initial=initial)
     _warn_about_contents(moving_v, fixed_v, model)
     segs = {"moving_seg": moving_seg, "fixed_seg": fixed_seg}
     for name, seg in segs.items():
@@ -339,7 +347,6 @@ def load_pair(
     moving_seg_v, fixed_seg_v = segs.values()
     if not resample:
         check_same_grid(moving_v, fixed_v)
-    initial = initial_transform(initial_affine, moving_v, fixed_v)
     if initial is not None and init == "none":
         transform, affine = initial, AffineStage.of(initial, "initial")
         chained = not _is_identity(transform, moving_v, fixed_v)
@@ -348,13 +355,6 @@ def load_pair(
         affine = AffineStage.of(transform)
         chained = not _is_identity(transform, moving_v, fixed_v)
     else:
-        if init == "none" and not world_overlap(moving_v, fixed_v):
-            warnings.warn(
-                f"'{moving_v.path}' and '{fixed_v.path}' do not overlap in world space, "
-                "so with init 'none' the moved image is empty and Dice 0; check the headers or "
-                "use init 'affine'",
-                stacklevel=2,
-            )
         transform = register_affine(moving_v, fixed_v, init, seed=seed)
         affine = AffineStage.of(transform) if init != "none" else None
         chained = init != "none" and not _is_identity(transform, moving_v, fixed_v)

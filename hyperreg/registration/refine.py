@@ -11,8 +11,8 @@ images average-pooled to the velocity's own grid (the 4 mm level for the bundled
 whose network works at 2 mm), where a step costs about 1/8 of a fine one. The loss is
 evaluated on the box of both images' foreground (the flow outside it is left as predicted).
 Each level stops early when its loss stops improving and keeps
-its best flow; a loss that becomes NaN stops the refinement, logs a warning and returns the
-network's field. :func:`refine_pair` is the :func:`~hyperreg.registration.pairs.register_pair`
+its best flow; a loss that becomes NaN is an error (RuntimeError), never a silent fall-back.
+:func:`refine_pair` is the :func:`~hyperreg.registration.pairs.register_pair`
 counterpart (volumes in, :class:`~hyperreg.registration.results.RegistrationResult` out, its
 ``refinement`` the :class:`~hyperreg.registration.results.RefineStats`: timings, similarities
 and losses before and after). :func:`inverse_displacement` is the inverse field ``exp(−v)``.
@@ -142,8 +142,8 @@ class RefinedFlow(NamedTuple):
         similarity_after: The same after refinement.
         seconds: Wall time of the optimisation (CUDA synchronised).
         steps: Adam steps taken per level, coarse first (``(0, n)`` without a coarse level).
-        fell_back: True when the loss became NaN (or did not fall below the network's) and
-            the network's field was returned.
+        fell_back: True when the loss did not fall below the network's and the network's
+            field was returned.
     """
 
     flow: Tensor
@@ -226,7 +226,7 @@ def refine_flow(
     ``(1 − λ)·S + λ·k·R`` of :func:`refine_objective` with the same ``k`` (the regulariser of
     the same velocity), each runs at most ``refinement.steps`` steps, stops early after 5
     steps without a 0.02 % gain and keeps its best flow. The result is the network's field when
-    the loss becomes NaN (a warning says so) or the refined loss is not below the network's.
+    the refined loss is not below the network's; a loss that becomes NaN is an error.
 
     The model's weights are not changed (nor do they receive gradients); only a copy of the
     flow is a leaf of the optimisation. Runs on the device of ``moving`` (the model's).
@@ -247,6 +247,8 @@ def refine_flow(
         TypeError: If ``moving`` or ``fixed`` is not a tensor.
         ValueError: If the images hold non-finite values, the batch is not 1, ``lam`` is out
             of range or ``refinement`` is invalid (:func:`check_refinement`).
+        RuntimeError: If the objective becomes NaN or infinite (before or during the
+            optimisation).
 
     References:
         ConvexAdam (Siebert et al., 2021): Adam instance optimisation on a coarse grid;
@@ -290,13 +292,14 @@ def refine_flow(
         pasted = start.clone()
         pasted[batch + box.flow] = current
         current = pasted
-    fell_back = diverged or not math.isfinite(float(loss)) or float(loss) > loss_before
-    if diverged or not math.isfinite(float(loss)):
-        logger.warning(
-            "the refinement's loss became NaN (after %d coarse and %d fine steps); "
-            "returning the network's field",
-            *steps,
+    if diverged or not math.isfinite(float(loss)) or not math.isfinite(loss_before):
+        raise RuntimeError(
+            f"the refinement's loss became NaN or infinite (after {steps[0]} coarse "
+            f"and {steps[1]} fine steps, loss before {loss_before:.4g}); "
+            "rerun without refinement (0 steps, --refine 0) or with a smaller learning rate "
+            "(--refine-lr)"
         )
+    fell_back = float(loss) > loss_before
     if fell_back:
         current, loss, image = start, loss0, image0
     with torch.no_grad():

@@ -68,7 +68,7 @@ class RefineStats:
         loss_before, loss_after: The objective at λ (dimensionless) of the same two fields.
         steps_taken: Adam steps taken per level, ``(coarse, fine)``; ``(0, n)`` without a
             coarse level.
-        fell_back: The network's field was kept: the loss became NaN or did not fall.
+        fell_back: The network's field was kept: the refined loss did not fall.
     """
 
     steps: int

@@ -322,7 +322,10 @@ class TrainingLoop:
         row = evaluate(self.model, self.val_pairs, self.config.val_lambdas)
         columns = validation_columns(self.config.val_lambdas)
         cells = [f"{row[c]:.6g}" for c in columns[1:]]
-        logger.info("step %d: validation mean Dice %.4f", step, row["mean_dice"])
+        if math.isnan(row["mean_dice"]):
+            logger.info("step %d: validation has no Dice: %s", step, self._why_no_dice())
+        else:
+            logger.info("step %d: validation mean Dice %.4f", step, row["mean_dice"])
         if self.logs is not None:
             self.logs.write_validation(step, cells, row)
         if row["score"] > self.best_score:
@@ -330,6 +333,17 @@ class TrainingLoop:
             path = self.out_dir / "best.pt"
             save_checkpoint(self.model, path, step=step, validation=row, **self.extra)
         return row
+
+    def _why_no_dice(self) -> str:
+        """Why a validation has no Dice, in words (one line); the score it uses instead."""
+        labelled = sum(p.moving_seg is not None and p.fixed_seg is not None for p in self.val_pairs)
+        if not labelled:
+            why = (
+                f"none of the {len(self.val_pairs)} validation pairs has a label map on both sides"
+            )
+        else:
+            why = f"the label maps of the {labelled} labelled pairs share no label id"
+        return f"{why}; the score is the image similarity"
 
     def checkpoint(self, step: int, seconds: float) -> Path:
         """Write ``checkpoint_<step>.pt`` (model, optimiser, every random state, best score

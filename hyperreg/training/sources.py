@@ -36,6 +36,7 @@ from hyperreg.geometry.resample import (
     isotropic_grid,
     resample_to,
 )
+from hyperreg.training.labelfiles import LABEL_WORDS, has_label_name, is_label_map
 
 __all__ = [
     "LABEL_WORDS",
@@ -43,6 +44,7 @@ __all__ = [
     "Scan",
     "find_scans",
     "fit_to_shape",
+    "is_label_map",
     "label_map_scans",
     "load_scan",
     "scan_shape",
@@ -52,7 +54,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 SCAN_SUFFIXES = (".nii.gz", ".nii", ".mgz", ".mgh", ".npz")
-LABEL_WORDS = ("seg", "label")  # a file whose name holds one of these is a label map
 _OASIS_FILES = {
     3: ("aligned_norm.nii.gz", "aligned_seg35.nii.gz"),
     2: ("slice_norm.nii.gz", "slice_seg24.nii.gz"),
@@ -98,8 +99,14 @@ class Scan:
         return self.subject or self.name
 
 
-def _is_label(path: Path) -> bool:
-    return any(word in path.name.lower() for word in LABEL_WORDS)
+def _is_label(path: Path, by_content: set[Path] | None = None) -> bool:
+    """:func:`is_label_map`, noting in ``by_content`` the files known only by their content."""
+    if has_label_name(path):
+        return True
+    found = is_label_map(path)
+    if found and by_content is not None:
+        by_content.add(path)
+    return found
 
 
 def _scan_files(folder: Path) -> list[Path]:
@@ -116,15 +123,21 @@ def _name_score(image: Path, seg: Path) -> int:
     return prefix + suffix
 
 
-def _pair_labels(files: list[Path], subject: str = "") -> list[Scan]:
+def _pair_labels(
+    files: list[Path], subject: str = "", by_content: set[Path] | None = None
+) -> list[Scan]:
     """Scans of one folder: each label file goes to the image whose name matches it best.
 
-    With one image and one label map they pair whatever their names; otherwise a label map
-    pairs with the image of the highest :func:`_name_score`, and a tie leaves it unused (with a
-    warning), as does a second label map for the same image.
+    Label maps are told from images by :func:`is_label_map` (name, then content; those known
+    by content only are added to ``by_content``). With one image and one label map they pair
+    whatever their names; otherwise a label map pairs with the image of the highest
+    :func:`_name_score` (the same person's stem: ``IXI012-HH-1211_DLMUSE`` with
+    ``IXI012-HH-1211_T1``), and a tie leaves it unused (with a warning), as does a second label
+    map for the same image. A label map is never an image.
     """
-    images = [p for p in files if not _is_label(p)]
-    labels = [p for p in files if _is_label(p)]
+    is_label = {p: _is_label(p, by_content) for p in files}
+    images = [p for p in files if not is_label[p]]
+    labels = [p for p in files if is_label[p]]
     segs: dict[Path, Path] = {}
     for seg in labels:
         if len(images) == 1 and len(labels) == 1:
@@ -183,15 +196,18 @@ def find_scans(source: str | Path, ndim: int) -> list[Scan]:
     1. neurite-oasis: subject folders ``OASIS_*`` holding ``aligned_norm.nii.gz`` (with
        ``aligned_seg35``) or, for 2D, ``slice_norm.nii.gz`` (with ``slice_seg24``); 3D volumes
        are preferred, their slices are cut later. Person: the folder.
-    2. a flat folder of scans (``.nii``, ``.nii.gz``, ``.mgz``, ``.npz``). Files whose name holds
-       ``seg`` or ``label`` are label maps, paired with the image whose name matches best.
-       Person: the file name.
+    2. a flat folder of scans (``.nii``, ``.nii.gz``, ``.mgz``, ``.npz``). Label maps, known
+       by name (one of :data:`LABEL_WORDS`) or else by content (:func:`is_label_map`), are
+       paired with the image whose name matches best (the same person's stem) and are never
+       images. Person: the file name. One line is logged (INFO): images, how many have a label
+       map, and the label maps known by content.
     3. a folder of subject folders, each holding that person's scans (any number, e.g. T1 and
        T2) and label maps, paired as in 2 (``mindboggle-trt20-2d``, ``multicontrast-2d``).
        Person: the subject folder.
 
     A CSV file needs an ``image`` column and may have ``seg`` and ``subject`` columns; relative
-    paths are relative to the CSV; a row without ``subject`` is its own person.
+    paths are relative to the CSV; a row without ``subject`` is its own person; an ``image``
+    that holds a label map (:func:`is_label_map`) is an error.
 
     Args:
         source: Folder or CSV file.
@@ -202,8 +218,8 @@ def find_scans(source: str | Path, ndim: int) -> list[Scan]:
 
     Raises:
         FileNotFoundError: If ``source`` does not exist.
-        ValueError: If it holds no scan, is a file but not a ``.csv``, or a CSV lacks the
-            ``image`` column.
+        ValueError: If it holds no scan, is a file but not a ``.csv``, a CSV lacks the
+            ``image`` column, or a CSV ``image`` is a label map.
     """
     source = Path(source)
     if not source.exists():
@@ -212,19 +228,54 @@ def find_scans(source: str | Path, ndim: int) -> list[Scan]:
         if source.suffix.lower() != ".csv":
             raise ValueError(f"find_scans(): '{source}' must be a folder or a .csv list of scans")
         scans = _csv_scans(source)
+        _check_csv_images(source, scans)
     else:
+        by_content: set[Path] = set()
         scans = _oasis_scans(source, ndim)
         if not scans:
-            scans = _pair_labels(_scan_files(source))
+            scans = _pair_labels(_scan_files(source), by_content=by_content)
         if not scans:
             for folder in sorted(p for p in source.iterdir() if p.is_dir()):
-                scans += _pair_labels(_scan_files(folder), folder.name)
+                scans += _pair_labels(_scan_files(folder), folder.name, by_content)
+        _report_labels(source, scans, by_content)
     if not scans:
         raise ValueError(
             f"find_scans(): no scans found in '{source}' (expected neurite-oasis subject folders, "
             f"image files ending in {SCAN_SUFFIXES}, subject folders of them, or a CSV list)"
         )
     return scans
+
+
+def _report_labels(source: Path, scans: list[Scan], by_content: set[Path]) -> None:
+    """One line on the label maps found in a folder: how many images have one, and which
+    files were known as label maps by their content rather than their name."""
+    paired = sum(scan.seg is not None for scan in scans)
+    if not paired and not by_content:
+        return
+    known = ""
+    if by_content:
+        names = sorted(p.name for p in by_content)
+        more = f" and {len(names) - 2} more" if len(names) > 2 else ""
+        known = "; label maps known by their content (integer ids), not their name: "
+        known += ", ".join(f"'{n}'" for n in names[:2]) + more
+    logger.info(
+        "'%s': %d images, %d paired with their label map (same name stem)%s",
+        source,
+        len(scans),
+        paired,
+        known,
+    )
+
+
+def _check_csv_images(source: Path, scans: list[Scan]) -> None:
+    """Refuse a CSV whose ``image`` column names a label map (never trained on as an image)."""
+    for line, scan in enumerate(scans, start=2):  # line 1 is the header
+        if scan.image.is_file() and is_label_map(scan.image):
+            raise ValueError(
+                f"find_scans(): '{source}' line {line}: image '{scan.image}' holds a label map "
+                "(integer ids), not an intensity image; put it in the 'seg' column of its "
+                "image's row"
+            )
 
 
 def load_scan(
@@ -391,7 +442,7 @@ def label_map_scans(source: str | Path, ndim: int) -> list[Scan]:
         return [Scan(path, path)]
     if path.is_dir():
         files = _scan_files(path)
-        if files and all(_is_label(f) for f in files):  # a folder of label maps only
+        if files and all(is_label_map(f) for f in files):  # a folder of label maps only
             return [Scan(f, f) for f in files]
     return [scan for scan in find_scans(path, ndim) if scan.seg is not None]
 

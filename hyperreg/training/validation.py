@@ -111,7 +111,8 @@ def evaluate(
                 fixed = torch.from_numpy(pair.fixed)[None, None]
                 sims.append(float(model.objective.image_term(moved, fixed)[0]))
                 smooths.append(result.smoothness)
-            dice = float(np.nanmean(dices)) if dices else float("nan")
+            scored = [d for d in dices if not math.isnan(d)]  # NaN: the pair shares no label
+            dice = float(np.mean(scored)) if scored else float("nan")
             similarity, smoothness = float(np.mean(sims)), float(np.mean(smooths))
             loss = (1.0 - lam) * similarity + lam * smoothness
             row[f"dice_{lam:g}"] = dice
