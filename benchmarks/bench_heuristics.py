@@ -354,6 +354,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{min(label_share):.3f}-{max(label_share):.3f}; the {len(image_share)} "
             f"integer-valued images {min(image_share):.3f}-{max(image_share):.3f}.\n"
         )
+    ranges = []
+    for ndim in (3, 2):
+        for truth in (STRIPPED, HEAD):
+            found = [
+                v.evidence
+                for c, v, shape in results
+                if c.truth == truth and len(shape) == ndim and v.evidence is not None
+            ]
+            if not found:
+                continue
+            zeros = [e.zero_background for e in found if e.zero_background is not None]
+            cells = [f"{ndim}D {truth}", len(found)]
+            for values, digits in (
+                ([e.size for e in found], 0),
+                ([e.bright_shell for e in found], 3),
+                (zeros, 2),
+            ):
+                cells.append(
+                    f"{min(values):.{digits}f}-{max(values):.{digits}f}" if values else "-"
+                )
+            ranges.append(cells)
+    print("Range of each skull measure by truth (every image with a measure):\n")
+    print(table(["images", "count", "size (ml / cm²)", "bright shell", "zero background"], ranges))
+    print()
     header = ["input", "shape", "truth", "label check (same neighbours)", "skull check"]
     header += ["bright shell"]
     header += ["size (ml / cm²)", "zero background", "verdict"]
