@@ -258,16 +258,19 @@ class Verdict:
 
 
 def same_neighbours(data: np.ndarray) -> float | None:
-    """Share of neighbouring voxel pairs (not both 0, along each axis, on every second voxel
-    beyond 2²² voxels) holding the same value; None unless ``data`` is integer-valued."""
+    """Share of neighbouring voxel pairs (not both the most common value, along each axis, on
+    every second voxel beyond 2²² voxels) holding the same value; None unless ``data`` is
+    integer-valued."""
     if data.size > 1 << 22:
         data = data[(slice(None, None, 2),) * data.ndim]
     if not np.all(np.isfinite(data)) or np.max(np.abs(data - np.rint(data))) > 1e-3:
         return None
+    values, counts = np.unique(np.rint(data), return_counts=True)
+    background = values[np.argmax(counts)]
     equal = total = 0
     for axis in range(data.ndim):
         first, second = np.swapaxes(data, 0, axis)[1:], np.swapaxes(data, 0, axis)[:-1]
-        counted = (first != 0) | (second != 0)
+        counted = (first != background) | (second != background)
         equal += int(np.count_nonzero((first == second) & counted))
         total += int(np.count_nonzero(counted))
     return equal / total if total else None

@@ -71,6 +71,8 @@ def test_label_map_versus_image_synthetic() -> None:
     image = _phantom(skull=False)
     assert not looks_like_label_map(image)
     assert not looks_like_label_map(np.rint(image * 255))  # an integer-valued image
+    assert not looks_like_label_map(np.rint(image * 255) + 7)  # its air a constant 7, not 0
+    assert looks_like_label_map(labels + 7)  # a label map whose background is 7
     assert not looks_like_label_map(np.zeros((8, 8)))  # constant
     noisy = labels + np.float32(0.3)
     assert not looks_like_label_map(noisy)

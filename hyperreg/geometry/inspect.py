@@ -73,15 +73,16 @@ def _name(volume: Volume | np.ndarray, role: str) -> str:
     return str(path) if path is not None else f"<in-memory {role}>"
 
 
-def _same_neighbour_share(data: np.ndarray) -> float:
-    """Share of neighbouring voxel pairs (not both 0) that hold the same value, over all axes."""
+def _same_neighbour_share(data: np.ndarray, background: int) -> float:
+    """Share of neighbouring voxel pairs (not both ``background``) that hold the same value,
+    over all axes."""
     equal = total = 0
     for axis in range(data.ndim):
         first = data[tuple(slice(1, None) if a == axis else slice(None) for a in range(data.ndim))]
         second = data[
             tuple(slice(None, -1) if a == axis else slice(None) for a in range(data.ndim))
         ]
-        counted = (first != 0) | (second != 0)
+        counted = (first != background) | (second != background)
         equal += int(np.count_nonzero((first == second) & counted))
         total += int(np.count_nonzero(counted))
     return equal / total if total else 0.0
@@ -91,8 +92,9 @@ def looks_like_label_map(volume: Volume | np.ndarray) -> bool:
     """Whether an array holds a label map rather than an intensity image.
 
     True when every value is an integer (within 1e-3), there are 2 to 2000 distinct values, and
-    at least 35 % of the neighbouring voxel pairs (along each array axis, pairs not both 0) hold
-    the same value: label maps are piecewise constant, images are not. Measured
+    at least 35 % of the neighbouring voxel pairs (along each array axis; pairs that are both
+    the most common value, the background, are left out) hold the same value: label maps are
+    piecewise constant, images are not (also one whose air is a constant other than 0). Measured
     (``benchmarks/RESULTS_heuristics.md``): 0.52–0.87 on the FreeSurfer, SAMSEG, MUSE, GIF,
     SynthSeg and DKT maps of the shared data and their resampled (1.5, 3 mm), re-stored,
     thick-slice and 2D copies (0.52: a GIF map at 3 mm); 0.03–0.19 on integer-valued images
@@ -122,12 +124,14 @@ def looks_like_label_map(volume: Volume | np.ndarray) -> bool:
     if low == high:
         return False
     if low >= 0 and high < 2**20:
-        count = int(np.count_nonzero(np.bincount(data.ravel(order="K"))))  # any order counts
+        counts = np.bincount(data.ravel(order="K"))  # any order counts
+        count, background = int(np.count_nonzero(counts)), int(np.argmax(counts))
     else:
-        count = int(np.unique(data).size)
+        values, counts = np.unique(data, return_counts=True)
+        count, background = int(values.size), int(values[np.argmax(counts)])
     if count > MAX_LABEL_IDS:
         return False
-    return _same_neighbour_share(data) >= _SAME_NEIGHBOUR
+    return _same_neighbour_share(data, background) >= _SAME_NEIGHBOUR
 
 
 class SkullEvidence(NamedTuple):
