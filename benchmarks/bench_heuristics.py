@@ -385,14 +385,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     header += ["bright shell"]
     header += ["size (ml / cm²)", "zero background", "verdict"]
     print(table(header, rows))
-    free = args.data / "oasis1-freesurfer/OAS1_0001_MR1"
-    if (free / "norm.mgz").exists():
-        print()
-        for name in ("norm.mgz", "aseg.mgz"):
-            label_s, skull_s = _timing(load_volume(free / name))
+    timed = ("oasis1-freesurfer/OAS1_0001_MR1/norm.mgz", "oasis1-freesurfer/OAS1_0001_MR1/aseg.mgz")
+    timed += ("misc-3d/pycortex_S1_T1.nii.gz",)
+    print()
+    for name in timed:
+        if (args.data / name).exists():
+            label_s, skull_s = _timing(load_volume(args.data / name))
             print(
-                f"- Time on `{free.name}/{name}` (256³, best of 3, one thread, a shared machine):"
-                f" looks_like_label_map {label_s:.3f} s, skull_stripped {skull_s:.3f} s."
+                f"- Time on `{name}` (256³, best of 3, one thread, a shared machine): "
+                f"looks_like_label_map {label_s:.3f} s, skull_stripped {skull_s:.3f} s."
             )
     return 1 if wrong else 0
 

@@ -47,8 +47,8 @@ _ZERO_TOL = 1e-3  # of the robust range: background voxels this close to the min
 # Skull verdict thresholds, per dimensionality (2: a slice, cm²; 3: a volume, ml), measured in
 # benchmarks/RESULTS_heuristics.md on the closed foreground of every shared image and copies:
 # stripped brains 1.2-2.5 l and up to 244 cm², heads 3.6-5.9 l and 155-427 cm²; bright shell
-# of stripped brains at most 0.134 (3D) / 0.32 (2D slices); zero background of stripped brains
-# at least 0.97.
+# of stripped brains at most 0.134 (3D) / 0.32 (2D slices of 40 cm² or more); zero background
+# of stripped brains at least 0.97.
 _TOO_SMALL = {2: 40.0, 3: 400.0}
 _BRAIN_MAX = {2: 200.0, 3: 2800.0}
 _HEAD_MIN = {2: 250.0, 3: 3200.0}
@@ -217,7 +217,8 @@ def skull_evidence(volume: Volume | np.ndarray) -> SkullEvidence | None:
     the 99.5th percentile) is closed by 10 mm (bridging the dark skull between scalp and brain).
     Three measures follow (:class:`SkullEvidence`): the share of bright voxels in its outer
     4 mm shell (a T1-weighted head has bright scalp fat and skin there, a stripped brain has
-    cortex, darker than its white matter), its size in mm (a brain is far smaller than a head)
+    cortex, darker than its white matter), its size (ml, or cm² for a slice, from the header's
+    voxel size: a brain is far smaller than a head)
     and the share of the background at the minimum (a brain mask sets it to 0; air in a head
     is noisy unless zeroed). The verdict claims only what the measures agree on:
 
@@ -230,8 +231,9 @@ def skull_evidence(volume: Volume | np.ndarray) -> SkullEvidence | None:
 
     Measured (``benchmarks/RESULTS_heuristics.md``): no wrong verdict on any 2D or 3D image of
     the shared data nor on resampled (1.5, 3 mm), re-stored, thick-slice (6 mm) or
-    brain-masked copies and 2D slices of them. Sizes are in mm, so they assume the header's
-    voxel size. Heuristic, for T1-weighted images; T2 heads measured in 2D only, CT not at all.
+    brain-masked copies and 2D slices of them. Sizes are in world units, so they trust the
+    header's voxel size. Heuristic, for T1-weighted images; T2 heads measured in 2D only, CT
+    not at all. The thresholds were chosen on these same inputs: no held-out set.
 
     Args:
         volume: A :class:`~hyperreg.geometry.io.Volume` (its spacing sets the striding and the
