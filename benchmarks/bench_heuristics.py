@@ -6,9 +6,10 @@ and whether an image is a skull-stripped brain or a head (``skull_stripped`` /
 false alarm the user learns to ignore, so this script runs both checks on every 2D and 3D input
 of the shared data folder (each with a known truth) and on copies made here the way users'
 files differ: resampled to 1.5 and 3 mm, re-stored in another axis order with the matching
-affine, thick-slice (1 x 1 x 6 mm: slices averaged), brain-masked heads (a head multiplied by
-its label map's brain mask dilated by 3 or 6 mm, like FreeSurfer's ``brainmask.mgz`` that keeps
-some tissue outside the brain) and 2D slices along each axis. Table: one row per input, the
+affine, with a header whose voxel size is halved or doubled (the array unchanged), thick-slice
+(1 x 1 x 6 mm: slices averaged), brain-masked heads (a head multiplied by its label map's brain
+mask dilated by 3 or 6 mm, like FreeSurfer's ``brainmask.mgz`` that keeps some tissue outside
+the brain) and 2D slices along each axis. Table: one row per input, the
 truth, the verdicts and whether a verdict is wrong (a false alarm), is None (nothing said) or
 right; then the time of each check on a 256³ volume.
 
@@ -43,11 +44,13 @@ HEAD, STRIPPED = "head", "stripped"
 
 @dataclass(frozen=True)
 class Case:
-    """One input with its truth: ``truth`` is "label" (a label map), "head" or "stripped"."""
+    """One input with its truth: ``truth`` is "label" (a label map), "head" or "stripped";
+    ``true_header``: False for a copy whose header gives a wrong voxel size."""
 
     name: str
     truth: str
     make: Callable[[], Volume]
+    true_header: bool = True
 
 
 # --- derived copies ---------------------------------------------------------------------------
@@ -57,6 +60,14 @@ def resampled(volume: Volume, spacing: float, label: bool) -> Volume:
     """``volume`` on a grid of isotropic ``spacing`` mm voxels (linear; labels: nearest)."""
     grid = isotropic_grid(volume, spacing)
     return volume if grid is None else resample_to(volume, grid, label=label)
+
+
+def mislabelled(volume: Volume, factor: float) -> Volume:
+    """The same array with a header whose voxels are ``factor`` times their true size (a 2 mm
+    scan saved as 1 mm, or the reverse): sizes in mm are then wrong by ``factor`` per axis."""
+    affine = volume.affine.copy()
+    affine[:3, :3] *= factor
+    return Volume(volume.data, affine, volume.disk_shape, path=volume.path)
 
 
 def restored(volume: Volume) -> Volume:
@@ -150,6 +161,13 @@ def _derived(name: str, truth: str, make: Callable[[], Volume]) -> Iterator[Case
             f"{name} resampled {spacing:g} mm", truth, lambda s=spacing: resampled(make(), s, label)
         )
     yield Case(f"{name} re-stored", truth, lambda: restored(make()))
+    for factor in (0.5, 2.0):
+        yield Case(
+            f"{name} header voxels x{factor:g}",
+            truth,
+            lambda f=factor: mislabelled(make(), f),
+            true_header=False,
+        )
     yield Case(f"{name} thick 6 mm", truth, lambda: thick(make(), 6.0, label))
     for axis in range(3):
         yield Case(f"{name} slice axis {axis}", truth, lambda a=axis: middle_slice(make(), a))
