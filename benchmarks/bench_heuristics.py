@@ -381,7 +381,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             found = [
                 v.evidence
                 for c, v, shape in results
-                if c.truth == truth and len(shape) == ndim and v.evidence is not None
+                if c.truth == truth
+                and len(shape) == ndim
+                and v.evidence is not None
+                and c.true_header
             ]
             if not found:
                 continue
@@ -396,7 +399,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"{min(values):.{digits}f}-{max(values):.{digits}f}" if values else "-"
                 )
             ranges.append(cells)
-    print("Range of each skull measure by truth (every image with a measure):\n")
+    print(
+        "Range of each skull measure by truth (every image with a measure, except the copies "
+        "with a wrong voxel size in their header):\n"
+    )
     print(table(["images", "count", "size (ml / cm²)", "bright shell", "zero background"], ranges))
     print()
     header = ["input", "shape", "truth", "label check (same neighbours)", "skull check"]
