@@ -385,6 +385,15 @@ SUITE: dict[str, Bench] = {
         plots=True,
         needs=PEOPLE_SOURCES,
     ),
+    "heuristics": Bench(
+        "Label-map and skull checks on every shared input and copies: wrong verdicts",
+        "bench_heuristics.py",
+        {"smoke": ["--quick"], "small": [], "full": []},
+        group="by-hand",
+        data="root",
+        device=False,
+        needs=("neurite-oasis",),
+    ),
 }
 GPU_SPEED = ("peers", "overhead", "train_step", "train_loop", "sweep", "batch")
 

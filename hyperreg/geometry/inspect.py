@@ -4,10 +4,12 @@ without skull, voxels near the model's size.
 Each check is a cheap numpy function of a :class:`~hyperreg.geometry.io.Volume` (or a plain
 array, taken as 1 mm voxels) that returns a value or one-line warnings naming the file and what
 to do; none raises on a valid image and none changes its input. The pipeline decides what to do
-with the warnings (print them; refuse where it must). Heuristics, measured on the shared real
-data (tests/test_inspect.py): FreeSurfer/SAMSEG label maps and MUSE parcellations against T1
-images; skull-stripped neurite-oasis, FreeSurfer ``norm.mgz`` against IXI, OASIS, pycortex and
-studyforrest heads.
+with the warnings (print them; refuse where it must). The label-map and skull checks are
+heuristics that say nothing where they are unsure (a missed warning is better than a false
+one); ``benchmarks/bench_heuristics.py`` runs them on every 2D and 3D input of the shared data
+(label maps of six labellings, stripped brains, heads) and on resampled, re-stored, thick-slice
+and brain-masked copies and 2D slices of them, with no wrong verdict
+(``benchmarks/RESULTS_heuristics.md``; ``tests/test_inspect.py`` runs a subset).
 
 Uses numpy (and :mod:`hyperreg.geometry.io` for the Volume type) only; must not import torch.
 """
@@ -34,14 +36,25 @@ __all__ = [
 
 MAX_LABEL_IDS = 2000  # more distinct values than this: an intensity image (as apps.register)
 _INTEGER_TOL = 1e-3  # |x - rint(x)| at most this everywhere: integer-valued
-_SAME_NEIGHBOUR = 0.5  # label maps measured 0.73-0.85, images 0.06-0.16
+_SAME_NEIGHBOUR = 0.35  # label maps measured 0.52-0.87, integer-valued images 0.03-0.19
 _MIN_SHARED_IDS = 0.5  # share of the ids of either label map that both maps hold
 _LABEL_CHECK_VOXELS = 1 << 22  # larger arrays are checked on every second voxel per axis
 _WORK_MM = 2.0  # resolution of the skull check (mm), by striding
 _FOREGROUND = 0.1  # of the robust intensity range (0 .. 99.5th percentile)
 _CLOSE_MM = 10.0  # closing radius that bridges the dark skull between scalp and brain
-_SHELL_MM = 4.0  # outer shell of the closed foreground
-_BRIGHT_SHELL = 0.085  # stripped brains measured 0.007-0.06, heads 0.11-0.47
+_SHELL_MM = 4.0  # outer shell of the closed foreground; also the gap before the background
+_ZERO_TOL = 1e-3  # of the robust range: background voxels this close to the minimum are "zero"
+# Skull verdict thresholds, per dimensionality (2: a slice, cm²; 3: a volume, ml), measured in
+# benchmarks/RESULTS_heuristics.md on the closed foreground of every shared image and copies:
+# stripped brains 1.2-2.5 l and up to 244 cm², heads 3.6-5.9 l and 155-427 cm²; bright shell
+# of stripped brains at most 0.134 (3D) / 0.32 (2D slices of 40 cm² or more); zero background
+# of stripped brains at least 0.97.
+_TOO_SMALL = {2: 40.0, 3: 400.0}
+_BRAIN_MAX = {2: 200.0, 3: 2800.0}
+_HEAD_MIN = {2: 250.0, 3: 3200.0}
+_STRIPPED_SHELL = 0.15
+_HEAD_SHELL = {2: 0.35, 3: 0.2}
+_ZERO_BACKGROUND = 0.9
 
 
 def _data_and_spacing(volume: Volume | np.ndarray) -> tuple[np.ndarray, tuple[float, ...]]:
@@ -60,15 +73,16 @@ def _name(volume: Volume | np.ndarray, role: str) -> str:
     return str(path) if path is not None else f"<in-memory {role}>"
 
 
-def _same_neighbour_share(data: np.ndarray) -> float:
-    """Share of neighbouring voxel pairs (not both 0) that hold the same value, over all axes."""
+def _same_neighbour_share(data: np.ndarray, background: int) -> float:
+    """Share of neighbouring voxel pairs (not both ``background``) that hold the same value,
+    over all axes."""
     equal = total = 0
     for axis in range(data.ndim):
         first = data[tuple(slice(1, None) if a == axis else slice(None) for a in range(data.ndim))]
         second = data[
             tuple(slice(None, -1) if a == axis else slice(None) for a in range(data.ndim))
         ]
-        counted = (first != 0) | (second != 0)
+        counted = (first != background) | (second != background)
         equal += int(np.count_nonzero((first == second) & counted))
         total += int(np.count_nonzero(counted))
     return equal / total if total else 0.0
@@ -78,12 +92,15 @@ def looks_like_label_map(volume: Volume | np.ndarray) -> bool:
     """Whether an array holds a label map rather than an intensity image.
 
     True when every value is an integer (within 1e-3), there are 2 to 2000 distinct values, and
-    at least half of the neighbouring voxel pairs (along each array axis, pairs not both 0) hold
-    the same value: label maps are piecewise constant (measured 0.73–0.85 on FreeSurfer, SAMSEG
-    and MUSE maps at 1 and 2 mm), images are not (0.06–0.16, also for integer-valued ones such
-    as FreeSurfer's ``norm.mgz`` with its 187 grey values). An array of more than 2²² voxels
-    (e.g. 256³) is judged on every second voxel along each axis, an eighth of the work: its
-    neighbours are then 2 voxels apart, as in the 2 mm maps measured above.
+    at least 35 % of the neighbouring voxel pairs (along each array axis; pairs that are both
+    the most common value, the background, are left out) hold the same value: label maps are
+    piecewise constant, images are not (also one whose air is a constant other than 0). Measured
+    (``benchmarks/RESULTS_heuristics.md``): 0.52–0.87 on the FreeSurfer, SAMSEG, MUSE, GIF,
+    SynthSeg and DKT maps of the shared data and their resampled (1.5, 3 mm), re-stored,
+    thick-slice and 2D copies (0.52: a GIF map at 3 mm); 0.03–0.19 on integer-valued images
+    (FreeSurfer's ``norm.mgz`` with its 187 grey values, uint8 templates and JPEG slices). An
+    array of more than 2²² voxels (e.g. 256³) is judged on every second voxel along each axis,
+    an eighth of the work: its neighbours are then 2 voxels apart.
 
     Args:
         volume: A :class:`~hyperreg.geometry.io.Volume` or an array ``(I, J)`` / ``(I, J, K)``.
@@ -107,26 +124,39 @@ def looks_like_label_map(volume: Volume | np.ndarray) -> bool:
     if low == high:
         return False
     if low >= 0 and high < 2**20:
-        count = int(np.count_nonzero(np.bincount(data.ravel(order="K"))))  # any order counts
+        counts = np.bincount(data.ravel(order="K"))  # any order counts
+        count, background = int(np.count_nonzero(counts)), int(np.argmax(counts))
     else:
-        count = int(np.unique(data).size)
+        values, counts = np.unique(data, return_counts=True)
+        count, background = int(values.size), int(values[np.argmax(counts)])
     if count > MAX_LABEL_IDS:
         return False
-    return _same_neighbour_share(data) >= _SAME_NEIGHBOUR
+    return _same_neighbour_share(data, background) >= _SAME_NEIGHBOUR
 
 
 class SkullEvidence(NamedTuple):
-    """What :func:`skull_evidence` measured.
+    """What :func:`skull_evidence` measured, and the verdict it draws.
 
     Attributes:
-        bright_shell: Share of the foreground voxels in the outer 4 mm of the (closed)
+        bright_shell: Share of the foreground voxels in the outer 4 mm of the closed
             foreground that are brighter than the foreground median: scalp fat and skin in a
-            head (0.11–0.47 measured), cortex in a skull-stripped brain (0.007–0.06).
+            head, cortex in a skull-stripped brain.
         foreground: Share of the (strided) grid above 10 % of the robust intensity range.
+        size: Size of the closed foreground: millilitres (cm³) in 3D, cm² in 2D. A
+            stripped brain, closed by 10 mm, measured 1.2–2.5 l; a head 3.6–5.9 l.
+        zero_background: Share of the background (the grid farther than 4 mm outside the
+            closed foreground) at the image's minimum (within 0.1 % of the range): 0.97–1 in
+            stripped brains, whose background a mask set to 0; also high in heads whose scanner
+            or converter zeroed the air. None when there is no such background.
+        stripped: The verdict: True (a skull-stripped brain), False (a head with skull) or
+            None (the measures do not agree clearly: nothing is claimed).
     """
 
     bright_shell: float
     foreground: float
+    size: float
+    zero_background: float | None
+    stripped: bool | None
 
 
 def _shifted_pairs(ndim: int) -> list[tuple[tuple[slice, ...], tuple[slice, ...]]]:
@@ -157,22 +187,61 @@ def _morph(mask: np.ndarray, steps: int, grow: bool) -> np.ndarray:
     return mask
 
 
+def _bounding_box(mask: np.ndarray, margin: int) -> tuple[slice, ...]:
+    """Slices of the smallest box holding ``mask`` (not empty), grown by ``margin`` voxels on
+    each side within the array."""
+    box = []
+    for axis in range(mask.ndim):
+        hit = np.flatnonzero(mask.any(axis=tuple(a for a in range(mask.ndim) if a != axis)))
+        box.append(slice(max(0, hit[0] - margin), min(mask.shape[axis], hit[-1] + margin + 1)))
+    return tuple(box)
+
+
+def _verdict(ndim: int, bright_shell: float, size: float, zero: float | None) -> bool | None:
+    """Stripped, head or None from the three measures (thresholds: see the constants)."""
+    brain_max, head_min, head_shell = _BRAIN_MAX[ndim], _HEAD_MIN[ndim], _HEAD_SHELL[ndim]
+    if size < _TOO_SMALL[ndim]:
+        return None  # a slice at the edge of the head, a fragment: too little to judge
+    masked = zero is not None and zero >= _ZERO_BACKGROUND
+    if size <= brain_max and bright_shell < _STRIPPED_SHELL and masked:
+        return True
+    if size >= head_min and (bright_shell >= head_shell or (zero is not None and not masked)):
+        return False
+    return None
+
+
 def skull_evidence(volume: Volume | np.ndarray) -> SkullEvidence | None:
     """Measure whether an intensity image shows a whole head or a skull-stripped brain.
 
     On a grid strided to about 2 mm, the foreground (above 10 % of the range from the minimum to
-    the 99.5th percentile) is closed by 10 mm (bridging the dark skull between scalp and brain),
-    and its outer 4 mm shell is compared with the foreground's median intensity. A T1-weighted
-    head has bright scalp fat and skin there; a stripped brain has cortex, darker than its
-    white matter. Heuristic, for T1-weighted images; T2 or CT contrasts were not measured.
+    the 99.5th percentile) is closed by 10 mm (bridging the dark skull between scalp and brain).
+    Three measures follow (:class:`SkullEvidence`): the share of bright voxels in its outer
+    4 mm shell (a T1-weighted head has bright scalp fat and skin there, a stripped brain has
+    cortex, darker than its white matter), its size (ml, or cm² for a slice, from the header's
+    voxel size: a brain is far smaller than a head)
+    and the share of the background at the minimum (a brain mask sets it to 0; air in a head
+    is noisy unless zeroed). The verdict claims only what the measures agree on:
+
+    * stripped: at most 2.8 l (3D) or 200 cm² (a 2D slice), a dark shell (under 15 % bright)
+      and at least 90 % of the background at the minimum;
+    * head: at least 3.2 l (3D) or 250 cm² (2D), and a bright shell (at least 20 % in 3D,
+      35 % in 2D) or a background not zeroed;
+    * otherwise None (e.g. a brain-masked head that keeps some scalp, a slice near the top of
+      the head, a stripped brain whose header gives the wrong voxel size).
+
+    Measured (``benchmarks/RESULTS_heuristics.md``): no wrong verdict on any 2D or 3D image of
+    the shared data nor on resampled (1.5, 3 mm), re-stored, thick-slice (6 mm) or
+    brain-masked copies and 2D slices of them. Sizes are in world units, so they trust the
+    header's voxel size. Heuristic, for T1-weighted images; T2 heads measured in 2D only, CT
+    not at all. The thresholds were chosen on these same inputs: no held-out set.
 
     Args:
-        volume: A :class:`~hyperreg.geometry.io.Volume` (its spacing sets the striding) or an
-            array ``(I, J)`` / ``(I, J, K)`` taken as 1 mm voxels.
+        volume: A :class:`~hyperreg.geometry.io.Volume` (its spacing sets the striding and the
+            size) or an array ``(I, J)`` / ``(I, J, K)`` taken as 1 mm voxels.
 
     Returns:
-        A :class:`SkullEvidence`, or None when it cannot tell (a constant image, no foreground
-        or no shell, e.g. tissue filling the whole grid).
+        A :class:`SkullEvidence`, or None when nothing can be measured (a constant or
+        non-finite image, no foreground, or no shell, e.g. tissue filling the whole grid).
 
     Raises:
         ValueError: If an array is not 2D or 3D.
@@ -189,25 +258,42 @@ def skull_evidence(volume: Volume | np.ndarray) -> SkullEvidence | None:
     foreground = scaled > _FOREGROUND
     if not foreground.any():
         return None
-    mm = float(np.mean([s * st for s, st in zip(spacing, steps)]))
+    voxel_mm = [s * st for s, st in zip(spacing, steps)]
+    mm = float(np.mean(voxel_mm))
     close = max(1, round(_CLOSE_MM / mm))
-    closed = _morph(_morph(foreground, close, grow=True), close, grow=False)
-    shell = closed & ~_morph(closed, max(1, round(_SHELL_MM / mm)), grow=False) & foreground
+    shell_steps = max(1, round(_SHELL_MM / mm))
+    # the morphology runs on the foreground's bounding box, with room for every step (the
+    # same masks as on the whole grid, a fraction of the work for a brain in a 256³ grid)
+    box = _bounding_box(foreground, close + 2 * shell_steps + 1)
+    inside, values = foreground[box], scaled[box]
+    closed = _morph(_morph(inside, close, grow=True), close, grow=False)
+    shell = closed & ~_morph(closed, shell_steps, grow=False) & inside
     if not shell.any():
         return None
     median = float(np.median(scaled[foreground]))
+    bright = float(np.mean(values[shell] > median))
+    unit = 1000.0 if work.ndim == 3 else 100.0  # mm³ per ml, mm² per cm²
+    size = float(np.count_nonzero(closed)) * float(np.prod(voxel_mm)) / unit
+    near = _morph(closed, shell_steps, grow=True)  # background: the grid outside this
+    background = work.size - int(np.count_nonzero(near))
+    zeros = int(np.count_nonzero(scaled <= _ZERO_TOL))
+    zeros -= int(np.count_nonzero((values <= _ZERO_TOL) & near))
+    zero = zeros / background if background else None
     return SkullEvidence(
-        bright_shell=float(np.mean(scaled[shell] > median)),
+        bright_shell=bright,
         foreground=float(np.mean(foreground)),
+        size=size,
+        zero_background=zero,
+        stripped=_verdict(work.ndim, bright, size, zero),
     )
 
 
 def skull_stripped(volume: Volume | np.ndarray) -> bool:
     """Whether an intensity image looks skull-stripped (brain only) rather than a whole head.
 
-    See :func:`skull_evidence`: stripped when under 8.5 % of the outer foreground shell is
-    brighter than the foreground median. Where that cannot be measured (a constant image, or
-    tissue filling the whole grid) the answer is False ("not shown to be stripped").
+    True only when :func:`skull_evidence` says so clearly (its ``stripped`` verdict); False for
+    a head and also when it cannot tell ("not shown to be stripped"). Use
+    :func:`skull_evidence` to tell a head from "cannot tell".
 
     Args:
         volume: A :class:`~hyperreg.geometry.io.Volume` or an array ``(I, J)`` / ``(I, J, K)``.
@@ -219,12 +305,12 @@ def skull_stripped(volume: Volume | np.ndarray) -> bool:
         ValueError: If an array is not 2D or 3D.
     """
     evidence = skull_evidence(volume)
-    return evidence is not None and evidence.bright_shell < _BRIGHT_SHELL
+    return evidence is not None and evidence.stripped is True
 
 
 def _stripped_or_none(volume: Volume | np.ndarray) -> bool | None:
     evidence = skull_evidence(volume)
-    return None if evidence is None else evidence.bright_shell < _BRIGHT_SHELL
+    return None if evidence is None else evidence.stripped
 
 
 def check_pair_contents(
@@ -237,9 +323,11 @@ def check_pair_contents(
 
     Checks, in this order: a label map given as the moving or fixed image
     (:func:`looks_like_label_map`); a head with skull against a skull-stripped image
-    (:func:`skull_stripped` of both); and, when ``model_skull_stripped`` is given, an image
-    that differs from what the model was trained on. Images whose skull state cannot be measured
-    get no skull warning. Nothing is raised for a valid pair; the caller prints the warnings.
+    (the verdicts of :func:`skull_evidence`); and, when ``model_skull_stripped`` is given, an
+    image that differs from what the model was trained on. An image whose skull state is not
+    told clearly (verdict None, e.g. a brain-masked head keeping some scalp, a 2D slice near
+    the top of the head) gets no skull warning: a missed warning is better than a false one.
+    Nothing is raised for a valid pair; the caller prints the warnings.
 
     Args:
         moving: The moving image, a :class:`~hyperreg.geometry.io.Volume` (its path is named)
