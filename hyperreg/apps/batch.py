@@ -43,6 +43,7 @@ from hyperreg.apps.batch_records import (
     scores,
 )
 from hyperreg.apps.inputs import PairSpec, read_pairs, shard
+from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION
 
 if TYPE_CHECKING:  # annotations only: the module stays light to import (no torch)
     from hyperreg.registration.pairs import PathLike
@@ -83,7 +84,7 @@ def batch_register(
     out: PathLike,
     *,
     lam: float | str | None = None,
-    normalization: str = "minmax",
+    normalization: str = DEFAULT_NORMALIZATION,
     resample: bool = True,
     warp_format: str = "voxel",
     progress: bool = False,
@@ -344,7 +345,7 @@ def run_batch(
     *,
     lam: float | str | None = None,
     device: str = "auto",
-    normalization: str = "minmax",
+    normalization: str = DEFAULT_NORMALIZATION,
     resample: bool = True,
     warp_format: str = "voxel",
     progress: bool = False,

@@ -26,6 +26,7 @@ from hyperreg.figures.overlays import edge_mask, overlay_edges
 from hyperreg.figures.slices import checkerboard, oriented_slice, show_slice
 from hyperreg.geometry.affine import AffineTransform
 from hyperreg.geometry.fields import save_displacement
+from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION
 from hyperreg.geometry.io import save_volume
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.lambdas import sweep_lambdas
@@ -260,7 +261,7 @@ def sweep_files(
     save_fields: bool = False,
     chunk: int | None = None,
     amp: bool = False,
-    normalization: str = "minmax",
+    normalization: str = DEFAULT_NORMALIZATION,
     resample: bool = True,
     refine: Refinement | None = None,
     init: str = DEFAULT_INIT,
@@ -325,7 +326,7 @@ def sweep_files(
         FileNotFoundError: If an input is missing.
         ValueError: As :func:`sweep_lambdas` and :func:`hyperreg.geometry.io.load_volume`.
     """
-    from hyperreg.geometry.intensity import normalize_intensity
+    from hyperreg.geometry.intensity import intensity_window, normalize_intensity
 
     fn = "sweep_files"
     repeated = sorted({float(v) for v in lambdas if list(lambdas).count(v) > 1})
@@ -365,7 +366,7 @@ def sweep_files(
     out_dir.mkdir(parents=True, exist_ok=True)
     files = [write_sweep_csv(out_dir / "sweep.csv", results)]
     raw = pair.aligned.data
-    units = (float(raw.min()), float(raw.max())) if normalization == "minmax" else (0.0, 1.0)
+    units = intensity_window(raw, normalization)
     files += _sweep_figures(
         out_dir,
         normalize_intensity(raw, normalization),

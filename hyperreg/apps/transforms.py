@@ -43,6 +43,7 @@ from hyperreg.registration.chain import sample_volume
 from hyperreg.registration.pairs import PathLike, check_outputs
 from hyperreg._errors import InputError, passed_as
 from hyperreg.registration.inputs import initial_transform, load_input
+from hyperreg.registration.pipeline import affine_input
 
 __all__ = [
     "AffineResult",
@@ -168,7 +169,9 @@ def affine_files(
         for seg, name in ((moving_seg, "moving_seg"), (fixed_seg, "fixed_seg"))
     )
     initial = initial_transform(initial_affine, moving_v, fixed_v)
-    transform = register_affine(moving_v, fixed_v, init, seed=seed, initial=initial)
+    # the intensities the affine stage of 'register' sees; outputs sampled from the files as read
+    clipped = (affine_input(moving_v), affine_input(fixed_v))
+    transform = register_affine(*clipped, init, seed=seed, initial=initial)
     moved_v = sample_volume(moving_v, transform, None, fixed_v)
     moved_seg_v = None
     dice = dice_before = None

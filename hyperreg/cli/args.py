@@ -276,12 +276,18 @@ def add_resample_argument(parser: argparse.ArgumentParser, then: str = "then an 
 
 
 def add_normalization_argument(parser: argparse.ArgumentParser) -> None:
-    """``--normalization {minmax,none}``."""
+    """``--normalization {robust,minmax,none}``: the choices and default of
+    :data:`hyperreg.geometry.intensity.NORMALIZATIONS` (spelt out here: the parser module
+    stays free of numpy; a test checks they agree)."""
     parser.add_argument(
         "--normalization",
-        choices=("minmax", "none"),
-        default="minmax",
-        help="intensity normalisation of both images (default minmax to [0, 1])",
+        choices=("robust", "minmax", "none"),
+        default="robust",
+        help="intensity normalisation of both images, for the affine stage and the network: "
+        "robust (default: min-max to [0, 1] after clipping a few outlying voxels, e.g. metal, "
+        "at 2.5 times the 0.1-99.9 percentile spread; an image without such voxels is scaled "
+        "exactly as by minmax), minmax (the image minimum to 0, maximum to 1) or none "
+        "(intensities already in [0, 1]). Outputs keep the moving image's own units",
     )
 
 

@@ -20,6 +20,7 @@ or replaces it; λ chosen per pair without labels is
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from hyperreg.geometry.affine import (
 )
 from hyperreg.geometry.inspect import check_pair_contents, label_grid_warning
 from hyperreg.geometry.inspect import label_ids_warning, spacing_warning
+from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION, winsorize
 from hyperreg.geometry.io import Volume, check_same_grid, check_same_ndim, same_grid
 from hyperreg.geometry.resample import resample_to
 from hyperreg.method.metrics import label_sets, mean_registration_dice, registration_dice
@@ -62,6 +64,7 @@ __all__ = [
     "PairResult",
     "PreparedPair",
     "RefineStats",
+    "affine_input",
     "initial_transform",
     "load_input",
     "load_pair",
@@ -69,7 +72,6 @@ __all__ = [
 
 DEFAULT_INIT = "affine"
 """The affine stage every entry point runs unless told otherwise (Python and CLI alike)."""
-DEFAULT_NORMALIZATION = "minmax"
 
 
 @dataclass
@@ -285,8 +287,10 @@ def load_pair(
             pair by :func:`~hyperreg.geometry.affine.load_initial_affine`). With
             ``init="none"`` it is used as is; otherwise the affine stage starts from it and
             refines it (ANTs' ``--initial-moving-transform``).
-        normalization: Intensity normalisation of the model inputs (``"minmax"`` or
-            ``"none"``).
+        normalization: Intensity normalisation of the model inputs and, through
+            :func:`~hyperreg.geometry.intensity.winsorize`, of what the affine stage registers
+            (``"robust"``, the default, ``"minmax"`` or ``"none"``); the outputs are sampled
+            from the files as read, in their own units.
         resample: Resample inputs on other grids onto the fixed grid (default True); False
             makes differing grids an error.
         seed: Seed of the affine stage's metric sampling.
@@ -340,11 +344,14 @@ def load_pair(
     if not resample:
         check_same_grid(moving_v, fixed_v)
     initial = initial_transform(initial_affine, moving_v, fixed_v)
+    # the affine stage sees the intensities the network sees (one rule); its transform then
+    # applies to the volumes as read
+    clipped = (affine_input(moving_v, normalization), affine_input(fixed_v, normalization))
     if initial is not None and init == "none":
         transform, affine = initial, AffineStage.of(initial, "initial")
         chained = not _is_identity(transform, moving_v, fixed_v)
     elif initial is not None:
-        transform = register_affine(moving_v, fixed_v, init, seed=seed, initial=initial)
+        transform = register_affine(*clipped, init, seed=seed, initial=initial)
         affine = AffineStage.of(transform)
         chained = not _is_identity(transform, moving_v, fixed_v)
     else:
@@ -355,7 +362,7 @@ def load_pair(
                 "use init 'affine'",
                 stacklevel=2,
             )
-        transform = register_affine(moving_v, fixed_v, init, seed=seed)
+        transform = register_affine(*clipped, init, seed=seed)
         affine = AffineStage.of(transform) if init != "none" else None
         chained = init != "none" and not _is_identity(transform, moving_v, fixed_v)
     return _prepared(
@@ -369,6 +376,16 @@ def load_pair(
         normalization,
         resample,
     )
+
+
+def affine_input(volume: Volume, normalization: str = DEFAULT_NORMALIZATION) -> Volume:
+    """``volume`` as the affine stage registers it: clipped to the window of
+    ``normalization`` (:func:`~hyperreg.geometry.intensity.winsorize`), same grid and path;
+    ``volume`` itself when nothing is clipped."""
+    data = winsorize(volume.data, normalization)
+    if data is volume.data:
+        return volume
+    return dataclasses.replace(volume, data=data)
 
 
 def _warn_about_contents(moving: Volume, fixed: Volume, model: HyperMorph | None) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 
-from hyperreg.geometry.intensity import normalize_intensity
+from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION, normalize_intensity
 from hyperreg.geometry.io import Volume, has_header, load_volume, same_grid, spatial_shape_of
 from hyperreg.geometry.resample import (
     conformed_grid,
@@ -230,7 +230,7 @@ def find_scans(source: str | Path, ndim: int) -> list[Scan]:
 def load_scan(
     scan: Scan,
     *,
-    normalization: str = "minmax",
+    normalization: str = DEFAULT_NORMALIZATION,
     spacing: float = 0.0,
     with_seg: bool = True,
     orientation: str = "",
