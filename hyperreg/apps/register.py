@@ -70,6 +70,7 @@ def register_files(
     npz_geometry: str | None = None,
     figure: PathLike | None = None,
     passes: int | None = None,
+    bias_correct: bool = False,
 ) -> PairResult:
     """Load, register and write one pair at one λ (``hyperreg register``).
 
@@ -131,6 +132,9 @@ def register_files(
         passes: Network passes, composed (:func:`hyperreg.registration.passes.register_passes`;
             ``refine`` refines the last); None (default): the model's own
             (``model.config.passes``).
+        bias_correct: Remove each image's bias field (N4) before the affine stage and the
+            network (:func:`hyperreg.registration.pipeline.model_image`); outputs are still
+            sampled from the files as read.
 
     Returns:
         The :class:`~hyperreg.registration.pipeline.PairResult` (``resampled`` lists what was
@@ -184,6 +188,7 @@ def register_files(
         normalization=normalization,
         resample=resample,
         npz_geometry=npz_geometry,
+        bias_correct=bias_correct,
     )
     chosen = pair_lambda(pair, model, lam)
     inverse = inverse_warp_out is not None

@@ -269,6 +269,7 @@ def sweep_files(
     lam: float | str | None = None,
     npz_geometry: str | None = None,
     passes: int | None = None,
+    bias_correct: bool = False,
 ) -> SweepReport:
     """Load a pair, sweep λ (:func:`sweep_lambdas`) and write the report to ``out``.
 
@@ -318,6 +319,9 @@ def sweep_files(
         passes: Network passes per λ, composed (:func:`hyperreg.registration.passes.
             register_passes`; one λ at a time when more than 1); None (default): the
             model's own (``model.config.passes``).
+        bias_correct: Remove each image's bias field (N4) before the affine stage and the
+            network (:func:`hyperreg.registration.pipeline.model_image`); outputs are still
+            sampled from the files as read.
 
     Returns:
         A :class:`SweepReport`.
@@ -352,6 +356,7 @@ def sweep_files(
         normalization=normalization,
         resample=resample,
         npz_geometry=npz_geometry,
+        bias_correct=bias_correct,
     )
     chosen = None if lam is None else pair_lambda(pair, model, lam)
     lambdas = list(lambdas)
@@ -377,9 +382,7 @@ def sweep_files(
     )
     if save_fields:
         files += _save_fields(out_dir, pair, results, lambdas)
-    return SweepReport(
-        results=results, baseline_dice=pair.dice_before, files=files, chosen=chosen
-    )
+    return SweepReport(results=results, baseline_dice=pair.dice_before, files=files, chosen=chosen)
 
 
 def _save_fields(

@@ -1,9 +1,10 @@
 """Intensity normalisation, the one rule every hyperreg entry point applies before a model.
 
-Owns :data:`NORMALIZATIONS`, :data:`DEFAULT_NORMALIZATION`, :func:`intensity_window` (the two
-values a rule maps to 0 and 1), :func:`normalize_intensity` (the network's and refinement's
-inputs), :func:`winsorize` (the same window in the image's own units, for the affine stage),
-and :func:`outside_fill`, the value a warped image takes outside the moving image; numpy only,
+Owns :data:`NORMALIZATIONS`, :data:`DEFAULT_NORMALIZATION`, :func:`winsorize` (an image
+without its outlying voxels, in its own units: what the affine stage registers),
+:func:`normalize_intensity` (that image scaled to [0, 1]: the network's and refinement's
+inputs), :func:`intensity_window` (the two values a rule maps to 0 and 1) and
+:func:`outside_fill`, the value a warped image takes outside the moving image; numpy only,
 must not import torch or other hyperreg modules.
 """
 
@@ -35,26 +36,64 @@ DEFAULT_NORMALIZATION = "robust"
 FILLS = ("zero", "edge", "min")
 
 ROBUST_PERCENTILES = (0.1, 99.9)
-"""Percentiles (in %) that anchor the ``"robust"`` window: a few hundred or thousand voxels
-(0.1 % of the image) cannot move them."""
+"""Percentiles (in %) that anchor the ``"robust"`` rule: fewer than 0.1 % of the voxels cannot
+move them."""
 ROBUST_FACTOR = 2.5
-"""How far beyond the anchors' spread the ``"robust"`` window reaches. Every clean T1 head and
-brain of the project's shared data has its maximum within 2.4 spreads of the 0.1st percentile
-(benchmarks/RESULTS_clinical.md), so the rule leaves such images exactly as min-max does."""
+"""How far the ``"robust"`` rule reaches beyond its anchors, in anchor spreads. Every T1 head
+and brain of the project's shared data at 2 mm has its maximum within 2.4 spreads of the 0.1st
+percentile (benchmarks/RESULTS_clinical.md), so the rule leaves such images exactly as they
+are."""
+
+
+def winsorize(data: np.ndarray, method: str = DEFAULT_NORMALIZATION) -> np.ndarray:
+    """``data`` without its outlying voxels, in the image's own units: what ``method`` scales.
+
+    ``"robust"``: with ``p_lo, p_hi`` the :data:`ROBUST_PERCENTILES` and ``s = p_hi - p_lo``,
+    every voxel above ``p_lo + ROBUST_FACTOR * s`` takes the value ``p_hi`` and every voxel
+    below ``p_hi - ROBUST_FACTOR * s`` the value ``p_lo`` (winsorised, but only beyond that
+    reach). A handful of voxels far outside the image's range (metal, an electrode, a bad
+    reconstruction: fewer than 0.1 % of the voxels) then become an ordinary bright voxel of
+    the image and cannot squeeze the rest into a sliver of [0, 1], while an image without such
+    voxels is returned unchanged. ANTs winsorises every image at fixed percentiles instead
+    (``--winsorize-image-intensities``). An image whose anchors coincide (more than 99.8 % of
+    one value) is returned unchanged: its few other voxels cannot be told from outliers.
+    ``"minmax"`` and ``"none"`` return the data unchanged.
+
+    The affine stage registers these intensities and the network and refinement see them
+    scaled to [0, 1] (:func:`normalize_intensity`): one rule for every stage.
+
+    Args:
+        data: Image array of any shape, finite.
+        method: One of :data:`NORMALIZATIONS`.
+
+    Returns:
+        float32 array of the same shape (``data`` itself when nothing changes and it is
+        already float32).
+
+    Raises:
+        InputError: On an unknown ``method``.
+    """
+    _check_method("winsorize", method)
+    values = np.asarray(data, dtype=np.float32)
+    if method != "robust" or values.size == 0:
+        return values
+    p_lo, p_hi = (float(v) for v in np.percentile(values, ROBUST_PERCENTILES))
+    if p_hi <= p_lo:
+        return values
+    reach = ROBUST_FACTOR * (p_hi - p_lo)
+    above, below = values > p_lo + reach, values < p_hi - reach
+    if not (above.any() or below.any()):
+        return values
+    out = values.copy()
+    out[above], out[below] = p_hi, p_lo
+    return out
 
 
 def intensity_window(data: np.ndarray, method: str = DEFAULT_NORMALIZATION) -> tuple[float, float]:
     """The intensities ``(low, high)`` that ``method`` maps to 0 and 1, in the image's own units.
 
-    ``"minmax"``: the image minimum and maximum. ``"robust"``: the minimum and maximum of the
-    voxels within reach of the bulk of the image: with ``p_lo, p_hi`` the
-    :data:`ROBUST_PERCENTILES` and ``s = p_hi - p_lo``, ``high`` is the largest value at most
-    ``p_lo + ROBUST_FACTOR * s`` and ``low`` the smallest at least ``p_hi - ROBUST_FACTOR * s``.
-    A handful of voxels far outside the image's range (metal, electrodes, a bad
-    reconstruction: fewer than 0.1 % of the voxels) then cannot squeeze the rest of the image
-    into a sliver of [0, 1]: the rest keeps the range it has without them. An image without
-    such voxels keeps its minimum and maximum (ANTs winsorises at fixed percentiles instead,
-    ``--winsorize-image-intensities``, which changes every image). ``"none"``: ``(0, 1)``.
+    ``"minmax"``: the image minimum and maximum; ``"robust"``: those of :func:`winsorize`
+    (the image's own when it has no outlying voxels); ``"none"``: ``(0, 1)``.
 
     Args:
         data: Image array of any shape, finite.
@@ -69,56 +108,20 @@ def intensity_window(data: np.ndarray, method: str = DEFAULT_NORMALIZATION) -> t
     _check_method("intensity_window", method)
     if method == "none":
         return 0.0, 1.0
-    values = np.asarray(data)
+    values = winsorize(data, method)
     if values.size == 0:
         return 0.0, 0.0
-    low, high = float(values.min()), float(values.max())
-    if method == "robust" and high > low:
-        p_lo, p_hi = (float(v) for v in np.percentile(values, ROBUST_PERCENTILES))
-        reach = ROBUST_FACTOR * (p_hi - p_lo)
-        if p_hi > p_lo and high > p_lo + reach:  # the largest value within reach
-            high = float(np.max(values, where=values <= p_lo + reach, initial=p_hi))
-        if p_hi > p_lo and low < p_hi - reach:
-            low = float(np.min(values, where=values >= p_hi - reach, initial=p_lo))
-    return low, high
-
-
-def winsorize(data: np.ndarray, method: str = DEFAULT_NORMALIZATION) -> np.ndarray:
-    """``data`` clipped to :func:`intensity_window`, still in the image's own units.
-
-    What the affine stage registers (its histogram bins span the image's range, as the
-    network's inputs do), so that it sees the same intensities as the network up to a linear
-    map. ``"minmax"`` and ``"none"`` return the data unchanged.
-
-    Args:
-        data: Image array of any shape.
-        method: One of :data:`NORMALIZATIONS`.
-
-    Returns:
-        float32 array of the same shape (``data`` itself when nothing is clipped and it is
-        already float32).
-
-    Raises:
-        InputError: On an unknown ``method``.
-    """
-    values = np.asarray(data, dtype=np.float32)
-    _check_method("winsorize", method)
-    if method != "robust":
-        return values
-    low, high = intensity_window(values, method)
-    if values.size == 0 or (float(values.min()) >= low and float(values.max()) <= high):
-        return values
-    return np.clip(values, np.float32(low), np.float32(high))
+    return float(values.min()), float(values.max())
 
 
 def normalize_intensity(data: np.ndarray, method: str = DEFAULT_NORMALIZATION) -> np.ndarray:
     """Scale intensities to [0, 1] (the documented default of every hyperreg entry point).
 
-    ``"robust"`` (default) maps the window of :func:`intensity_window` to [0, 1] and clips what
-    lies outside it: on an image without outlying voxels this is exactly ``"minmax"``, which
-    maps the image minimum to 0 and its maximum to 1; ``"none"`` returns the data unchanged
-    as float32. A constant image becomes all zeros. uint8/int16 inputs give the same result as
-    their float originals, up to quantisation.
+    ``"robust"`` (default) scales :func:`winsorize`'s image min-max: on an image without
+    outlying voxels this is exactly ``"minmax"``, which maps the image minimum to 0 and its
+    maximum to 1; ``"none"`` returns the data unchanged as float32. A constant image becomes
+    all zeros. uint8/int16 inputs give the same result as their float originals, up to
+    quantisation.
 
     Args:
         data: Image array of any shape.
@@ -131,16 +134,13 @@ def normalize_intensity(data: np.ndarray, method: str = DEFAULT_NORMALIZATION) -
         InputError: On an unknown ``method`` (a ValueError).
     """
     _check_method("normalize_intensity", method)
-    data = np.asarray(data, dtype=np.float32)
+    data = winsorize(data, method)
     if method == "none":
         return data
-    low, high = intensity_window(data, method)
+    low, high = (float(data.min()), float(data.max())) if data.size else (0.0, 0.0)
     if high <= low:
         return np.zeros_like(data)
-    scaled = (data - np.float32(low)) / np.float32(high - low)
-    if method == "robust":
-        np.clip(scaled, 0.0, 1.0, out=scaled)
-    return scaled
+    return (data - np.float32(low)) / np.float32(high - low)
 
 
 def _check_method(fn: str, method: str) -> None:

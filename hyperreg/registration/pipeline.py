@@ -36,6 +36,7 @@ from hyperreg.geometry.affine import (
     resample_affine,
     world_overlap,
 )
+from hyperreg.geometry.bias import correct_bias
 from hyperreg.geometry.inspect import check_pair_contents, label_grid_warning
 from hyperreg.geometry.inspect import label_ids_warning, spacing_warning
 from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION, winsorize
@@ -64,10 +65,10 @@ __all__ = [
     "PairResult",
     "PreparedPair",
     "RefineStats",
-    "affine_input",
     "initial_transform",
     "load_input",
     "load_pair",
+    "model_image",
 ]
 
 DEFAULT_INIT = "affine"
@@ -266,6 +267,7 @@ def load_pair(
     resample: bool = True,
     seed: int = 0,
     npz_geometry: str | None = None,
+    bias_correct: bool = False,
 ) -> PreparedPair:
     """Read and check a pair once, run its affine stage once: a :class:`PreparedPair`.
 
@@ -287,19 +289,21 @@ def load_pair(
             pair by :func:`~hyperreg.geometry.affine.load_initial_affine`). With
             ``init="none"`` it is used as is; otherwise the affine stage starts from it and
             refines it (ANTs' ``--initial-moving-transform``).
-        normalization: Intensity normalisation of the model inputs and, through
-            :func:`~hyperreg.geometry.intensity.winsorize`, of what the affine stage registers
-            (``"robust"``, the default, ``"minmax"`` or ``"none"``); the outputs are sampled
-            from the files as read, in their own units.
+        normalization: Intensity normalisation of what the affine stage registers and the
+            network sees (:func:`model_image`; ``"robust"``, the default, ``"minmax"`` or
+            ``"none"``). The outputs are sampled from the files as read, in their own units.
         resample: Resample inputs on other grids onto the fixed grid (default True); False
             makes differing grids an error.
         seed: Seed of the affine stage's metric sampling.
         npz_geometry: Geometry of header-less (npz) inputs: ``"fixed"`` (the fixed image's;
             shapes must agree), ``"identity"`` (1 mm voxels, world = voxel index), or None
             (default): an npz input is an error (:func:`load_input`).
+        bias_correct: Remove each image's bias field (N4) before the affine stage and the
+            network (:func:`model_image`); outputs are still sampled from the files as read.
 
     Returns:
-        A :class:`PreparedPair`.
+        A :class:`PreparedPair` whose ``fixed`` and ``aligned`` hold the intensities the
+        network sees and whose ``moving`` is the moving image as read.
 
     Warns:
         UserWarning: With ``init="none"`` and images that do not overlap in world space (the
@@ -344,14 +348,14 @@ def load_pair(
     if not resample:
         check_same_grid(moving_v, fixed_v)
     initial = initial_transform(initial_affine, moving_v, fixed_v)
-    # the affine stage sees the intensities the network sees (one rule); its transform then
-    # applies to the volumes as read
-    clipped = (affine_input(moving_v, normalization), affine_input(fixed_v, normalization))
+    # the affine stage and the network see the same intensities (one rule, after the optional
+    # bias correction); the outputs are sampled from the volumes as read
+    seen = [model_image(v, normalization, bias_correct) for v in (moving_v, fixed_v)]
     if initial is not None and init == "none":
         transform, affine = initial, AffineStage.of(initial, "initial")
         chained = not _is_identity(transform, moving_v, fixed_v)
     elif initial is not None:
-        transform = register_affine(*clipped, init, seed=seed, initial=initial)
+        transform = register_affine(*seen, init, seed=seed, initial=initial)
         affine = AffineStage.of(transform)
         chained = not _is_identity(transform, moving_v, fixed_v)
     else:
@@ -362,12 +366,13 @@ def load_pair(
                 "use init 'affine'",
                 stacklevel=2,
             )
-        transform = register_affine(*clipped, init, seed=seed)
+        transform = register_affine(*seen, init, seed=seed)
         affine = AffineStage.of(transform) if init != "none" else None
         chained = init != "none" and not _is_identity(transform, moving_v, fixed_v)
-    return _prepared(
-        moving_v,
-        fixed_v,
+    if seen[0] is not moving_v:  # outputs from the moving file as read, not the model's copy
+        chained = True
+    pair = _prepared(
+        *seen,
         moving_seg_v,
         fixed_seg_v,
         transform,
@@ -376,12 +381,22 @@ def load_pair(
         normalization,
         resample,
     )
+    if seen[0] is not moving_v:
+        pair.moving = moving_v
+    if bias_correct:
+        pair.notes.append("bias field corrected (N4) for the affine stage and the network")
+    return pair
 
 
-def affine_input(volume: Volume, normalization: str = DEFAULT_NORMALIZATION) -> Volume:
-    """``volume`` as the affine stage registers it: clipped to the window of
-    ``normalization`` (:func:`~hyperreg.geometry.intensity.winsorize`), same grid and path;
-    ``volume`` itself when nothing is clipped."""
+def model_image(
+    volume: Volume, normalization: str = DEFAULT_NORMALIZATION, bias_correct: bool = False
+) -> Volume:
+    """``volume`` as the affine stage and the network see it, same grid and path: its bias
+    field removed (:func:`~hyperreg.geometry.bias.correct_bias`) when ``bias_correct``, then
+    its outlying voxels (:func:`~hyperreg.geometry.intensity.winsorize` with
+    ``normalization``); ``volume`` itself when neither changes anything."""
+    if bias_correct:
+        volume = correct_bias(volume)
     data = winsorize(volume.data, normalization)
     if data is volume.data:
         return volume
