@@ -124,7 +124,7 @@ def test_outputs_keep_the_moving_image_units(tmp_path: Path) -> None:
 
     shape = (48, 40)
     moving = 1000.0 * blob(shape, (22, 20), 7.0)
-    moving[2:4, 2:4] = 50.0 * moving.max()  # 4 voxels in the corner, far from the tissue
+    moving[2, 2] = 50.0 * moving.max()  # 1 voxel (0.05 %) in the corner, far from the tissue
     fixed = blob(shape, (24, 21), 7.5)
     files = {
         name: write_nifti(tmp_path / f"{name}.nii.gz", image[..., None].astype(np.float32))
@@ -223,3 +223,38 @@ def test_bias_correct_option_registers_corrected_copies_and_writes_the_originals
     assert pair.moving.data is not pair.aligned.data
     np.testing.assert_array_equal(pair.moving.data, moving_v.data)  # outputs from the file
     assert any("bias field corrected" in note for note in pair.notes)
+
+
+def test_init_none_with_outliers_samples_outputs_from_the_file_and_keeps_the_inverse(
+    tmp_path: Path,
+) -> None:
+    """Without an affine stage the network gets the clipped copy while the moved image comes
+    from the file as read; the inverse field stays available and no 'affine alone' is made up."""
+    shape = (48, 40)
+    moving = 1000.0 * blob(shape, (22, 20), 7.0)
+    moving[2, 2] = 50.0 * moving.max()  # 0.05 % of the voxels: an outlier
+    fixed = blob(shape, (24, 21), 7.5)
+    files = {
+        name: write_nifti(tmp_path / f"{name}.nii.gz", image[..., None].astype(np.float32))
+        for name, image in (("moving", moving), ("fixed", fixed))
+    }
+    seg = {
+        name: write_nifti(
+            tmp_path / f"{name}_seg.nii.gz", (image > 0.5 * image.max())[..., None].astype(np.uint8)
+        )
+        for name, image in (("moving", np.where(moving > 1000, 0, moving)), ("fixed", fixed))
+    }
+    pair = load_pair(
+        files["moving"],
+        files["fixed"],
+        init="none",
+        moving_seg=seg["moving"],
+        fixed_seg=seg["fixed"],
+    )
+    assert pair.aligned.data.max() < 1001.0  # the network's copy: the outliers are gone
+    assert pair.dice_affine is None and pair.affine is None
+    result = pair.register(tiny_model(flow_scale=0.0), [0.5], inverse=True)[0]
+    assert result.inverse_disp is not None
+    # the file as read: its outlier voxel included, its tissue in its own units
+    assert result.moved[2, 2] > 1000.0
+    np.testing.assert_allclose(result.moved[8:, 8:], moving[8:, 8:], rtol=1e-4, atol=1e-2)

@@ -151,7 +151,7 @@ class PreparedPair:
         fn = "PreparedPair.register"
         if model.config.ndim != self.fixed.ndim:
             raise _ndim_error(fn, model, self.fixed)
-        if inverse and self.chained:
+        if inverse and self.chained and self.affine is not None:
             raise InputError(
                 fn,
                 "{0} inverts only the deformable field; this pair's transform also holds an "
@@ -448,11 +448,11 @@ def _prepared(
     )
     if chained:
         aligned = resample_affine(moving, fixed, transform)
-        kind = affine.kind if affine else "affine"
+        # without an affine stage, chained only so that outputs come from the file as read
+        # (load_pair: the network's copy was clipped or bias-corrected)
+        through = f"the {affine.kind} stage and the field" if affine else "the field"
         notes.insert(
-            0,
-            f"moving '{moving.path}' sampled once through the {kind} stage and the field onto "
-            "the fixed grid",
+            0, f"moving '{moving.path}' sampled once through {through} onto the fixed grid"
         )
     assert aligned is not None
     labels = dice_before = dice_affine = None
@@ -466,7 +466,7 @@ def _prepared(
             else resample_to(moving_seg, fixed, label=True).data
         )
         dice_before = mean_registration_dice(before_data, fixed_seg.data, labels=labels)
-        if chained:
+        if chained and affine is not None:
             alone = sample_volume(moving_seg, transform, None, fixed, label=True).data
             dice_affine = mean_registration_dice(alone, fixed_seg.data, labels=labels)
     return PreparedPair(
