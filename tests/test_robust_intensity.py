@@ -258,3 +258,27 @@ def test_init_none_with_outliers_samples_outputs_from_the_file_and_keeps_the_inv
     # the file as read: its outlier voxel included, its tissue in its own units
     assert result.moved[2, 2] > 1000.0
     np.testing.assert_allclose(result.moved[8:, 8:], moving[8:, 8:], rtol=1e-4, atol=1e-2)
+
+
+def test_register_and_sweep_take_bias_correct_on_a_2d_pair(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lambda_helpers import save_tiny_model
+
+    from hyperreg.cli import main
+
+    shape = (48, 40)
+    x = np.linspace(0.6, 1.6, shape[0])[:, None]  # a smooth bias across the moving image
+    images = {"moving": 800.0 * blob(shape, (22, 20), 8.0) * x, "fixed": blob(shape, (24, 21), 8.5)}
+    files = {
+        k: write_nifti(tmp_path / f"{k}.nii.gz", v[..., None].astype(np.float32))
+        for k, v in images.items()
+    }
+    model = save_tiny_model(tmp_path / "model.pt")
+    pair = ["--moving", str(files["moving"]), "--fixed", str(files["fixed"]), "--model", str(model)]
+    common = [*pair, "--device", "cpu", "--init", "none", "--bias-correct"]
+    moved = tmp_path / "moved.nii.gz"
+    assert main(["register", *common, "--lambda", "0.5", "--moved", str(moved)]) == 0
+    assert load_volume(moved).data.max() > 100.0  # the moving file's units
+    assert main(["sweep", *common, "--lambdas", "0.5", "--out", str(tmp_path / "sweep")]) == 0
+    capsys.readouterr()
