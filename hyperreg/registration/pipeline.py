@@ -81,13 +81,15 @@ class PreparedPair:
 
     Attributes:
         moving: The moving image as read (its own grid).
-        fixed: The fixed image; every output is on its grid.
+        fixed: The fixed image as the network sees it (:func:`model_image`: outlying voxels
+            clipped, bias-corrected on request); every output is on its grid.
         moving_seg: The moving label map as read, or None.
         fixed_seg: The fixed label map on the fixed grid, or None.
         transform: Fixed world -> moving world affine (identity without an affine stage).
-        chained: Outputs are sampled through ``transform`` and the field from the originals.
-        aligned: The model's moving image on the fixed grid (through ``transform`` or the
-            headers).
+        chained: Outputs are sampled through ``transform`` and the field from the originals
+            (also without an affine stage when the model's moving image differs from the file).
+        aligned: The model's moving image (:func:`model_image`) on the fixed grid (through
+            ``transform`` or the headers).
         aligned_seg: The moving label map on the fixed grid when not ``chained``, else None.
         labels: Label ids scored (the inputs' union), or None without both label maps.
         dice_before: Mean Dice with no registration, or None.
