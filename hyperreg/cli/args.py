@@ -298,10 +298,11 @@ def add_normalization_argument(parser: argparse.ArgumentParser) -> None:
         choices=("robust", "minmax", "none"),
         default="robust",
         help="intensity normalisation of both images, for the affine stage and the network: "
-        "robust (default: min-max to [0, 1] after clipping a few outlying voxels, e.g. metal, "
-        "at 2.5 times the 0.1-99.9 percentile spread; an image without such voxels is scaled "
-        "exactly as by minmax), minmax (the image minimum to 0, maximum to 1) or none "
-        "(intensities already in [0, 1]). Outputs keep the moving image's own units",
+        "robust (default: voxels beyond 2.5 spreads of the 0.1-99.9th percentile range, e.g. "
+        "metal, take the 99.9th percentile's value, then min-max to [0, 1]; an image without "
+        "such voxels is scaled exactly as by minmax), minmax (the image minimum to 0, maximum "
+        "to 1) or none (intensities already in [0, 1]). Outputs keep the moving image's own "
+        "units",
     )
 
 

@@ -60,8 +60,7 @@ def correct_bias(volume: Volume, *, shrink: int = BIAS_SHRINK) -> Volume:
     if data.size == 0 or not np.all(np.isfinite(data)) or float(np.ptp(data)) == 0.0:
         raise InputError(
             fn,
-            "'{path}' is constant or holds non-finite values: there is no bias field to "
-            "estimate; drop --bias-correct",
+            "'{path}' is constant or holds non-finite values: there is no bias field to estimate",
             "volume",
             path=volume.path,
         )
