@@ -259,7 +259,7 @@ def load_scan(
         orientation: Axis codes of the training grid (3D), or ``""`` to keep the scan's axes.
 
     Returns:
-        ``(image, seg)``: float32 ``(I, J[, K])`` in [0, 1] with ``"minmax"``, and int32 of the
+        ``(image, seg)``: float32 ``(I, J[, K])`` in [0, 1] unless ``"none"``, and int32 of the
         same shape or None.
 
     Raises:
