@@ -39,10 +39,10 @@ ROBUST_PERCENTILES = (0.1, 99.9)
 """Percentiles (in %) that anchor the ``"robust"`` rule: fewer than 0.1 % of the voxels cannot
 move them."""
 ROBUST_FACTOR = 2.5
-"""How far the ``"robust"`` rule reaches beyond its anchors, in anchor spreads. Of the 70 T1
-images of the project's shared data (2D and 3D, heads and brains, the bundled models' training
-and held-out people among them) 69 keep every voxel, and the 0.7 mm studyforrest head 147 of
-its 40 million (maximum 278 -> 207); see benchmarks/RESULTS_clinical.md."""
+"""How far the ``"robust"`` rule reaches beyond its anchors, in anchor spreads. Of the 70
+intensity images of the project's shared data (2D and 3D, heads and brains, the bundled models'
+training and held-out people among them) 69 keep every voxel, and the 0.7 mm studyforrest head
+147 of its 40 million (maximum 278 -> 207); see benchmarks/RESULTS_clinical.md."""
 
 
 def winsorize(data: np.ndarray, method: str = DEFAULT_NORMALIZATION) -> np.ndarray:
