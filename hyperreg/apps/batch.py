@@ -43,6 +43,7 @@ from hyperreg.apps.batch_records import (
     scores,
 )
 from hyperreg.apps.inputs import PairSpec, read_pairs, shard
+from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION
 
 if TYPE_CHECKING:  # annotations only: the module stays light to import (no torch)
     from hyperreg.registration.pairs import PathLike
@@ -83,7 +84,7 @@ def batch_register(
     out: PathLike,
     *,
     lam: float | str | None = None,
-    normalization: str = "minmax",
+    normalization: str = DEFAULT_NORMALIZATION,
     resample: bool = True,
     warp_format: str = "voxel",
     progress: bool = False,
@@ -93,6 +94,7 @@ def batch_register(
     init: str | None = None,
     npz_geometry: str | None = None,
     passes: int | None = None,
+    bias_correct: bool = False,
 ) -> BatchReport:
     """Register every pair of ``pairs`` (one shard) with per-pair records, resumably.
 
@@ -131,6 +133,9 @@ def batch_register(
         npz_geometry: Geometry of npz inputs (:func:`~hyperreg.registration.inputs.load_input`).
         passes: Network passes per pair (:func:`~hyperreg.apps.register.register_files`); None
             (default): the model's own. Part of a pair's identity when more than 1.
+        bias_correct: Remove each image's bias field (N4) before the affine stage and the
+            network (:func:`hyperreg.registration.pipeline.model_image`); outputs are still
+            sampled from the files as read.
 
     Returns:
         A :class:`BatchReport`.
@@ -156,6 +161,7 @@ def batch_register(
         init=init,
         npz_geometry=npz_geometry,
         passes=passes,
+        bias_correct=bias_correct,
     )
     start = time.perf_counter()
     report = BatchReport()
@@ -168,6 +174,8 @@ def batch_register(
         planned = default.lam if pair_lam is None else pair_lam
         settings = (passes or model.config.passes, model.config.flip_average)
         identity = pair_identity(pair, planned, refine, init, *settings)
+        if bias_correct:  # a record made without it is not this registration
+            identity["bias_correct"] = True
         outputs = _outputs(pair, init)
         earlier = read_record(folder)  # read once: done, or what changed since
         if finished(folder, earlier, identity):
@@ -344,7 +352,7 @@ def run_batch(
     *,
     lam: float | str | None = None,
     device: str = "auto",
-    normalization: str = "minmax",
+    normalization: str = DEFAULT_NORMALIZATION,
     resample: bool = True,
     warp_format: str = "voxel",
     progress: bool = False,
@@ -353,6 +361,7 @@ def run_batch(
     npz_geometry: str | None = None,
     passes: int | None = None,
     flip_average: bool | None = None,
+    bias_correct: bool = False,
 ) -> BatchRun:
     """One process of a batch job: read the pairs, run this rank's shard, merge.
 
@@ -384,6 +393,9 @@ def run_batch(
         passes: Network passes per pair (see :func:`batch_register`).
         flip_average: The model's test-time flip averaging on or off; None: as its file
             records (:func:`hyperreg.apps.models.resolve_model`).
+        bias_correct: Remove each image's bias field (N4) before the affine stage and the
+            network (:func:`hyperreg.registration.pipeline.model_image`); outputs are still
+            sampled from the files as read.
 
     Returns:
         A :class:`BatchRun`.
@@ -426,6 +438,7 @@ def run_batch(
             init=init,
             npz_geometry=npz_geometry,
             passes=passes,
+            bias_correct=bias_correct,
         )
         merged = None
         if group:

@@ -70,6 +70,7 @@ def register_files(
     npz_geometry: str | None = None,
     figure: PathLike | None = None,
     passes: int | None = None,
+    bias_correct: bool = False,
 ) -> PairResult:
     """Load, register and write one pair at one λ (``hyperreg register``).
 
@@ -131,6 +132,9 @@ def register_files(
         passes: Network passes, composed (:func:`hyperreg.registration.passes.register_passes`;
             ``refine`` refines the last); None (default): the model's own
             (``model.config.passes``).
+        bias_correct: Remove each image's bias field (N4) before the affine stage and the
+            network (:func:`hyperreg.registration.pipeline.model_image`); outputs are still
+            sampled from the files as read.
 
     Returns:
         The :class:`~hyperreg.registration.pipeline.PairResult` (``resampled`` lists what was
@@ -184,6 +188,7 @@ def register_files(
         normalization=normalization,
         resample=resample,
         npz_geometry=npz_geometry,
+        bias_correct=bias_correct,
     )
     chosen = pair_lambda(pair, model, lam)
     inverse = inverse_warp_out is not None
@@ -233,13 +238,17 @@ def alignment_png(path: PathLike, pair: PreparedPair, result: PairResult) -> Non
     """Write the alignment check of one registration (``register --figure``) with
     :func:`hyperreg.figures.alignment.alignment_figure`: the moving image on the fixed grid (after
     the affine stage when one ran; the panel says which) and the moved image against the fixed
-    image, all min-max scaled with the moving image's range (the fixed with its own)."""
+    image, all scaled to [0, 1] with the moving image's window of the default normalisation (the
+    fixed with its own; :func:`~hyperreg.geometry.intensity.normalize_intensity`), so that a
+    few outlying voxels do not darken the panels."""
+    import numpy as np
+
     from hyperreg.figures.alignment import alignment_figure
-    from hyperreg.geometry.intensity import normalize_intensity
+    from hyperreg.geometry.intensity import intensity_window, normalize_intensity
     from hyperreg.registration.chain import sample_volume
 
     raw = pair.aligned.data
-    low, high = float(raw.min()), float(raw.max())
+    low, high = intensity_window(raw)
     spread = high - low if high > low else 1.0
     moving_seg = pair.aligned_seg.data if pair.aligned_seg is not None else None
     if pair.chained and pair.moving_seg is not None:
@@ -251,10 +260,10 @@ def alignment_png(path: PathLike, pair: PreparedPair, result: PairResult) -> Non
         names = [f"{p.parent.name}/{p.name}" for p in paths]
     alignment_figure(
         path,
-        normalize_intensity(pair.fixed.data, "minmax"),
-        (result.moved - low) / spread,
+        normalize_intensity(pair.fixed.data),
+        np.clip((result.moved - low) / spread, 0.0, 1.0),
         pair.fixed.affine,
-        moving=(raw - low) / spread,
+        moving=np.clip((raw - low) / spread, 0.0, 1.0),
         moving_title=(
             "moving (after the affine stage)"
             if pair.chained
@@ -264,7 +273,7 @@ def alignment_png(path: PathLike, pair: PreparedPair, result: PairResult) -> Non
         moved_seg=result.moved_seg,
         moving_seg=moving_seg,
         title=f"{names[0]} to {names[1]} at λ = {result.lam:.3g}",
-        difference_label="|difference| (intensities min-max scaled)",
+        difference_label="|difference| (intensities scaled to [0, 1])",
     )
 
 

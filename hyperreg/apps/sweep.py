@@ -26,6 +26,7 @@ from hyperreg.figures.overlays import edge_mask, overlay_edges
 from hyperreg.figures.slices import checkerboard, oriented_slice, show_slice
 from hyperreg.geometry.affine import AffineTransform
 from hyperreg.geometry.fields import save_displacement
+from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION
 from hyperreg.geometry.io import save_volume
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.lambdas import sweep_lambdas
@@ -260,7 +261,7 @@ def sweep_files(
     save_fields: bool = False,
     chunk: int | None = None,
     amp: bool = False,
-    normalization: str = "minmax",
+    normalization: str = DEFAULT_NORMALIZATION,
     resample: bool = True,
     refine: Refinement | None = None,
     init: str = DEFAULT_INIT,
@@ -268,6 +269,7 @@ def sweep_files(
     lam: float | str | None = None,
     npz_geometry: str | None = None,
     passes: int | None = None,
+    bias_correct: bool = False,
 ) -> SweepReport:
     """Load a pair, sweep λ (:func:`sweep_lambdas`) and write the report to ``out``.
 
@@ -317,6 +319,9 @@ def sweep_files(
         passes: Network passes per λ, composed (:func:`hyperreg.registration.passes.
             register_passes`; one λ at a time when more than 1); None (default): the
             model's own (``model.config.passes``).
+        bias_correct: Remove each image's bias field (N4) before the affine stage and the
+            network (:func:`hyperreg.registration.pipeline.model_image`); outputs are still
+            sampled from the files as read.
 
     Returns:
         A :class:`SweepReport`.
@@ -325,7 +330,7 @@ def sweep_files(
         FileNotFoundError: If an input is missing.
         ValueError: As :func:`sweep_lambdas` and :func:`hyperreg.geometry.io.load_volume`.
     """
-    from hyperreg.geometry.intensity import normalize_intensity
+    from hyperreg.geometry.intensity import intensity_window, normalize_intensity
 
     fn = "sweep_files"
     repeated = sorted({float(v) for v in lambdas if list(lambdas).count(v) > 1})
@@ -351,6 +356,7 @@ def sweep_files(
         normalization=normalization,
         resample=resample,
         npz_geometry=npz_geometry,
+        bias_correct=bias_correct,
     )
     chosen = None if lam is None else pair_lambda(pair, model, lam)
     lambdas = list(lambdas)
@@ -365,7 +371,7 @@ def sweep_files(
     out_dir.mkdir(parents=True, exist_ok=True)
     files = [write_sweep_csv(out_dir / "sweep.csv", results)]
     raw = pair.aligned.data
-    units = (float(raw.min()), float(raw.max())) if normalization == "minmax" else (0.0, 1.0)
+    units = intensity_window(raw, normalization)
     files += _sweep_figures(
         out_dir,
         normalize_intensity(raw, normalization),
@@ -376,9 +382,7 @@ def sweep_files(
     )
     if save_fields:
         files += _save_fields(out_dir, pair, results, lambdas)
-    return SweepReport(
-        results=results, baseline_dice=pair.dice_before, files=files, chosen=chosen
-    )
+    return SweepReport(results=results, baseline_dice=pair.dice_before, files=files, chosen=chosen)
 
 
 def _save_fields(

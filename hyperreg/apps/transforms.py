@@ -43,6 +43,7 @@ from hyperreg.registration.chain import sample_volume
 from hyperreg.registration.pairs import PathLike, check_outputs
 from hyperreg._errors import InputError, passed_as
 from hyperreg.registration.inputs import check_registrable, initial_transform, load_input
+from hyperreg.registration.pipeline import model_image
 
 __all__ = [
     "AffineResult",
@@ -103,6 +104,7 @@ def affine_files(
     seed: int = 0,
     npz_geometry: str | None = None,
     initial_affine: PathLike | None = None,
+    bias_correct: bool = False,
 ) -> AffineResult:
     """Run only the affine stage on two files and write its outputs (``hyperreg affine``).
 
@@ -128,6 +130,9 @@ def affine_files(
         initial_affine: An ITK ``.mat``/``.tfm`` to start from (refined by the stage; with
             ``init="none"`` applied as is), checked against the pair
             (:func:`~hyperreg.geometry.affine.load_initial_affine`).
+        bias_correct: Register bias-corrected copies (N4,
+            :func:`~hyperreg.registration.pipeline.model_image`); the outputs are sampled from
+            the files as read.
 
     Returns:
         An :class:`AffineResult`.
@@ -170,7 +175,12 @@ def affine_files(
     )
     initial = initial_transform(initial_affine, moving_v, fixed_v)
     check_registrable(fn, moving_v, fixed_v, init=init, initial=initial)
-    transform = register_affine(moving_v, fixed_v, init, seed=seed, initial=initial)
+    # the intensities the affine stage of 'register' sees; outputs sampled from the files as read
+    seen = (
+        model_image(moving_v, bias_correct=bias_correct),
+        model_image(fixed_v, bias_correct=bias_correct),
+    )
+    transform = register_affine(*seen, init, seed=seed, initial=initial)
     moved_v = sample_volume(moving_v, transform, None, fixed_v)
     moved_seg_v = None
     dice = dice_before = None

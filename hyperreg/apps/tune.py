@@ -25,6 +25,7 @@ from hyperreg.apps.inputs import PairSpec, parse_lambdas
 from hyperreg.figures.backend import pyplot, save_figure
 from hyperreg.figures.curves import plot_lambda_curves
 from hyperreg.geometry.affine import AffineTransform
+from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.pairs import PathLike
 from hyperreg.registration.pipeline import DEFAULT_INIT, PairResult, load_pair
@@ -334,7 +335,7 @@ def tune_lambda(
     refine_points: int = 8,
     chunk: int | None = None,
     amp: bool = False,
-    normalization: str = "minmax",
+    normalization: str = DEFAULT_NORMALIZATION,
     resample: bool = True,
     init: str = DEFAULT_INIT,
 ) -> TuneResult:

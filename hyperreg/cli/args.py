@@ -23,6 +23,7 @@ __all__ = [
     "Parser",
     "add_affine_out_argument",
     "add_batching_arguments",
+    "add_bias_correct_argument",
     "add_common",
     "add_flip_argument",
     "add_init_argument",
@@ -259,9 +260,22 @@ def add_pairs_csv_argument(parser: argparse.ArgumentParser, columns: str) -> Non
 def add_preprocessing_arguments(
     parser: argparse.ArgumentParser, then: str = "then an error"
 ) -> None:
-    """``--no-resample`` (see :func:`add_resample_argument`) and ``--normalization``."""
+    """``--no-resample`` (see :func:`add_resample_argument`), ``--normalization`` and
+    ``--bias-correct``."""
     add_resample_argument(parser, then)
     add_normalization_argument(parser)
+    add_bias_correct_argument(parser)
+
+
+def add_bias_correct_argument(parser: argparse.ArgumentParser) -> None:
+    """``--bias-correct``: N4 bias-field correction of the images the registration sees."""
+    parser.add_argument(
+        "--bias-correct",
+        action="store_true",
+        help="remove each image's smooth intensity bias (N4, SimpleITK, fitted on a 4x "
+        "shrunk copy inside an Otsu head mask) before the affine stage and the network; the "
+        "outputs are still sampled from the files as read. Costs seconds per image",
+    )
 
 
 def add_resample_argument(parser: argparse.ArgumentParser, then: str = "then an error") -> None:
@@ -276,12 +290,19 @@ def add_resample_argument(parser: argparse.ArgumentParser, then: str = "then an 
 
 
 def add_normalization_argument(parser: argparse.ArgumentParser) -> None:
-    """``--normalization {minmax,none}``."""
+    """``--normalization {robust,minmax,none}``: the choices and default of
+    :data:`hyperreg.geometry.intensity.NORMALIZATIONS` (spelt out here: the parser module
+    stays free of numpy; a test checks they agree)."""
     parser.add_argument(
         "--normalization",
-        choices=("minmax", "none"),
-        default="minmax",
-        help="intensity normalisation of both images (default minmax to [0, 1])",
+        choices=("robust", "minmax", "none"),
+        default="robust",
+        help="intensity normalisation of both images, for the affine stage and the network: "
+        "robust (default: voxels beyond 2.5 spreads of the 0.1-99.9th percentile range, e.g. "
+        "metal, take the 99.9th percentile's value, then min-max to [0, 1]; an image without "
+        "such voxels is scaled exactly as by minmax), minmax (the image minimum to 0, maximum "
+        "to 1) or none (intensities already in [0, 1]). Outputs keep the moving image's own "
+        "units",
     )
 
 

@@ -120,6 +120,7 @@ def _add_affine(sub: Any) -> None:
         help="moved label map (needs --moving-seg), nearest neighbour, NIfTI integer type",
     )
     opts.add_npz_geometry_argument(affine)
+    opts.add_bias_correct_argument(affine)
     opts.add_common(affine, device=False, seed=True)
 
 
@@ -378,6 +379,7 @@ def _cmd_affine(args: argparse.Namespace) -> int:
         moved_seg=args.moved_seg,
         seed=args.seed,
         npz_geometry=args.npz_geometry,
+        bias_correct=args.bias_correct,
     )
     from hyperreg.registration.pipeline import AffineStage
 

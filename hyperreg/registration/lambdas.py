@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import torch
 
 from hyperreg._checks import as_lambda_tensor
+from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION
 from hyperreg.geometry.io import Volume
 from hyperreg.method.losses import ncc_loss
 from hyperreg.method.metrics import input_labels, registration_dice
@@ -56,7 +57,7 @@ def sweep_lambdas(
     fixed_seg: Volume | None = None,
     chunk: int | None = None,
     amp: bool = False,
-    normalization: str = "minmax",
+    normalization: str = DEFAULT_NORMALIZATION,
     resample: bool = False,
     ncc: bool = False,
     images: bool = True,

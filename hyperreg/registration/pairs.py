@@ -23,7 +23,7 @@ import torch
 
 from hyperreg._checks import as_lambda_tensor
 from hyperreg._errors import InputError, passed_as
-from hyperreg.geometry.intensity import normalize_intensity
+from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION, normalize_intensity
 from hyperreg.geometry.io import SAVE_SUFFIXES, VOLUME_SAVE_SUFFIXES, Volume, check_same_grid
 from hyperreg.geometry.io import same_grid
 from hyperreg.geometry.resample import conformed_grid, describe_grid, isotropic_grid, resample_to
@@ -88,7 +88,7 @@ def model_input(volume: Volume, normalization: str, device: torch.device) -> tor
         raise InputError(
             "",
             "'{path}' has intensities in [{lo:g}, {hi:g}], outside the [0, 1] the model expects; "
-            "use the default min-max normalisation instead of 'none'",
+            "use the default normalisation ('robust') instead of 'none'",
             "volume",
             path=volume.path,
             lo=data.min(),
@@ -354,7 +354,7 @@ def register_pair(
     *,
     moving_seg: Volume | None = None,
     fixed_seg: Volume | None = None,
-    normalization: str = "minmax",
+    normalization: str = DEFAULT_NORMALIZATION,
     resample: bool = False,
 ) -> RegistrationResult:
     """Register ``moving`` to ``fixed`` at λ = ``lam`` on the model's device.

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import torch
 
+from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION
 from hyperreg.geometry.io import Volume
 from hyperreg.method.losses import ncc_loss
 from hyperreg.method.model import HyperMorph, RegistrationOutput
@@ -47,7 +48,7 @@ def register_passes(
     moving_seg: Volume | None = None,
     fixed_seg: Volume | None = None,
     labels: Sequence[int] | None = None,
-    normalization: str = "minmax",
+    normalization: str = DEFAULT_NORMALIZATION,
     images: bool = True,
     ncc: bool = False,
 ) -> RegistrationResult:

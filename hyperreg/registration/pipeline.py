@@ -20,6 +20,7 @@ or replaces it; λ chosen per pair without labels is
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,8 +35,10 @@ from hyperreg.geometry.affine import (
     register_affine,
     resample_affine,
 )
+from hyperreg.geometry.bias import correct_bias
 from hyperreg.geometry.inspect import check_pair_contents, label_grid_warning
 from hyperreg.geometry.inspect import label_ids_warning, spacing_warning
+from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION, winsorize
 from hyperreg.geometry.io import Volume, check_same_grid, check_same_ndim, same_grid
 from hyperreg.geometry.resample import resample_to
 from hyperreg.method.metrics import label_sets, mean_registration_dice, registration_dice
@@ -69,11 +72,11 @@ __all__ = [
     "initial_transform",
     "load_input",
     "load_pair",
+    "model_image",
 ]
 
 DEFAULT_INIT = "affine"
 """The affine stage every entry point runs unless told otherwise (Python and CLI alike)."""
-DEFAULT_NORMALIZATION = "minmax"
 
 
 @dataclass
@@ -82,13 +85,15 @@ class PreparedPair:
 
     Attributes:
         moving: The moving image as read (its own grid).
-        fixed: The fixed image; every output is on its grid.
+        fixed: The fixed image as the network sees it (:func:`model_image`: outlying voxels
+            clipped, bias-corrected on request); every output is on its grid.
         moving_seg: The moving label map as read, or None.
         fixed_seg: The fixed label map on the fixed grid, or None.
         transform: Fixed world -> moving world affine (identity without an affine stage).
-        chained: Outputs are sampled through ``transform`` and the field from the originals.
-        aligned: The model's moving image on the fixed grid (through ``transform`` or the
-            headers).
+        chained: Outputs are sampled through ``transform`` and the field from the originals
+            (also without an affine stage when the model's moving image differs from the file).
+        aligned: The model's moving image (:func:`model_image`) on the fixed grid (through
+            ``transform`` or the headers).
         aligned_seg: The moving label map on the fixed grid when not ``chained``, else None.
         labels: Label ids scored (the inputs' union), or None without both label maps.
         dice_before: Mean Dice with no registration, or None.
@@ -152,7 +157,7 @@ class PreparedPair:
         fn = "PreparedPair.register"
         if model.config.ndim != self.fixed.ndim:
             raise _ndim_error(fn, model, self.fixed)
-        if inverse and self.chained:
+        if inverse and self.chained and self.affine is not None:
             raise InputError(
                 fn,
                 "{0} inverts only the deformable field; this pair's transform also holds an "
@@ -268,6 +273,7 @@ def load_pair(
     resample: bool = True,
     seed: int = 0,
     npz_geometry: str | None = None,
+    bias_correct: bool = False,
 ) -> PreparedPair:
     """Read and check a pair once, run its affine stage once: a :class:`PreparedPair`.
 
@@ -290,17 +296,21 @@ def load_pair(
             pair by :func:`~hyperreg.geometry.affine.load_initial_affine`). With
             ``init="none"`` it is used as is; otherwise the affine stage starts from it and
             refines it (ANTs' ``--initial-moving-transform``).
-        normalization: Intensity normalisation of the model inputs (``"minmax"`` or
-            ``"none"``).
+        normalization: Intensity normalisation of what the affine stage registers and the
+            network sees (:func:`model_image`; ``"robust"``, the default, ``"minmax"`` or
+            ``"none"``). The outputs are sampled from the files as read, in their own units.
         resample: Resample inputs on other grids onto the fixed grid (default True); False
             makes differing grids an error.
         seed: Seed of the affine stage's metric sampling.
         npz_geometry: Geometry of header-less (npz) inputs: ``"fixed"`` (the fixed image's;
             shapes must agree), ``"identity"`` (1 mm voxels, world = voxel index), or None
             (default): an npz input is an error (:func:`load_input`).
+        bias_correct: Remove each image's bias field (N4) before the affine stage and the
+            network (:func:`model_image`); outputs are still sampled from the files as read.
 
     Returns:
-        A :class:`PreparedPair`.
+        A :class:`PreparedPair` whose ``fixed`` and ``aligned`` hold the intensities the
+        network sees and whose ``moving`` is the moving image as read.
 
     Warns:
         UserWarning: Before the affine stage, for a label map
@@ -347,20 +357,24 @@ def load_pair(
     moving_seg_v, fixed_seg_v = segs.values()
     if not resample:
         check_same_grid(moving_v, fixed_v)
+    # the affine stage and the network see the same intensities (one rule, after the optional
+    # bias correction); the outputs are sampled from the volumes as read
+    seen = [model_image(v, normalization, bias_correct) for v in (moving_v, fixed_v)]
     if initial is not None and init == "none":
         transform, affine = initial, AffineStage.of(initial, "initial")
         chained = not _is_identity(transform, moving_v, fixed_v)
     elif initial is not None:
-        transform = register_affine(moving_v, fixed_v, init, seed=seed, initial=initial)
+        transform = register_affine(*seen, init, seed=seed, initial=initial)
         affine = AffineStage.of(transform)
         chained = not _is_identity(transform, moving_v, fixed_v)
     else:
-        transform = register_affine(moving_v, fixed_v, init, seed=seed)
+        transform = register_affine(*seen, init, seed=seed)
         affine = AffineStage.of(transform) if init != "none" else None
         chained = init != "none" and not _is_identity(transform, moving_v, fixed_v)
-    return _prepared(
-        moving_v,
-        fixed_v,
+    if seen[0] is not moving_v:  # outputs from the moving file as read, not the model's copy
+        chained = True
+    pair = _prepared(
+        *seen,
         moving_seg_v,
         fixed_seg_v,
         transform,
@@ -369,6 +383,26 @@ def load_pair(
         normalization,
         resample,
     )
+    if seen[0] is not moving_v:
+        pair.moving = moving_v
+    if bias_correct:
+        pair.notes.append("bias field corrected (N4) for the affine stage and the network")
+    return pair
+
+
+def model_image(
+    volume: Volume, normalization: str = DEFAULT_NORMALIZATION, bias_correct: bool = False
+) -> Volume:
+    """``volume`` as the affine stage and the network see it, same grid and path: its bias
+    field removed (:func:`~hyperreg.geometry.bias.correct_bias`) when ``bias_correct``, then
+    its outlying voxels (:func:`~hyperreg.geometry.intensity.winsorize` with
+    ``normalization``); ``volume`` itself when neither changes anything."""
+    if bias_correct:
+        volume = correct_bias(volume)
+    data = winsorize(volume.data, normalization)
+    if data is volume.data:
+        return volume
+    return dataclasses.replace(volume, data=data)
 
 
 def _warn_about_contents(moving: Volume, fixed: Volume, model: HyperMorph | None) -> None:
@@ -416,11 +450,11 @@ def _prepared(
     )
     if chained:
         aligned = resample_affine(moving, fixed, transform)
-        kind = affine.kind if affine else "affine"
+        # without an affine stage, chained only so that outputs come from the file as read
+        # (load_pair: the network's copy was clipped or bias-corrected)
+        through = f"the {affine.kind} stage and the field" if affine else "the field"
         notes.insert(
-            0,
-            f"moving '{moving.path}' sampled once through the {kind} stage and the field onto "
-            "the fixed grid",
+            0, f"moving '{moving.path}' sampled once through {through} onto the fixed grid"
         )
     assert aligned is not None
     labels = dice_before = dice_affine = None
@@ -434,7 +468,7 @@ def _prepared(
             else resample_to(moving_seg, fixed, label=True).data
         )
         dice_before = mean_registration_dice(before_data, fixed_seg.data, labels=labels)
-        if chained:
+        if chained and affine is not None:
             alone = sample_volume(moving_seg, transform, None, fixed, label=True).data
             dice_affine = mean_registration_dice(alone, fixed_seg.data, labels=labels)
     return PreparedPair(

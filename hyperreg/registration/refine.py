@@ -42,6 +42,7 @@ from torch import Tensor
 
 from hyperreg._checks import as_lambda_tensor, check_option
 from hyperreg._errors import InputError
+from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION
 from hyperreg.geometry.io import Volume
 from hyperreg.method.losses import ncc_loss
 from hyperreg.method.metrics import mean_dice
@@ -367,7 +368,7 @@ def refine_pair(
     *,
     moving_seg: Volume | None = None,
     fixed_seg: Volume | None = None,
-    normalization: str = "minmax",
+    normalization: str = DEFAULT_NORMALIZATION,
     resample: bool = False,
     inverse: bool = False,
     labels: Sequence[int] | None = None,

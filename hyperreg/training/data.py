@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION
 from hyperreg.training.batches import (
     LambdaSampler,
     MixtureSampler,
@@ -106,7 +107,7 @@ class PairSampler:
         ndim: int,
         atlas: str | Path | None = None,
         slice_axis: int = 2,
-        normalization: str = "minmax",
+        normalization: str = DEFAULT_NORMALIZATION,
         holdout_every: int = 0,
         crop: tuple[int, ...] = (),
         *,

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION
 from hyperreg.training.foreground import brain_slices, foreground_centre
 from hyperreg.training.sources import Scan, fit_to_shape, load_scan
 
@@ -132,7 +133,7 @@ def validation_pairs(
     slices: np.ndarray | None = None,
     slice_every: int = 10,
     max_pairs: int = 16,
-    normalization: str = "minmax",
+    normalization: str = DEFAULT_NORMALIZATION,
     spacing: float = 0.0,
     orientation: str = "",
     shape: tuple[int, ...] = (),

@@ -28,7 +28,7 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 
-from hyperreg.geometry.intensity import normalize_intensity
+from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION, normalize_intensity
 from hyperreg.geometry.io import Volume, has_header, load_volume, same_grid, spatial_shape_of
 from hyperreg.geometry.resample import (
     conformed_grid,
@@ -281,7 +281,7 @@ def _check_csv_images(source: Path, scans: list[Scan]) -> None:
 def load_scan(
     scan: Scan,
     *,
-    normalization: str = "minmax",
+    normalization: str = DEFAULT_NORMALIZATION,
     spacing: float = 0.0,
     with_seg: bool = True,
     orientation: str = "",
@@ -310,7 +310,7 @@ def load_scan(
         orientation: Axis codes of the training grid (3D), or ``""`` to keep the scan's axes.
 
     Returns:
-        ``(image, seg)``: float32 ``(I, J[, K])`` in [0, 1] with ``"minmax"``, and int32 of the
+        ``(image, seg)``: float32 ``(I, J[, K])`` in [0, 1] unless ``"none"``, and int32 of the
         same shape or None.
 
     Raises:
