@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,8 +57,14 @@ SUMMARY_COLUMNS = (
     "log_jacobian_std",
     "seconds",
     "refine_seconds",
+    "refine_similarity_before",
+    "refine_similarity_after",
+    "verdict",
+    "kept",
     "similarity_before",
+    "similarity_affine",
     "similarity_after",
+    "affine_shape",
     "rank",
     "moved",
     "warp",
@@ -135,18 +142,35 @@ def changed_settings(record: dict[str, Any] | None, identity: dict[str, Any]) ->
 def scores(result: Any) -> dict[str, Any]:
     """The summary cells of one :class:`~hyperreg.registration.pipeline.PairResult`: mean Dice
     (registered, affine alone, unregistered; empty without label maps), folding (% of voxels
-    with J ≤ 0), std log J and the refinement's seconds and similarity before/after."""
+    with J ≤ 0), std log J, the refinement's seconds and similarity before/after, and the
+    verdict (:class:`~hyperreg.registration.verdict.Verdict`: ``ok`` or ``check: <reason>``,
+    what was kept, the model's similarity as the pair came, after the affine and registered,
+    the affine's scales and shears)."""
     refined = result.refinement
     labelled = result.dice is not None
+    verdict = result.verdict
+    judged = {}
+    if verdict is not None:
+        judged = {
+            "verdict": verdict.text,
+            "kept": verdict.kept,
+            "similarity_before": verdict.similarity_before,
+            "similarity_affine": (
+                None if math.isnan(verdict.similarity_affine) else verdict.similarity_affine
+            ),
+            "similarity_after": verdict.similarity_after,
+            "affine_shape": verdict.affine.text() if verdict.affine is not None else "",
+        }
     return {
+        **judged,
         "mean_dice": result.mean_dice if labelled else None,
         "dice_affine": result.dice_affine if labelled else None,
         "dice_before": result.dice_before if labelled else None,
         "folding_percent": 100.0 * result.folding_fraction,
         "log_jacobian_std": result.log_jacobian_std,
         "refine_seconds": refined.seconds if refined else None,
-        "similarity_before": refined.similarity_before if refined else None,
-        "similarity_after": refined.similarity_after if refined else None,
+        "refine_similarity_before": refined.similarity_before if refined else None,
+        "refine_similarity_after": refined.similarity_after if refined else None,
     }
 
 

@@ -142,8 +142,9 @@ class PreparedPair:
         affine's scales and shears, and ``ok`` or ``check: <reason>``
         (:func:`~hyperreg.registration.verdict.judge`). With ``never_worse``, a registration
         less similar than the better of the other two beyond the margin is replaced by it
-        (the identity field after the affine, or the pair as it came) and a warning names
-        the pair.
+        (the identity field after the affine, or the pair as it came). A pair that needs
+        checking is logged as one warning naming it (``'<moving>' -> '<fixed>' at λ <λ>:
+        check: <reasons>``).
 
         Args:
             model: A trained :class:`~hyperreg.method.model.HyperMorph` of the pair's ndim.
@@ -262,8 +263,9 @@ class PreparedPair:
             transform = self.transform if verdict.kept == "affine" else AffineTransform.identity()
             moved, moved_seg, warp = self._chain(transform, None, raw)
             disp = np.zeros_like(raw.disp)
-            name = f"'{self.moving.path}' -> '{self.fixed.path}' at λ {raw.lam:g}"
-            logger.warning("%s: %s", name, verdict.text)
+        if not verdict.ok:  # one line naming the pair (the command line's only line on it)
+            names = [str(v.path) if v.path else "<in-memory>" for v in (self.moving, self.fixed)]
+            logger.warning("'%s' -> '%s' at λ %g: %s", *names, raw.lam, verdict.text)
         dice = None
         if moved_seg is not None and self.fixed_seg is not None:
             dice = registration_dice(moved_seg, self.fixed_seg.data, labels=self.labels)
