@@ -90,8 +90,8 @@ HEADER = [
     "pair",
     "setting",
     "mean Dice",
-    "mean |u| (vox)",
-    "max |u|",
+    "mean disp (vox)",
+    "max disp",
     "sim before",
     "sim affine",
     "sim registered",
@@ -134,6 +134,26 @@ def section_2d(lam: float) -> None:
     print(table(HEADER, rows) + "\n")
 
 
+def _shift_changes(model, path, shifts) -> list[str]:
+    """Relative change of the model's similarity of ``path`` against itself resampled shifted by
+    each of ``shifts`` voxels along both axes (border values beyond the edge)."""
+    import torch
+
+    from hyperreg.geometry.io import load_volume
+    from hyperreg.method.spatial import warp
+    from hyperreg.registration.similarity import network_similarities, on_fixed_grid
+
+    image = load_volume(path)
+    data = torch.from_numpy(image.data.astype(np.float32))[None, None]
+    volumes = [image]
+    for shift in shifts:
+        disp = torch.full((1, 2, *image.data.shape), float(shift))
+        moved = warp(data, disp, padding="border")[0, 0].numpy()
+        volumes.append(on_fixed_grid(moved, image, image))
+    scores = network_similarities(model, volumes, image, "minmax", model.objective)
+    return [f"{(x - scores[0]) / abs(scores[0]):+.4f}" for x in scores[1:]]
+
+
 def section_margin(lams: list[float], count: int) -> None:
     import hyperreg
     from hyperreg.registration.pipeline import load_pair
@@ -155,6 +175,11 @@ def section_margin(lams: list[float], count: int) -> None:
             changes[kind].append(change)
             rows.append([f"{moving} -> {fixed}", f"{lam:g}", f"{best:.4f}", f"{change:+.4f}"])
         log(rows[-1])
+    shifts = (0.05, 0.1, 0.25)
+    shift_rows = [[p, *_shift_changes(model, images[p], shifts)] for p in people[:count]]
+    print("### Similarity change of a slice resampled shifted along both axes (no registration)\n")
+    header = ["slice", *(f"shift {s:g} voxel" for s in shifts)]
+    print(table(header, shift_rows) + "\n")
     print(f"### Similarity change (registered vs best of before/affine), λ {lams}\n")
     print(table(["pair", "λ", "best before/affine", "relative change"], rows) + "\n")
     for kind, values in changes.items():

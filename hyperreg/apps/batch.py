@@ -93,6 +93,7 @@ def batch_register(
     init: str | None = None,
     npz_geometry: str | None = None,
     passes: int | None = None,
+    never_worse: bool = True,
 ) -> BatchReport:
     """Register every pair of ``pairs`` (one shard) with per-pair records, resumably.
 
@@ -131,6 +132,9 @@ def batch_register(
         npz_geometry: Geometry of npz inputs (:func:`~hyperreg.registration.inputs.load_input`).
         passes: Network passes per pair (:func:`~hyperreg.apps.register.register_files`); None
             (default): the model's own. Part of a pair's identity when more than 1.
+        never_worse: See :func:`~hyperreg.apps.register.register_files` (default True; the
+            record's ``verdict`` and ``kept`` say what each pair holds). Part of a pair's
+            identity when False.
 
     Returns:
         A :class:`BatchReport`.
@@ -156,6 +160,7 @@ def batch_register(
         init=init,
         npz_geometry=npz_geometry,
         passes=passes,
+        never_worse=never_worse,
     )
     start = time.perf_counter()
     report = BatchReport()
@@ -168,6 +173,8 @@ def batch_register(
         planned = default.lam if pair_lam is None else pair_lam
         settings = (passes or model.config.passes, model.config.flip_average)
         identity = pair_identity(pair, planned, refine, init, *settings)
+        if not never_worse:
+            identity["keep_worse"] = True
         outputs = _outputs(pair, init)
         earlier = read_record(folder)  # read once: done, or what changed since
         if finished(folder, earlier, identity):
@@ -353,6 +360,7 @@ def run_batch(
     npz_geometry: str | None = None,
     passes: int | None = None,
     flip_average: bool | None = None,
+    never_worse: bool = True,
 ) -> BatchRun:
     """One process of a batch job: read the pairs, run this rank's shard, merge.
 
@@ -384,6 +392,7 @@ def run_batch(
         passes: Network passes per pair (see :func:`batch_register`).
         flip_average: The model's test-time flip averaging on or off; None: as its file
             records (:func:`hyperreg.apps.models.resolve_model`).
+        never_worse: See :func:`batch_register`.
 
     Returns:
         A :class:`BatchRun`.
@@ -426,6 +435,7 @@ def run_batch(
             init=init,
             npz_geometry=npz_geometry,
             passes=passes,
+            never_worse=never_worse,
         )
         merged = None
         if group:

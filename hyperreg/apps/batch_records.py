@@ -126,10 +126,17 @@ def finished(folder: Path, record: dict[str, Any] | None, identity: dict[str, An
 def changed_settings(record: dict[str, Any] | None, identity: dict[str, Any]) -> list[str]:
     """The settings of an earlier ``record`` that differ from ``identity``, as
     ``"<key> <old> -> <new>"`` (``refine`` and ``init`` read ``none`` when absent, ``passes``
-    1, ``flip_average`` False); empty when there is no record or nothing changed."""
+    1, ``flip_average`` and ``keep_worse`` False); empty when there is no record or nothing
+    changed."""
     if record is None:
         return []
-    absent = {"refine": "none", "init": "none", "passes": 1, "flip_average": False}
+    absent = {
+        "refine": "none",
+        "init": "none",
+        "passes": 1,
+        "flip_average": False,
+        "keep_worse": False,
+    }
     keys = [*identity, *(k for k in absent if k not in identity)]
     changed = []
     for key in keys:

@@ -58,6 +58,7 @@ def _add_batch(sub: Any) -> None:
     opts.add_warp_format_argument(batch, "warp.nii.gz")
     opts.add_refine_arguments(batch, model_default=True)
     opts.add_passes_argument(batch)
+    opts.add_keep_worse_argument(batch)
     opts.add_flip_argument(batch)
     opts.add_init_argument(batch, initial=False)  # per pair: the CSV's initial_affine column
     opts.add_preprocessing_arguments(batch, then="then a failed pair")
@@ -120,6 +121,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
         init=args.init,
         npz_geometry=args.npz_geometry,
         passes=args.passes,
+        never_worse=not args.keep_worse,
         flip_average=args.flip_average,
         **preprocessing_options(args),
     )

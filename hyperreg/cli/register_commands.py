@@ -80,14 +80,7 @@ def _add_register(sub: Any) -> None:
         "edges overlaid, checkerboard, |difference|, and label borders with both label maps; "
         "every panel titled; 3D: middle slice",
     )
-    reg.add_argument(
-        "--keep-worse",
-        action="store_true",
-        help="write the registration even when it lowered the model's own similarity (its "
-        "objective's, e.g. local NCC, on the network grid) by more than 1 %% against the pair "
-        "as it came or the affine alone; default: write the better of those two instead, "
-        "with a warning",
-    )
+    opts.add_keep_worse_argument(reg)
     opts.add_refine_arguments(reg, model_default=True)
     opts.add_passes_argument(reg)
     opts.add_flip_argument(reg)
