@@ -141,7 +141,11 @@ def _shift_changes(model, path, shifts) -> list[str]:
 
     from hyperreg.geometry.io import load_volume
     from hyperreg.method.spatial import warp
-    from hyperreg.registration.similarity import network_similarities, on_fixed_grid
+    from hyperreg.registration.similarity import (
+        network_input,
+        network_similarity,
+        on_fixed_grid,
+    )
 
     image = load_volume(path)
     data = torch.from_numpy(image.data.astype(np.float32))[None, None]
@@ -150,7 +154,11 @@ def _shift_changes(model, path, shifts) -> list[str]:
         disp = torch.full((1, 2, *image.data.shape), float(shift))
         moved = warp(data, disp, padding="border")[0, 0].numpy()
         volumes.append(on_fixed_grid(moved, image, image))
-    scores = network_similarities(model, volumes, image, "minmax", model.objective)
+    fixed = network_input(model, image, image, "minmax")
+    scores = [
+        network_similarity(model.objective, network_input(model, v, image, "minmax"), fixed)
+        for v in volumes
+    ]
     return [f"{(x - scores[0]) / abs(scores[0]):+.4f}" for x in scores[1:]]
 
 

@@ -20,10 +20,13 @@ or replaces it; λ chosen per pair without labels is
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -53,7 +56,7 @@ from hyperreg.registration.pairs import (
 from hyperreg.registration.passes import register_passes
 from hyperreg.registration.refine import Refinement, refine_objective, refine_pair
 from hyperreg.registration.results import AffineStage, PairResult, RefineStats
-from hyperreg.registration.similarity import network_similarities, on_fixed_grid
+from hyperreg.registration.similarity import network_input, network_similarity, on_fixed_grid
 from hyperreg.registration.verdict import Verdict, decompose_affine, judge
 
 __all__ = [
@@ -113,9 +116,7 @@ class PreparedPair:
     affine: AffineStage | None
     normalization: str
     notes: list[str]
-    _similarity: dict[str, tuple[float, float | None]] = field(
-        default_factory=dict, init=False, repr=False, compare=False
-    )
+    _similarity: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def register(
         self,
@@ -138,7 +139,7 @@ class PreparedPair:
 
         Every result carries a :class:`~hyperreg.registration.verdict.Verdict`: the model's
         similarity of the pair as it came, after the affine stage and registered (on the
-        network grid, :func:`~hyperreg.registration.similarity.network_similarities`), the
+        network grid, :func:`~hyperreg.registration.similarity.network_similarity`), the
         affine's scales and shears, and ``ok`` or ``check: <reason>``
         (:func:`~hyperreg.registration.verdict.judge`). With ``never_worse``, a registration
         less similar than the better of the other two beyond the margin is replaced by it
@@ -308,19 +309,27 @@ class PreparedPair:
         the similarities before and after the affine are scored once per pair."""
         refined = refinement is not None and refinement.steps > 0
         objective = refine_objective(model, refinement) if refined else model.objective
-        key = objective.similarity
-        if key not in self._similarity:  # the pair as it came, and after the affine
-            before = self.aligned
-            if self.chained:  # the headers' identity, sampled as a fallback to it would be
-                identity = AffineTransform.identity()
-                before = sample_volume(self.moving, identity, None, self.fixed)
-            images = [before, self.aligned] if self.chained else [before]
-            scores = network_similarities(model, images, self.fixed, self.normalization, objective)
-            self._similarity[key] = (scores[0], scores[1] if self.chained else None)
-        before_score, affine_score = self._similarity[key]
+        cache, norm = self._similarity, self.normalization
+        if "fixed" not in cache:
+            cache["fixed"] = network_input(model, self.fixed, self.fixed, norm)
+        fixed_t = cache["fixed"]
+        if objective.similarity not in cache:  # the pair as it came, and after the affine
+            # as it came: the moving file straight onto the network grid through the headers
+            # (NaN, not a candidate, for a 2D slice in another plane: it needs the affine)
+            before_score = math.nan
+            with contextlib.suppress(ValueError):
+                before = self.moving if self.chained else self.aligned
+                before_t = network_input(model, before, self.fixed, norm)
+                before_score = network_similarity(objective, before_t, fixed_t)
+            affine = network_input(model, self.aligned, self.fixed, norm) if self.chained else None
+            cache[objective.similarity] = (
+                before_score,
+                None if affine is None else network_similarity(objective, affine, fixed_t),
+            )
+        before_score, affine_score = cache[objective.similarity]
         registered = on_fixed_grid(moved, self.fixed, self.moving)
-        (after,) = network_similarities(
-            model, [registered], self.fixed, self.normalization, objective
+        after = network_similarity(
+            objective, network_input(model, registered, self.fixed, norm), fixed_t
         )
         shape = None if self.affine is None else decompose_affine(self.transform.matrix)
         return judge(
