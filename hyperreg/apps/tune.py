@@ -229,9 +229,9 @@ def _evaluate(
         if not known:
             aligned = init != "none" or spec.initial_affine is not None
             transforms[position] = pair.transform if aligned else None
-        # the model's own curve over λ: a field that lowered the similarity is scored as it
-        # is, not replaced (never_worse=False; register applies the rule at the λ chosen)
-        results = pair.register(model, list(lambdas), chunk=chunk, amp=amp, never_worse=False)
+        # the model's own curve over λ: every field scored as it is (no verdict, so no
+        # never-worse rule; register applies both at the λ chosen)
+        results = pair.register(model, list(lambdas), chunk=chunk, amp=amp, judged=False)
         for slot, result in zip(per_lam, results):
             slot.append(result)
         before.append(float(pair.dice_before))  # type: ignore[arg-type]

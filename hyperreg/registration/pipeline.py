@@ -130,6 +130,7 @@ class PreparedPair:
         ncc: bool = False,
         passes: int | None = None,
         never_worse: bool = True,
+        judged: bool = True,
     ) -> list[PairResult]:
         """Register the pair at every λ of ``lams``; outputs through the chain.
 
@@ -160,6 +161,9 @@ class PreparedPair:
             never_worse: Keep the better of the pair as it came and the affine alone when
                 the registration lowered the similarity (default True); False keeps the
                 registration and only flags it in the verdict.
+            judged: Give each result its verdict (default True); False: no verdict (None)
+                and no never-worse rule, the model's own fields as they are (a λ search
+                scoring the model, which saves the similarity evaluations).
 
         Returns:
             One :class:`PairResult` per λ, in the order given.
@@ -232,7 +236,7 @@ class PreparedPair:
                 ncc=ncc,
                 **inputs,
             )
-        return [self._finish(r, refinement, model, never_worse) for r in raw]
+        return [self._finish(r, refinement, model, never_worse, judged) for r in raw]
 
     def _chain(
         self, transform: AffineTransform, disp: np.ndarray | None, raw: RegistrationResult
@@ -255,16 +259,18 @@ class PreparedPair:
         refinement: Refinement | None,
         model: HyperMorph,
         never_worse: bool,
+        judged: bool = True,
     ) -> PairResult:
         """The chain's outputs, typed statistics and verdict of one raw model result."""
         moved, moved_seg, warp = self._chain(self.transform, raw.disp, raw)
-        verdict = self._verdict(model, refinement, moved, raw, never_worse)
+        verdict = self._verdict(model, refinement, moved, raw, never_worse) if judged else None
+        kept = "registered" if verdict is None else verdict.kept
         disp = raw.disp
-        if verdict.kept != "registered":  # the better of the pair as it came / the affine
-            transform = self.transform if verdict.kept == "affine" else AffineTransform.identity()
+        if kept != "registered":  # the better of the pair as it came and the affine alone
+            transform = self.transform if kept == "affine" else AffineTransform.identity()
             moved, moved_seg, warp = self._chain(transform, None, raw)
             disp = np.zeros_like(raw.disp)
-        if not verdict.ok:  # one line naming the pair (the command line's only line on it)
+        if verdict is not None and not verdict.ok:  # one line naming the pair (the CLI's only)
             names = [str(v.path) if v.path else "<in-memory>" for v in (self.moving, self.fixed)]
             logger.warning("'%s' -> '%s' at λ %g: %s", *names, raw.lam, verdict.text)
         dice = None
@@ -290,7 +296,7 @@ class PreparedPair:
             resampled=[*self.notes, *(n for n in raw.resampled if n not in self.notes)],
             verdict=verdict,
         )
-        if verdict.kept != "registered":  # no field: its statistics are the identity's
+        if kept != "registered":  # no field: its statistics are the identity's
             result.folding_fraction = result.log_jacobian_std = 0.0
             result.smoothness = 0.0 if result.smoothness is not None else None
             if result.inverse_disp is not None:
