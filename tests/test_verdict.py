@@ -231,3 +231,20 @@ def test_batch_summary_has_the_verdict_and_lists_the_pairs_to_check(tmp_path, ca
     assert normal["affine_shape"].startswith("scales ")
     printed = capsys.readouterr().out
     assert "1 pair(s) to check" in printed and f"{identical['name']} (" in printed
+
+
+@pytest.mark.slow  # a 3D registration (about 10-20 s on one thread)
+@needs_data("ixi-2mm")
+def test_a_3d_head_registered_to_itself_stays_in_place() -> None:
+    import hyperreg
+    from hyperreg.geometry.io import load_volume
+    from hyperreg.registration.refine import Refinement
+
+    root = data_path("ixi-2mm")
+    image = load_volume(root / "IXI012-HH-1211_T1.nii.gz")
+    seg = load_volume(root / "IXI012-HH-1211_DLMUSE.nii.gz", label=True)
+    model = hyperreg.load_pretrained(ndim=3)
+    result = _register(model, image, image, seg, seg, Refinement(steps=0))
+    assert result.mean_dice >= 0.98
+    assert np.sqrt((result.disp**2).sum(0)).mean() < 0.5
+    assert result.verdict.kept == "headers"
