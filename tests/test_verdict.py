@@ -248,3 +248,24 @@ def test_a_3d_head_registered_to_itself_stays_in_place() -> None:
     assert result.mean_dice >= 0.98
     assert np.sqrt((result.disp**2).sum(0)).mean() < 0.5
     assert result.verdict.kept == "headers"
+
+
+@needs_data("neurite-oasis")
+def test_register_says_one_line_for_a_pair_to_check_and_none_for_a_good_one(
+    tmp_path, capsys
+) -> None:
+    from hyperreg.cli import main
+
+    one, two = (
+        data_path("neurite-oasis", p) for p in ("OASIS_OAS1_0001_MR1", "OASIS_OAS1_0002_MR1")
+    )
+    fixed = str(one / "slice_norm.nii.gz")
+    common = ["register", "--fixed", fixed, "--refine", "0", "--device", "cpu"]
+    assert main([*common, "--moving", fixed, "--moved", str(tmp_path / "same.nii.gz")]) == 0
+    said = capsys.readouterr()
+    checks = [line for line in (said.out + said.err).splitlines() if "check:" in line]
+    assert len(checks) == 1 and fixed in checks[0] and "kept the pair as it came" in checks[0]
+    moving = str(two / "slice_norm.nii.gz")
+    assert main([*common, "--moving", moving, "--moved", str(tmp_path / "other.nii.gz")]) == 0
+    said = capsys.readouterr()
+    assert "check:" not in said.out + said.err
