@@ -310,6 +310,19 @@ SUITE: dict[str, Bench] = {
         device=False,
         needs=("ixi-2mm", "oasis1-freesurfer"),
     ),
+    "trust": Bench(
+        "Trust on every pair: never worse than what came in, and a verdict per pair",
+        "bench_trust.py",
+        {
+            "smoke": ["2d", "--margin-pairs", "1", "--margin-lambdas", "0.1"],
+            "small": ["2d", "margin", "3d", "--heldout", "2"],
+            "full": ["2d", "margin", "3d", "--heldout", "3"],
+        },
+        group="by-hand",
+        data="root",
+        device=False,
+        needs=("neurite-oasis", "mindboggle-trt20-2d", "ixi-2mm"),
+    ),
     "3d_fit": Bench(
         "Is the 3D network too small? Its amortisation gap",
         "bench_3d_fit.py",

@@ -108,7 +108,8 @@ def test_the_pipeline_runs_passes_per_lambda_and_refuses_an_inverse() -> None:
         pair["moving"], pair["fixed"], moving_seg=pair["moving_seg"],
         fixed_seg=pair["fixed_seg"], init="none",
     )  # fmt: skip
-    results = prepared.register(model, [0.2, 0.6], passes=2)
+    # an untrained model's field: compared as given (the never-worse rule off)
+    results = prepared.register(model, [0.2, 0.6], passes=2, never_worse=False)
     for result in results:
         alone = register_passes(model, pair["moving"], pair["fixed"], result.lam, 2)
         np.testing.assert_allclose(result.disp, alone.disp, atol=1e-6)
@@ -122,7 +123,7 @@ def test_register_command_takes_passes(tmp_path: Path, capsys: pytest.CaptureFix
     moving = write_nifti(tmp_path / "m.nii.gz", blob(SHAPE, (10, 8))[..., None])
     fixed = write_nifti(tmp_path / "f.nii.gz", blob(SHAPE, (13, 11))[..., None])
     common = ["register", "--model", str(model), "--moving", str(moving), "--fixed", str(fixed),
-              "--init", "none", "--device", "cpu", "--lambda", "0.3"]  # fmt: skip
+              "--init", "none", "--device", "cpu", "--lambda", "0.3", "--keep-worse"]  # fmt: skip
     for passes in ("1", "2"):
         out = tmp_path / f"warp{passes}.nii.gz"
         assert main([*common, "--passes", passes, "--warp", str(out)]) == 0
@@ -141,7 +142,7 @@ def test_sweep_and_batch_take_passes(
     model = save_tiny_model(tmp_path / "model.pt")
     moving = write_nifti(tmp_path / "m.nii.gz", blob(SHAPE, (10, 8))[..., None])
     fixed = write_nifti(tmp_path / "f.nii.gz", blob(SHAPE, (13, 11))[..., None])
-    common = ["--model", str(model), "--device", "cpu", "--init", "none"]
+    common = ["--model", str(model), "--device", "cpu", "--init", "none", "--keep-worse"]
     pair = ["--moving", str(moving), "--fixed", str(fixed)]
     for passes in ("1", "2"):
         out = tmp_path / f"sweep{passes}"
@@ -207,12 +208,13 @@ def test_a_model_that_records_two_passes_runs_them_by_default(
     assert load_checkpoint(path)[0].config.passes == 2
     pair = volume_pair()
     prepared = load_pair(pair["moving"], pair["fixed"], init="none")
-    default = prepared.register(model, [0.3])[0]
+    raw = dict(never_worse=False)  # an untrained model's fields, compared as given
+    default = prepared.register(model, [0.3], **raw)[0]
     two = register_passes(model, pair["moving"], pair["fixed"], 0.3, 2)
     np.testing.assert_allclose(default.disp, two.disp, atol=1e-6)
-    one = prepared.register(model, [0.3], passes=1)[0]
+    one = prepared.register(model, [0.3], passes=1, **raw)[0]
     assert np.abs(one.disp - default.disp).max() > 1e-3
-    inverse = prepared.register(model, [0.3], inverse=True)[0]  # one pass, no error
+    inverse = prepared.register(model, [0.3], inverse=True, **raw)[0]  # one pass, no error
     np.testing.assert_allclose(inverse.disp, one.disp, atol=1e-6)
     moving = write_nifti(tmp_path / "m.nii.gz", blob(SHAPE, (10, 8))[..., None])
     fixed = write_nifti(tmp_path / "f.nii.gz", blob(SHAPE, (13, 11))[..., None])

@@ -54,18 +54,20 @@ def test_every_command_scores_dice_over_the_labels_of_the_inputs(
     files = _pair_with_a_fixed_only_label(tmp_path / "data")
     model = save_tiny_model(tmp_path / "model.pt")
     segs = {"moving_seg": files["moving_seg"], "fixed_seg": files["fixed_seg"]}
+    # an untrained model: its fields as given (never-worse rule off), as tune scores them
     result = register_files(
         tiny_model(), files["moving"], files["fixed"], 0.5, init="none",
-        moved_seg=tmp_path / "moved_seg.nii.gz", **segs,
+        moved_seg=tmp_path / "moved_seg.nii.gz", never_worse=False, **segs,
     )
     assert result.dice is not None and set(result.dice) == {3, 4, 9} and result.dice[9] == 0.0
     register_dice = result.mean_dice
     assert register_dice == pytest.approx(np.mean([result.dice[k] for k in (3, 4, 9)]))
     # sweep
     common = ["--model", str(model), "--device", "cpu", "--init", "none"]
+    keep = ["--keep-worse"]  # tune scores the model's own fields; register and sweep alike
     pair_args = ["--moving", str(files["moving"]), "--fixed", str(files["fixed"]),
                  "--moving-seg", str(files["moving_seg"]), "--fixed-seg", str(files["fixed_seg"])]
-    assert main(["sweep", *common, *pair_args, "--lambdas", "0.5", "--out",
+    assert main(["sweep", *common, *keep, *pair_args, "--lambdas", "0.5", "--out",
                  str(tmp_path / "sweep")]) == 0
     row = (tmp_path / "sweep" / "sweep.csv").read_text().splitlines()
     header, values = row[0].split(","), row[1].split(",")

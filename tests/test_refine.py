@@ -376,6 +376,6 @@ def test_sweep_and_batch_take_refine(
     assert main(args) == 1  # the missing file fails its row, the other is done
     summary = (batch / "summary.csv").read_text().splitlines()
     header = summary[0].split(",")
-    assert len(summary) == 2 and "refine_seconds" in header and "similarity_after" in header
+    assert len(summary) == 2 and "refine_seconds" in header and "refine_similarity_after" in header
     row = dict(zip(header, summary[1].split(",")))
-    assert float(row["similarity_after"]) > float(row["similarity_before"])
+    assert float(row["refine_similarity_after"]) > float(row["refine_similarity_before"])

@@ -171,6 +171,8 @@ def test_sweep_cli_writes_csv_and_figures(files: dict[str, Path], capsys) -> Non
         "folding_percent",
         "log_jacobian_std",
         "ncc",
+        "verdict",
+        "kept",
     ]
     for row in rows:
         assert 0.0 <= float(row["mean_dice"]) <= 1.0

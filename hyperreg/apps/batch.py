@@ -95,6 +95,7 @@ def batch_register(
     npz_geometry: str | None = None,
     passes: int | None = None,
     bias_correct: bool = False,
+    never_worse: bool = True,
 ) -> BatchReport:
     """Register every pair of ``pairs`` (one shard) with per-pair records, resumably.
 
@@ -136,6 +137,9 @@ def batch_register(
         bias_correct: Remove each image's bias field (N4) before the affine stage and the
             network (:func:`hyperreg.registration.pipeline.model_image`); outputs are still
             sampled from the files as read.
+        never_worse: See :func:`~hyperreg.apps.register.register_files` (default True; the
+            record's ``verdict`` and ``kept`` say what each pair holds). Part of a pair's
+            identity when False.
 
     Returns:
         A :class:`BatchReport`.
@@ -162,6 +166,7 @@ def batch_register(
         npz_geometry=npz_geometry,
         passes=passes,
         bias_correct=bias_correct,
+        never_worse=never_worse,
     )
     start = time.perf_counter()
     report = BatchReport()
@@ -176,6 +181,8 @@ def batch_register(
         identity = pair_identity(pair, planned, refine, init, *settings)
         if bias_correct:  # a record made without it is not this registration
             identity["bias_correct"] = True
+        if not never_worse:
+            identity["keep_worse"] = True
         outputs = _outputs(pair, init)
         earlier = read_record(folder)  # read once: done, or what changed since
         if finished(folder, earlier, identity):
@@ -362,6 +369,7 @@ def run_batch(
     passes: int | None = None,
     flip_average: bool | None = None,
     bias_correct: bool = False,
+    never_worse: bool = True,
 ) -> BatchRun:
     """One process of a batch job: read the pairs, run this rank's shard, merge.
 
@@ -396,6 +404,7 @@ def run_batch(
         bias_correct: Remove each image's bias field (N4) before the affine stage and the
             network (:func:`hyperreg.registration.pipeline.model_image`); outputs are still
             sampled from the files as read.
+        never_worse: See :func:`batch_register`.
 
     Returns:
         A :class:`BatchRun`.
@@ -439,6 +448,7 @@ def run_batch(
             npz_geometry=npz_geometry,
             passes=passes,
             bias_correct=bias_correct,
+            never_worse=never_worse,
         )
         merged = None
         if group:

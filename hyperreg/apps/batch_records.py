@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,8 +57,14 @@ SUMMARY_COLUMNS = (
     "log_jacobian_std",
     "seconds",
     "refine_seconds",
+    "refine_similarity_before",
+    "refine_similarity_after",
+    "verdict",
+    "kept",
     "similarity_before",
+    "similarity_affine",
     "similarity_after",
+    "affine_shape",
     "rank",
     "moved",
     "warp",
@@ -119,10 +126,17 @@ def finished(folder: Path, record: dict[str, Any] | None, identity: dict[str, An
 def changed_settings(record: dict[str, Any] | None, identity: dict[str, Any]) -> list[str]:
     """The settings of an earlier ``record`` that differ from ``identity``, as
     ``"<key> <old> -> <new>"`` (``refine`` and ``init`` read ``none`` when absent, ``passes``
-    1, ``flip_average`` False); empty when there is no record or nothing changed."""
+    1, ``flip_average`` and ``keep_worse`` False); empty when there is no record or nothing
+    changed."""
     if record is None:
         return []
-    absent = {"refine": "none", "init": "none", "passes": 1, "flip_average": False}
+    absent = {
+        "refine": "none",
+        "init": "none",
+        "passes": 1,
+        "flip_average": False,
+        "keep_worse": False,
+    }
     keys = [*identity, *(k for k in absent if k not in identity)]
     changed = []
     for key in keys:
@@ -135,18 +149,35 @@ def changed_settings(record: dict[str, Any] | None, identity: dict[str, Any]) ->
 def scores(result: Any) -> dict[str, Any]:
     """The summary cells of one :class:`~hyperreg.registration.pipeline.PairResult`: mean Dice
     (registered, affine alone, unregistered; empty without label maps), folding (% of voxels
-    with J ≤ 0), std log J and the refinement's seconds and similarity before/after."""
+    with J ≤ 0), std log J, the refinement's seconds and similarity before/after, and the
+    verdict (:class:`~hyperreg.registration.verdict.Verdict`: ``ok`` or ``check: <reason>``,
+    what was kept, the model's similarity as the pair came, after the affine and registered,
+    the affine's scales and shears)."""
     refined = result.refinement
     labelled = result.dice is not None
+    verdict = result.verdict
+    judged = {}
+    if verdict is not None:
+        judged = {
+            "verdict": verdict.text,
+            "kept": verdict.kept,
+            "similarity_before": verdict.similarity_before,
+            "similarity_affine": (
+                None if math.isnan(verdict.similarity_affine) else verdict.similarity_affine
+            ),
+            "similarity_after": verdict.similarity_after,
+            "affine_shape": verdict.affine.text() if verdict.affine is not None else "",
+        }
     return {
+        **judged,
         "mean_dice": result.mean_dice if labelled else None,
         "dice_affine": result.dice_affine if labelled else None,
         "dice_before": result.dice_before if labelled else None,
         "folding_percent": 100.0 * result.folding_fraction,
         "log_jacobian_std": result.log_jacobian_std,
         "refine_seconds": refined.seconds if refined else None,
-        "similarity_before": refined.similarity_before if refined else None,
-        "similarity_after": refined.similarity_after if refined else None,
+        "refine_similarity_before": refined.similarity_before if refined else None,
+        "refine_similarity_after": refined.similarity_after if refined else None,
     }
 
 

@@ -71,6 +71,7 @@ def register_files(
     figure: PathLike | None = None,
     passes: int | None = None,
     bias_correct: bool = False,
+    never_worse: bool = True,
 ) -> PairResult:
     """Load, register and write one pair at one λ (``hyperreg register``).
 
@@ -135,6 +136,11 @@ def register_files(
         bias_correct: Remove each image's bias field (N4) before the affine stage and the
             network (:func:`hyperreg.registration.pipeline.model_image`); outputs are still
             sampled from the files as read.
+        never_worse: When the registration lowered the model's similarity, write the better
+            of the affine alone and the pair as it came instead (default True; the result's
+            ``verdict`` says which, and a warning names the pair); False writes the
+            registration and only flags it
+            (:meth:`~hyperreg.registration.pipeline.PreparedPair.register`).
 
     Returns:
         The :class:`~hyperreg.registration.pipeline.PairResult` (``resampled`` lists what was
@@ -192,7 +198,9 @@ def register_files(
     )
     chosen = pair_lambda(pair, model, lam)
     inverse = inverse_warp_out is not None
-    result = pair.register(model, [chosen.lam], refine, inverse=inverse, passes=passes)[0]
+    result = pair.register(
+        model, [chosen.lam], refine, inverse=inverse, passes=passes, never_worse=never_worse
+    )[0]
     result.lam_reason = chosen.reason
     write_result(result, pair, **outputs, affine_out=affine_out, warp_format=warp_format)
     if figure is not None:
@@ -303,8 +311,10 @@ def write_result(
         jobs.append(partial(save_displacement, warp_out, result.warp, fixed, format=warp_format))
     if field_out is not None:
         jobs.append(partial(save_displacement, field_out, result.disp, fixed, format=warp_format))
-    if affine_out is not None:
-        jobs.append(partial(save_affine, affine_out, pair.transform, fixed.ndim))
+    if affine_out is not None:  # the identity when the pair as it came was kept
+        headers = result.verdict is not None and result.verdict.kept == "headers"
+        transform = AffineTransform.identity() if headers else pair.transform
+        jobs.append(partial(save_affine, affine_out, transform, fixed.ndim))
     if inverse_warp_out is not None and result.inverse_disp is not None:
         inverse = partial(save_displacement, inverse_warp_out, result.inverse_disp, fixed)
         jobs.append(partial(inverse, format=warp_format))

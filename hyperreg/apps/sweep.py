@@ -71,6 +71,8 @@ def _sweep_rows(results: Sequence[PairResult]) -> list[dict[str, Any]]:
         row["folding_percent"] = 100.0 * r.folding_fraction
         row["log_jacobian_std"] = r.log_jacobian_std
         row["ncc"] = "" if r.ncc is None else r.ncc
+        if r.verdict is not None:
+            row["verdict"], row["kept"] = r.verdict.text, r.verdict.kept
         if marked:
             row["chosen"] = r.lam_reason
         rows.append(row)
@@ -79,7 +81,8 @@ def _sweep_rows(results: Sequence[PairResult]) -> list[dict[str, Any]]:
 
 def write_sweep_csv(path: PathLike, results: Sequence[PairResult]) -> Path:
     """Write one row per λ: lambda, mean_dice, dice_<label>..., folding_percent,
-    log_jacobian_std, ncc (Dice columns empty without label maps), and when one result carries
+    log_jacobian_std, ncc, verdict and kept (:class:`~hyperreg.registration.verdict.Verdict`;
+    Dice columns empty without label maps), and when one result carries
     a ``lam_reason`` (the λ chosen by :func:`sweep_files`'s ``lam``) a last column ``chosen``:
     that reason on its row, empty elsewhere. Atomic."""
     rows = _sweep_rows(results)
@@ -270,6 +273,7 @@ def sweep_files(
     npz_geometry: str | None = None,
     passes: int | None = None,
     bias_correct: bool = False,
+    never_worse: bool = True,
 ) -> SweepReport:
     """Load a pair, sweep λ (:func:`sweep_lambdas`) and write the report to ``out``.
 
@@ -322,6 +326,10 @@ def sweep_files(
         bias_correct: Remove each image's bias field (N4) before the affine stage and the
             network (:func:`hyperreg.registration.pipeline.model_image`); outputs are still
             sampled from the files as read.
+        never_worse: Replace a λ's registration that lowered the model's similarity by the
+            better of the affine alone and the pair as it came (default True; sweep.csv's
+            ``verdict`` and ``kept`` say so); False keeps every field as the model gave it
+            (:meth:`~hyperreg.registration.pipeline.PreparedPair.register`).
 
     Returns:
         A :class:`SweepReport`.
@@ -362,7 +370,16 @@ def sweep_files(
     lambdas = list(lambdas)
     if chosen is not None and not any(abs(float(v) - chosen.lam) < 1e-9 for v in lambdas):
         lambdas.append(chosen.lam)
-    results = pair.register(model, lambdas, refine, chunk=chunk, amp=amp, ncc=True, passes=passes)
+    results = pair.register(
+        model,
+        lambdas,
+        refine,
+        chunk=chunk,
+        amp=amp,
+        ncc=True,
+        passes=passes,
+        never_worse=never_worse,
+    )
     if chosen is not None:
         for given, r in zip(lambdas, results):
             if abs(float(given) - chosen.lam) < 1e-9:

@@ -237,7 +237,9 @@ def _evaluate(
         if not known:
             aligned = init != "none" or spec.initial_affine is not None
             transforms[position] = pair.transform if aligned else None
-        results = pair.register(model, list(lambdas), chunk=chunk, amp=amp)
+        # the model's own curve over λ: every field scored as it is (no verdict, so no
+        # never-worse rule; register applies both at the λ chosen)
+        results = pair.register(model, list(lambdas), chunk=chunk, amp=amp, judged=False)
         for slot, result in zip(per_lam, results):
             slot.append(result)
         before.append(float(pair.dice_before))  # type: ignore[arg-type]

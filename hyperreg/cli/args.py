@@ -430,6 +430,18 @@ def add_passes_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_keep_worse_argument(parser: argparse.ArgumentParser) -> None:
+    """``--keep-worse``: keep a registration that lowered the model's similarity."""
+    parser.add_argument(
+        "--keep-worse",
+        action="store_true",
+        help="keep a registration even when it lowered the model's own similarity (its "
+        "objective's, e.g. local NCC, on the network grid) by more than 1 %% against the pair "
+        "as it came or the affine alone; default: keep the better of those two instead, with "
+        "a warning (the verdict says which)",
+    )
+
+
 def add_flip_argument(parser: argparse.ArgumentParser) -> None:
     """``--flip-average`` / ``--no-flip-average``: the model's test-time left-right flip
     averaging turned on or off (default: what the model records)."""

@@ -58,6 +58,7 @@ def _add_batch(sub: Any) -> None:
     opts.add_warp_format_argument(batch, "warp.nii.gz")
     opts.add_refine_arguments(batch, model_default=True)
     opts.add_passes_argument(batch)
+    opts.add_keep_worse_argument(batch)
     opts.add_flip_argument(batch)
     opts.add_init_argument(batch, initial=False)  # per pair: the CSV's initial_affine column
     opts.add_preprocessing_arguments(batch, then="then a failed pair")
@@ -120,6 +121,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
         init=args.init,
         npz_geometry=args.npz_geometry,
         passes=args.passes,
+        never_worse=not args.keep_worse,
         flip_average=args.flip_average,
         **preprocessing_options(args),
     )
@@ -133,6 +135,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
         summary, failures, rows, failed = run.merged
         _print_means(summary)
         print(f"{summary}: {rows} of {run.total} pairs done; {failures}: {failed} failure(s)")
+        _print_checks(summary)
     if report.failed:
         print(
             f"{opts.PROG} batch: error: {report.failed} pair(s) failed, see failures.csv",
@@ -175,6 +178,25 @@ def _print_means(summary: Any) -> None:
     if rows:
         folding = mean("folding_percent") or 0.0
         print(f"{folding_text(folding)}, mean over {len(rows)} pair(s)")
+
+
+_CHECKS_SHOWN = 20
+
+
+def _print_checks(summary: Any) -> None:
+    """The pairs of ``summary.csv`` whose verdict is ``check: <reason>``, one line each (the
+    first :data:`_CHECKS_SHOWN`), or nothing when every pair is ``ok``."""
+    import csv
+
+    with open(summary, newline="") as handle:
+        rows = [r for r in csv.DictReader(handle) if r.get("verdict", "").startswith("check")]
+    if not rows:
+        return
+    print(f"{len(rows)} pair(s) to check (summary.csv: verdict):")
+    for row in rows[:_CHECKS_SHOWN]:
+        print(f"  {row['name']} ({row['moving']} -> {row['fixed']}): {row['verdict']}")
+    if len(rows) > _CHECKS_SHOWN:
+        print(f"  ... and {len(rows) - _CHECKS_SHOWN} more")
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:

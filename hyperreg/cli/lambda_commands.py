@@ -55,6 +55,7 @@ def _add_sweep(sub: Any) -> None:
     opts.add_batching_arguments(sweep)
     opts.add_refine_arguments(sweep)
     opts.add_passes_argument(sweep)
+    opts.add_keep_worse_argument(sweep)
     opts.add_flip_argument(sweep)
     opts.add_init_argument(sweep)
     opts.add_preprocessing_arguments(sweep)
@@ -113,6 +114,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         lam=args.lam,
         npz_geometry=args.npz_geometry,
         passes=args.passes,
+        never_worse=not args.keep_worse,
         **pair_options(args),
     )
     first = report.results[0]

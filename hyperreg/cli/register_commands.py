@@ -80,6 +80,7 @@ def _add_register(sub: Any) -> None:
         "edges overlaid, checkerboard, |difference|, and label borders with both label maps; "
         "every panel titled; 3D: middle slice",
     )
+    opts.add_keep_worse_argument(reg)
     opts.add_refine_arguments(reg, model_default=True)
     opts.add_passes_argument(reg)
     opts.add_flip_argument(reg)
@@ -254,6 +255,7 @@ def _cmd_register(args: argparse.Namespace) -> int:
         npz_geometry=args.npz_geometry,
         figure=args.figure,
         passes=args.passes,
+        never_worse=not args.keep_worse,
         **pair_options(args),
     )
     _report(args, model, result, folders)

@@ -2,6 +2,9 @@
 
 ``pipeline`` (a pair read once, its affine stage once, registered at any λ with typed results
 from ``results``), ``pairs`` (grids, model inputs, one λ), ``lambdas`` (many λ in batched
-passes), ``refine`` (test-time refinement), ``chain`` (affine and field sampled once).
+passes), ``refine`` (test-time refinement), ``chain`` (affine and field sampled once),
+``verdict`` (``ok`` or ``check: <reason>`` per pair, and the never-worse rule) and
+``similarity`` (the model's similarity of a pair on the network grid, which the verdict
+compares).
 Imports ``hyperreg.method`` and ``hyperreg.geometry``; never training, apps or cli.
 """

@@ -173,6 +173,7 @@ def auto_lambda(
     Raises:
         ValueError: As :meth:`~hyperreg.registration.pipeline.PreparedPair.register`.
     """
-    results = prepared.register(model, list(grid), ncc=True)
+    # the model's raw curve; the verdict is the registration's at the λ chosen, not the grid's
+    results = prepared.register(model, list(grid), ncc=True, judged=False)
     similarity = [float(r.ncc) if r.ncc is not None else math.nan for r in results]
     return choose_lambda(list(grid), similarity, [r.folding_fraction for r in results])

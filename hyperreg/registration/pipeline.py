@@ -21,9 +21,13 @@ or replaces it; λ chosen per pair without labels is
 from __future__ import annotations
 
 import dataclasses
+import contextlib
+import logging
+import math
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -57,8 +61,10 @@ from hyperreg.registration.pairs import (
     onto_fixed_grid,
 )
 from hyperreg.registration.passes import register_passes
-from hyperreg.registration.refine import Refinement, refine_pair
+from hyperreg.registration.refine import Refinement, refine_objective, refine_pair
 from hyperreg.registration.results import AffineStage, PairResult, RefineStats
+from hyperreg.registration.similarity import network_input, network_similarity, on_fixed_grid
+from hyperreg.registration.verdict import Verdict, decompose_affine, judge
 
 __all__ = [
     "DEFAULT_INIT",
@@ -74,6 +80,8 @@ __all__ = [
     "load_pair",
     "model_image",
 ]
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_INIT = "affine"
 """The affine stage every entry point runs unless told otherwise (Python and CLI alike)."""
@@ -117,6 +125,7 @@ class PreparedPair:
     affine: AffineStage | None
     normalization: str
     notes: list[str]
+    _similarity: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def register(
         self,
@@ -129,12 +138,24 @@ class PreparedPair:
         amp: bool = False,
         ncc: bool = False,
         passes: int | None = None,
+        never_worse: bool = True,
+        judged: bool = True,
     ) -> list[PairResult]:
         """Register the pair at every λ of ``lams``; outputs through the chain.
 
         Without refinement (or with 0 steps) and without ``inverse`` every λ runs in batched
         forward passes (:func:`~hyperreg.registration.lambdas.sweep_lambdas`); otherwise each
         λ is refined for the pair (:func:`~hyperreg.registration.refine.refine_pair`).
+
+        Every result carries a :class:`~hyperreg.registration.verdict.Verdict`: the model's
+        similarity of the pair as it came, after the affine stage and registered (on the
+        network grid, :func:`~hyperreg.registration.similarity.network_similarity`), the
+        affine's scales and shears, and ``ok`` or ``check: <reason>``
+        (:func:`~hyperreg.registration.verdict.judge`). With ``never_worse``, a registration
+        less similar than the better of the other two beyond the margin is replaced by it
+        (the identity field after the affine, or the pair as it came). A pair that needs
+        checking is logged as one warning naming it (``'<moving>' -> '<fixed>' at λ <λ>:
+        check: <reasons>``).
 
         Args:
             model: A trained :class:`~hyperreg.method.model.HyperMorph` of the pair's ndim.
@@ -146,6 +167,12 @@ class PreparedPair:
             passes: Network passes per λ, composed (:func:`~hyperreg.registration.passes.
                 register_passes`; refinement refines the last); None (default): the model's
                 own (``model.config.passes``, 1 unless it records more; 1 with ``inverse``).
+            never_worse: Keep the better of the pair as it came and the affine alone when
+                the registration lowered the similarity (default True); False keeps the
+                registration and only flags it in the verdict.
+            judged: Give each result its verdict (default True); False: no verdict (None)
+                and no never-worse rule, the model's own fields as they are (a λ search
+                scoring the model, which saves the similarity evaluations).
 
         Returns:
             One :class:`PairResult` per λ, in the order given.
@@ -218,27 +245,52 @@ class PreparedPair:
                 ncc=ncc,
                 **inputs,
             )
-        return [self._finish(r, refinement) for r in raw]
+        return [self._finish(r, refinement, model, never_worse, judged) for r in raw]
 
-    def _finish(self, raw: RegistrationResult, refinement: Refinement | None) -> PairResult:
-        """The chain's outputs and the typed statistics of one raw model result."""
-        moved, moved_seg, warp = raw.moved, raw.moved_seg, raw.disp
-        if self.chained:
-            moved = sample_volume(self.moving, self.transform, raw.disp, self.fixed).data
-            if self.moving_seg is not None:
-                moved_seg = sample_volume(
-                    self.moving_seg, self.transform, raw.disp, self.fixed, label=True
-                ).data
-            warp = composed_displacement(self.transform, raw.disp, self.fixed)
+    def _chain(
+        self, transform: AffineTransform, disp: np.ndarray | None, raw: RegistrationResult
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """``(moved, moved_seg, warp)`` through ``transform`` and ``disp`` (None: identity)."""
+        if not self.chained and disp is None:  # the pair as it came, on the fixed grid
+            seg = None if self.aligned_seg is None else self.aligned_seg.data
+            return self.aligned.data, seg, np.zeros_like(raw.disp)
+        if not self.chained:
+            return raw.moved, raw.moved_seg, raw.disp
+        moved = sample_volume(self.moving, transform, disp, self.fixed).data
+        moved_seg = None
+        if self.moving_seg is not None:
+            moved_seg = sample_volume(self.moving_seg, transform, disp, self.fixed, label=True).data
+        return moved, moved_seg, composed_displacement(transform, disp, self.fixed)
+
+    def _finish(
+        self,
+        raw: RegistrationResult,
+        refinement: Refinement | None,
+        model: HyperMorph,
+        never_worse: bool,
+        judged: bool = True,
+    ) -> PairResult:
+        """The chain's outputs, typed statistics and verdict of one raw model result."""
+        moved, moved_seg, warp = self._chain(self.transform, raw.disp, raw)
+        verdict = self._verdict(model, refinement, moved, raw, never_worse) if judged else None
+        kept = "registered" if verdict is None else verdict.kept
+        disp = raw.disp
+        if kept != "registered":  # the better of the pair as it came and the affine alone
+            transform = self.transform if kept == "affine" else AffineTransform.identity()
+            moved, moved_seg, warp = self._chain(transform, None, raw)
+            disp = np.zeros_like(raw.disp)
+        if verdict is not None and not verdict.ok:  # one line naming the pair (the CLI's only)
+            names = [str(v.path) if v.path else "<in-memory>" for v in (self.moving, self.fixed)]
+            logger.warning("'%s' -> '%s' at λ %g: %s", *names, raw.lam, verdict.text)
         dice = None
         if moved_seg is not None and self.fixed_seg is not None:
             dice = registration_dice(moved_seg, self.fixed_seg.data, labels=self.labels)
         stats = raw.refinement if raw.refinement is not None and raw.refinement.steps else None
-        return PairResult(
+        result = PairResult(
             lam=raw.lam,
             moved=moved,
             moved_seg=moved_seg,
-            disp=raw.disp,
+            disp=disp,
             warp=warp,
             dice=dice,
             dice_before=self.dice_before if dice is not None else None,
@@ -251,6 +303,57 @@ class PreparedPair:
             refinement=stats,
             inverse_disp=raw.inverse_disp,
             resampled=[*self.notes, *(n for n in raw.resampled if n not in self.notes)],
+            verdict=verdict,
+        )
+        if kept != "registered":  # no field: its statistics are the identity's
+            result.folding_fraction = result.log_jacobian_std = 0.0
+            result.smoothness = 0.0 if result.smoothness is not None else None
+            if result.inverse_disp is not None:
+                result.inverse_disp = np.zeros_like(result.inverse_disp)
+        return result
+
+    def _verdict(
+        self,
+        model: HyperMorph,
+        refinement: Refinement | None,
+        moved: np.ndarray,
+        raw: RegistrationResult,
+        never_worse: bool,
+    ) -> Verdict:
+        """The verdict on one registration (:func:`~hyperreg.registration.verdict.judge`);
+        the similarities before and after the affine are scored once per pair."""
+        refined = refinement is not None and refinement.steps > 0
+        objective = refine_objective(model, refinement) if refined else model.objective
+        cache, norm = self._similarity, self.normalization
+        if "fixed" not in cache:
+            cache["fixed"] = network_input(model, self.fixed, self.fixed, norm)
+        fixed_t = cache["fixed"]
+        if objective.similarity not in cache:  # the pair as it came, and after the affine
+            # as it came: the moving file straight onto the network grid through the headers
+            # (NaN, not a candidate, for a 2D slice in another plane: it needs the affine)
+            before_score = math.nan
+            with contextlib.suppress(ValueError):
+                before = self.moving if self.chained else self.aligned
+                before_t = network_input(model, before, self.fixed, norm)
+                before_score = network_similarity(objective, before_t, fixed_t)
+            affine = network_input(model, self.aligned, self.fixed, norm) if self.chained else None
+            cache[objective.similarity] = (
+                before_score,
+                None if affine is None else network_similarity(objective, affine, fixed_t),
+            )
+        before_score, affine_score = cache[objective.similarity]
+        registered = on_fixed_grid(moved, self.fixed, self.moving)
+        after = network_similarity(
+            objective, network_input(model, registered, self.fixed, norm), fixed_t
+        )
+        shape = None if self.affine is None else decompose_affine(self.transform.matrix)
+        return judge(
+            before_score,
+            affine_score,
+            after,
+            folding_fraction=raw.folding_fraction,
+            affine=shape,
+            never_worse=never_worse,
         )
 
 

@@ -17,8 +17,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hyperreg.geometry.affine import AffineTransform
+from hyperreg.registration.verdict import Verdict
 
-__all__ = ["AffineStage", "PairResult", "RefineStats", "RegistrationResult", "mean_of"]
+__all__ = [
+    "AffineStage",
+    "PairResult",
+    "RefineStats",
+    "RegistrationResult",
+    "Verdict",
+    "mean_of",
+]
 
 
 @dataclass(frozen=True)
@@ -159,6 +167,11 @@ class PairResult:
         resampled: One note per input brought onto another grid.
         lam_reason: Why this λ (given, the model's default and its source, or the label-free
             choice), set by the caller that chose it; "" when not recorded.
+        verdict: The pair's :class:`~hyperreg.registration.verdict.Verdict` (similarity as it
+            came, after the affine and registered; the affine's scales and shears; ``ok`` or
+            ``check: <reason>``; what the result holds), or None when not judged. When it
+            kept the affine alone or the pair as it came, ``disp`` is zero and the field
+            statistics are the identity's.
     """
 
     lam: float
@@ -178,6 +191,7 @@ class PairResult:
     inverse_disp: np.ndarray | None = None
     resampled: list[str] = field(default_factory=list)
     lam_reason: str = ""
+    verdict: Verdict | None = None
 
     @property
     def mean_dice(self) -> float | None:
