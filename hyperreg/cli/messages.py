@@ -64,8 +64,10 @@ def error_text(err: BaseException, options: dict[str, str]) -> str:
 
 
 class LogFormatter(logging.Formatter):
-    """``hyperreg <cmd>: <message>``: a log line as the library wrote it, on one line;
-    ``hyperreg <cmd>: warning: <message>`` at level WARNING and above, as warnings print."""
+    """``hyperreg <cmd>: <message>``: a log line of hyperreg's as the library wrote it, on one
+    line; ``hyperreg <cmd>: warning: <message>`` at level WARNING and above, as warnings print.
+    Another library's line is under its own logger's name, never the command's:
+    ``matplotlib.font_manager: warning: Matplotlib is building the font cache...``."""
 
     def __init__(self, prog: str) -> None:
         super().__init__()
@@ -73,7 +75,8 @@ class LogFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         level = "warning: " if record.levelno >= logging.WARNING else ""
-        return f"{self.prog}: {level}{one_line(record.getMessage())}"
+        ours = record.name == "hyperreg" or record.name.startswith("hyperreg.")
+        return f"{self.prog if ours else record.name}: {level}{one_line(record.getMessage())}"
 
 
 def folding_text(percent: float) -> str:
