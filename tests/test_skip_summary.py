@@ -51,6 +51,6 @@ def test_data_skips_are_one_line_and_still_skips(tmp_path: Path) -> None:
 
 def test_the_default_options_list_failures_not_each_skip() -> None:
     text = (TESTS.parent / "pyproject.toml").read_text()  # tomllib is Python 3.11+
-    addopts = re.search(r"^addopts = (.*)$", text, re.MULTILINE).group(1).split()
+    addopts = re.search(r"^addopts = (.*)$", text, re.MULTILINE).group(1).strip('"').split()
     report = [a for a in addopts if a.startswith("-r")]
     assert report and all("s" not in a[2:] and "a" not in a[2:] for a in report)
