@@ -124,6 +124,7 @@ def batch_register(
     passes: int | None = None,
     overwrite: bool = False,
     job: Sequence[PairSpec] | None = None,
+    replace_nonfinite: float | None = None,
 ) -> BatchReport:
     """Register every pair of ``pairs`` (one shard) with per-pair records, resumably.
 
@@ -171,6 +172,9 @@ def batch_register(
         job: Every pair of the job, all ranks' (``summary.csv`` lists these; the settings of
             all of them are checked before any work, so every rank refuses alike); None:
             ``pairs``.
+        replace_nonfinite: The value NaN/inf voxels of the images take (logged with their
+            count); None (default): such a pair fails. Not part of a pair's identity (a pair
+            that finished had no such voxel).
 
     Returns:
         A :class:`BatchReport`.
@@ -201,6 +205,7 @@ def batch_register(
         init=init,
         npz_geometry=npz_geometry,
         passes=passes,
+        replace_nonfinite=replace_nonfinite,
     )
     start = time.perf_counter()
     report = BatchReport()
@@ -500,6 +505,7 @@ def run_batch(
     passes: int | None = None,
     flip_average: bool | None = None,
     overwrite: bool = False,
+    replace_nonfinite: float | None = None,
 ) -> BatchRun:
     """One process of a batch job: read the pairs, run this rank's shard, merge.
 
@@ -533,6 +539,8 @@ def run_batch(
             records (:func:`hyperreg.apps.models.resolve_model`).
         overwrite: Register again the pairs finished with other settings (see
             :func:`batch_register`); every rank checks every pair before any work.
+        replace_nonfinite: The value NaN/inf voxels of the images take (see
+            :func:`batch_register`).
 
     Returns:
         A :class:`BatchRun`.
@@ -580,6 +588,7 @@ def run_batch(
             passes=passes,
             overwrite=overwrite,
             job=pairs,
+            replace_nonfinite=replace_nonfinite,
         )
         merged = None
         if group:

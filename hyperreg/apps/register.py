@@ -70,6 +70,7 @@ def register_files(
     npz_geometry: str | None = None,
     figure: PathLike | None = None,
     passes: int | None = None,
+    replace_nonfinite: float | None = None,
 ) -> PairResult:
     """Load, register and write one pair at one λ (``hyperreg register``).
 
@@ -131,6 +132,8 @@ def register_files(
         passes: Network passes, composed (:func:`hyperreg.registration.passes.register_passes`;
             ``refine`` refines the last); None (default): the model's own
             (``model.config.passes``).
+        replace_nonfinite: The value NaN/inf voxels of the images take (logged with their
+            count; label maps must be finite); None (default): such an image is an error.
 
     Returns:
         The :class:`~hyperreg.registration.pipeline.PairResult` (``resampled`` lists what was
@@ -170,7 +173,7 @@ def register_files(
     refine = pair_refinement(model, refine)
     # each input is read once (and warned about once)
     with passed_as(path="fixed"):
-        fixed_v = load_input(fixed, npz_geometry=npz_geometry)
+        fixed_v = load_input(fixed, npz_geometry=npz_geometry, replace_nonfinite=replace_nonfinite)
     if (warp_out is not None or inverse_warp_out is not None) and warp_format == "itk":
         check_itk_grid(fixed_v)
     pair = load_pair(
@@ -184,6 +187,7 @@ def register_files(
         normalization=normalization,
         resample=resample,
         npz_geometry=npz_geometry,
+        replace_nonfinite=replace_nonfinite,
     )
     chosen = pair_lambda(pair, model, lam)
     inverse = inverse_warp_out is not None

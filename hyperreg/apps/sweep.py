@@ -268,6 +268,7 @@ def sweep_files(
     lam: float | str | None = None,
     npz_geometry: str | None = None,
     passes: int | None = None,
+    replace_nonfinite: float | None = None,
 ) -> SweepReport:
     """Load a pair, sweep λ (:func:`sweep_lambdas`) and write the report to ``out``.
 
@@ -317,6 +318,8 @@ def sweep_files(
         passes: Network passes per λ, composed (:func:`hyperreg.registration.passes.
             register_passes`; one λ at a time when more than 1); None (default): the
             model's own (``model.config.passes``).
+        replace_nonfinite: The value NaN/inf voxels of the images take (logged with their
+            count); None (default): such an image is an error.
 
     Returns:
         A :class:`SweepReport`.
@@ -351,6 +354,7 @@ def sweep_files(
         normalization=normalization,
         resample=resample,
         npz_geometry=npz_geometry,
+        replace_nonfinite=replace_nonfinite,
     )
     chosen = None if lam is None else pair_lambda(pair, model, lam)
     lambdas = list(lambdas)
@@ -376,9 +380,7 @@ def sweep_files(
     )
     if save_fields:
         files += _save_fields(out_dir, pair, results, lambdas)
-    return SweepReport(
-        results=results, baseline_dice=pair.dice_before, files=files, chosen=chosen
-    )
+    return SweepReport(results=results, baseline_dice=pair.dice_before, files=files, chosen=chosen)
 
 
 def _save_fields(

@@ -204,6 +204,7 @@ def _evaluate(
     resample: bool,
     init: str = DEFAULT_INIT,
     transforms: dict[int, AffineTransform | None] | None = None,
+    replace_nonfinite: float | None = None,
 ) -> tuple[list[dict[str, Any]], list[float]]:
     """Mean-over-pairs Dice/folding per λ (one batched sweep per pair), and the mean Dice
     without registration of each pair. Each pair's affine stage runs once: its transform is
@@ -225,6 +226,7 @@ def _evaluate(
             initial_affine=transforms.get(position) if known else spec.initial_affine,
             normalization=normalization,
             resample=resample,
+            replace_nonfinite=replace_nonfinite,
         )
         if not known:
             aligned = init != "none" or spec.initial_affine is not None
@@ -330,6 +332,7 @@ def tune_lambda(
     normalization: str = "minmax",
     resample: bool = True,
     init: str = DEFAULT_INIT,
+    replace_nonfinite: float | None = None,
 ) -> TuneResult:
     """Find λ* maximising mean validation Dice, optionally under a folding limit.
 
@@ -359,6 +362,8 @@ def tune_lambda(
         init: ``"affine"`` (default), ``"rigid"`` or ``"none"``: the affine stage, once per
             pair (:func:`hyperreg.registration.pipeline.load_pair`) before the λ work; Dice
             "before" is that with no registration.
+        replace_nonfinite: The value NaN/inf voxels of the images take (logged with their
+            count; label maps must be finite); None (default): such an image is an error.
 
     Returns:
         A :class:`TuneResult`. If no evaluated λ meets ``max_folding``, λ* is the value with the
@@ -379,6 +384,7 @@ def tune_lambda(
         resample=resample,
         init=init,
         transforms={},
+        replace_nonfinite=replace_nonfinite,
     )
 
     def feasible(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -106,9 +106,13 @@ def pair_options(args: Any) -> dict[str, Any]:
 
 
 def preprocessing_options(args: Any) -> dict[str, Any]:
-    """``--normalization`` and ``--no-resample`` (``opts.add_preprocessing_arguments``) as
-    keyword arguments of the library functions."""
-    return {"normalization": args.normalization, "resample": args.resample}
+    """``--normalization``, ``--no-resample`` and ``--replace-nonfinite``
+    (``opts.add_preprocessing_arguments``) as keyword arguments of the library functions."""
+    return {
+        "normalization": args.normalization,
+        "resample": args.resample,
+        "replace_nonfinite": args.replace_nonfinite,
+    }
 
 
 def check_out_folder(value: str, option: str = "--out") -> None:

@@ -120,6 +120,7 @@ def _add_affine(sub: Any) -> None:
         help="moved label map (needs --moving-seg), nearest neighbour, NIfTI integer type",
     )
     opts.add_npz_geometry_argument(affine)
+    opts.add_nonfinite_argument(affine)
     opts.add_common(affine, device=False, seed=True)
 
 
@@ -185,6 +186,7 @@ def _add_warp(sub: Any) -> None:
     )
     opts.add_resample_argument(warp)
     opts.add_npz_geometry_argument(warp, "field's (or --fixed) grid")
+    opts.add_nonfinite_argument(warp)
     opts.add_common(warp, device=False)
 
 
@@ -335,6 +337,7 @@ def _cmd_warp(args: argparse.Namespace) -> int:
         resample=args.resample,
         npz_geometry=args.npz_geometry,
         fill=args.fill,
+        replace_nonfinite=args.replace_nonfinite,
     )
     created_folders(folders)
     for out in written:
@@ -378,6 +381,7 @@ def _cmd_affine(args: argparse.Namespace) -> int:
         moved_seg=args.moved_seg,
         seed=args.seed,
         npz_geometry=args.npz_geometry,
+        replace_nonfinite=args.replace_nonfinite,
     )
     from hyperreg.registration.pipeline import AffineStage
 

@@ -22,6 +22,7 @@ def load_input(
     label: bool = False,
     npz_geometry: str | None = None,
     fixed: Volume | None = None,
+    replace_nonfinite: float | None = None,
 ) -> Volume:
     """Read one input of a pair (a :class:`~hyperreg.geometry.io.Volume` passes through).
 
@@ -32,6 +33,8 @@ def load_input(
             ``"identity"`` (1 mm voxels, world = voxel index); None refuses such a file. Files
             with a header ignore it.
         fixed: The fixed image, for ``"fixed"`` (None while reading the fixed image itself).
+        replace_nonfinite: For an image (not a label map): the value its NaN/inf voxels take
+            (logged); None (default): such an image is an error.
 
     Returns:
         The :class:`~hyperreg.geometry.io.Volume`.
@@ -46,8 +49,9 @@ def load_input(
     check_option(fn, "npz_geometry", npz_geometry, (*NPZ_GEOMETRIES, None))
     if isinstance(value, Volume):
         return value
+    read = {"label": label, "replace_nonfinite": None if label else replace_nonfinite}
     if has_header(value):
-        return load_volume(value, label=label)
+        return load_volume(value, **read)
     if npz_geometry is None:
         raise InputError(
             fn,
@@ -67,8 +71,8 @@ def load_input(
             path=value,
         )
     if npz_geometry == "fixed":
-        return load_volume(value, label=label, geometry_from=fixed)
-    return load_volume(value, label=label, assume_identity=True)
+        return load_volume(value, geometry_from=fixed, **read)
+    return load_volume(value, assume_identity=True, **read)
 
 
 def initial_transform(

@@ -264,6 +264,7 @@ def load_pair(
     resample: bool = True,
     seed: int = 0,
     npz_geometry: str | None = None,
+    replace_nonfinite: float | None = None,
 ) -> PreparedPair:
     """Read and check a pair once, run its affine stage once: a :class:`PreparedPair`.
 
@@ -293,6 +294,8 @@ def load_pair(
         npz_geometry: Geometry of header-less (npz) inputs: ``"fixed"`` (the fixed image's;
             shapes must agree), ``"identity"`` (1 mm voxels, world = voxel index), or None
             (default): an npz input is an error (:func:`load_input`).
+        replace_nonfinite: The value NaN/inf voxels of ``moving`` and ``fixed`` take (logged
+            with their count); None (default): such an image is an error.
 
     Returns:
         A :class:`PreparedPair`.
@@ -318,10 +321,10 @@ def load_pair(
     fn = "load_pair"
     check_option(fn, "init", init, AFFINE_INITS)
     with passed_as(path="fixed"):
-        fixed_v = load_input(fixed, npz_geometry=npz_geometry)
+        fixed_v = load_input(fixed, npz_geometry=npz_geometry, replace_nonfinite=replace_nonfinite)
     geometry = dict(npz_geometry=npz_geometry, fixed=fixed_v)
     with passed_as(path="moving"):
-        moving_v = load_input(moving, **geometry)
+        moving_v = load_input(moving, **geometry, replace_nonfinite=replace_nonfinite)
     check_same_ndim(fn, moving_v, fixed_v)
     if model is not None and model.config.ndim != fixed_v.ndim:
         raise _ndim_error(fn, model, fixed_v)
