@@ -95,10 +95,12 @@ def _add_evaluate(sub: Any) -> None:
     )
     evaluate.add_argument(
         "--label-names",
-        choices=("auto", "freesurfer", "none"),
         default="auto",
-        help="structure names: auto (FreeSurfer LUT names when every id is a FreeSurfer "
-        "aseg/DKT id, else numbers; default), freesurfer, or none",
+        metavar="{auto,freesurfer,none,FILE}",
+        help="structure names in structures.csv and the box plot: auto (FreeSurfer LUT names "
+        "when every id is a FreeSurfer aseg/DKT id, else numbers; default), freesurfer, none, "
+        "or a FILE of names: a FreeSurfer colour table ('id name r g b a' lines, e.g. "
+        "FreeSurferColorLUT.txt) or a CSV of id,name; ids it lacks keep their numbers",
     )
     opts.add_common(evaluate, device=False)
 
@@ -201,7 +203,15 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     check_out_folder(args.out)
     with passed_as(path="pairs"):  # a malformed CSV is exit 2 before anything is written
         read_evaluation_csv(args.pairs)
-    report = evaluate_csv(args.pairs, args.out, naming=args.label_names)
+    from hyperreg.geometry.structures import LABEL_NAMING
+
+    word = args.label_names in LABEL_NAMING  # else a file of names (./auto for a file so named)
+    report = evaluate_csv(
+        args.pairs,
+        args.out,
+        naming=args.label_names if word else "auto",
+        label_names=None if word else args.label_names,
+    )
     for index, name, error in report.failures:
         print(f"{opts.PROG} evaluate: row {index} ({name}) failed: {error}", file=sys.stderr)
     pairs = report.pairs
