@@ -1,7 +1,8 @@
 """The input files of the applications, read and checked before any work.
 
 Pair lists (:func:`read_pairs`: a CSV of ``moving``, ``fixed``, optional ``moving_seg``,
-``fixed_seg`` and ``lambda``; :func:`shard` for several processes), label maps
+``fixed_seg``, ``lambda``, ``initial_affine`` and ``name``, each pair named after its files
+unless its row names it; :func:`shard` for several processes), label maps
 (:func:`check_label_map`: integer ids, not an intensity image) and λ lists
 (:func:`parse_lambdas`). Used by ``batch``, ``tune``, ``sweep`` and the command line. Light to
 import (no torch); must not import cli.
