@@ -70,7 +70,8 @@ def test_batch_and_affine_take_the_option(
              str(pair["out"] / "batch"), "--init", "none", "--refine", "0", "--device", "cpu",
              "--no-progress"]  # fmt: skip
     assert main(batch) == 1  # the pair fails, saying how to go on
-    assert "4 non-finite voxels" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "4 non-finite voxels" in err and "--replace-nonfinite VALUE" in err
     assert main([*batch, "--replace-nonfinite", "0"]) == 0
     assert "1 registered, 0 already done, 0 failed" in capsys.readouterr().out
     affine = ["affine", "--moving", str(pair["moving"]), "--fixed", str(pair["fixed"]),

@@ -328,7 +328,8 @@ def _record_failure(
 ) -> None:
     """Count, log and store (``failure.json``) one pair's error."""
     report.failed += 1
-    logger.warning("%s failed: %s", pair.name, failure_text(err))
+    # the error rides along: a front end may name its arguments its own way (options)
+    logger.warning("%s failed: %s", pair.name, failure_text(err), extra={"input_error": err})
     failure = {**identity, "error": failure_text(err), "traceback": traceback.format_exc()}
     write_json(folder / FAILURE, failure)
 

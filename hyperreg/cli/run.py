@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # logger's name, the root's level left as it is (the handler and level are restored
     # afterwards: main() is also called in-process, from tests and scripts)
     handler = logging.StreamHandler()
-    handler.setFormatter(LogFormatter(prog))
+    handler.setFormatter(LogFormatter(prog, options))
     root, own = logging.getLogger(), logging.getLogger("hyperreg")
     level = own.level
     root.addHandler(handler)
