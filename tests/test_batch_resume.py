@@ -4,7 +4,6 @@ without --overwrite, and output errors that name the file."""
 
 from __future__ import annotations
 
-import csv
 import errno
 import os
 from pathlib import Path
@@ -12,14 +11,13 @@ from pathlib import Path
 import pytest
 from lambda_helpers import write_pair
 
-from hyperreg._files import atomic_text
+from hyperreg._files import atomic_text, read_csv
 from hyperreg.apps.inputs import read_pairs
 from hyperreg.cli import main
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
-    with path.open(newline="") as handle:
-        return list(csv.DictReader(handle))
+    return read_csv("summary", path)[1]
 
 
 @pytest.fixture()
