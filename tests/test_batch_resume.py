@@ -181,3 +181,20 @@ def test_a_failed_write_names_the_file(tmp_path: Path) -> None:
         atomic_text(tmp_path / "summary.csv", write)
     assert err.value.errno == errno.EDQUOT
     assert list(tmp_path.iterdir()) == []  # no temporary file left
+
+
+def test_merging_put_off_is_done_before_batch_register_returns(
+    job: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Thousands of records make a merge slow; it is then put off, never skipped: the last
+    pairs are merged before :func:`batch_register` returns (here every merge is put off)."""
+    import hyperreg.apps.batch as batch
+    from hyperreg import load_pretrained
+
+    monkeypatch.setattr(batch._Merge, "soon", lambda self: setattr(self, "pending", True))
+    pairs = read_pairs(job["csv"])
+    report = batch.batch_register(
+        load_pretrained(ndim=2), pairs, job["out"], lam=0.5, refine=None, init="none"
+    )
+    assert report.done == 3
+    assert [r["name"] for r in _rows(job["out"] / "summary.csv")] == [p.name for p in pairs]
