@@ -34,7 +34,11 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], None]) ->
         ``path`` as a :class:`~pathlib.Path`.
 
     Raises:
-        Whatever ``write`` raises; the temporary file is removed first and ``path`` is untouched.
+        OSError: If the file cannot be written or renamed (no space left, over quota,
+            read-only, ...): of the same errno (and subclass), its message naming ``path``,
+            ``"cannot write '<path>': No space left on device"``.
+        Whatever else ``write`` raises; the temporary file is removed first and ``path`` is
+            untouched.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -44,10 +48,24 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], None]) ->
     try:
         write(tmp)
         os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        if isinstance(err, MissingInputError):  # an input the writer reads: its own message
+            raise
+        raise _naming(err, path) from err
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def _naming(err: OSError, path: Path) -> OSError:
+    """``err`` as an OSError of the same errno (so of the same subclass) naming ``path``, the
+    file being written (the temporary name in ``err``, if any, means nothing to a user)."""
+    reason = err.strerror or str(err) or type(err).__name__
+    if err.errno is None:
+        return OSError(f"cannot write '{path}': {reason}")
+    return OSError(err.errno, f"cannot write '{path}': {reason}")
 
 
 def atomic_text(path: str | os.PathLike[str], write: Callable[[IO[str]], None]) -> Path:

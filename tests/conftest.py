@@ -1,4 +1,9 @@
-"""Shared pytest fixtures: seeding, tiny synthetic images and analytic fields."""
+"""Shared pytest fixtures: seeding, tiny synthetic images and analytic fields; the skip summary.
+
+Skipped tests are summed up at the end (:func:`pytest_terminal_summary`): those that need the
+shared brain MRI data or the bad-input cases (absent in a fresh clone) in one line saying where
+they look and which variable to set, the others one line per reason with its count.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest
 import torch
+from shared_paths import CASES, DATA
 from torch import Tensor
 
 # Tiny, deliberately non-cubic grids: sizes differ per axis so that any axis mix-up shows.
@@ -134,3 +140,36 @@ def make_fold() -> Callable[[Sequence[int], int], Tensor]:
         return disp
 
     return make
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """After the run: the skipped tests summed up, instead of one ``SKIPPED`` line each
+    (``addopts`` lists failures and errors only, ``-rfE``). Tests that need the shared data or
+    cases (:mod:`shared_paths`) are one line; any other skip reason is one line with its count.
+    They stay skips (pytest's own count at the end says so)."""
+    reports = terminalreporter.stats.get("skipped", [])
+    reasons: dict[str, int] = {}
+    shared = 0
+    for report in reports:
+        reason = str(report.longrepr[2] if isinstance(report.longrepr, tuple) else "")
+        reason = reason.removeprefix("Skipped: ")
+        if str(DATA) in reason or str(CASES) in reason:
+            shared += 1
+        else:
+            reasons[reason] = reasons.get(reason, 0) + 1
+    if not reports:
+        return
+    terminalreporter.write_sep("=", f"{len(reports)} skipped")
+    if shared:
+        absent = [
+            f"{path} ({variable})"
+            for path, variable in ((DATA, "HYPERREG_DATA"), (CASES, "HYPERREG_CASES"))
+            if not path.is_dir()
+        ]
+        where = " and ".join(absent) or f"{DATA} or {CASES}"
+        terminalreporter.write_line(
+            f"{shared} test(s) read brain MRI scans or bad-input cases that are not at {where}; "
+            "set the variable to a copy of that folder to run them (tests/shared_paths.py)"
+        )
+    for reason, count in sorted(reasons.items(), key=lambda item: -item[1]):
+        terminalreporter.write_line(f"{count} test(s): {reason}")

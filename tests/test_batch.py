@@ -67,7 +67,7 @@ def test_read_pairs(job: dict[str, Path]) -> None:
     assert len(pairs) == 5
     assert pairs[0].moving == job["data"] / "p0_moving.nii.gz"  # relative to the CSV
     assert pairs[0].lam == 0.0 and pairs[1].lam is None and pairs[4].lam == pytest.approx(0.8)
-    assert pairs[3].name == "pair00003"
+    assert pairs[3].name == "p3_moving__to__p3_fixed"  # the output folder: from the files
 
 
 @pytest.mark.parametrize(
@@ -118,7 +118,7 @@ def test_batch_broken_pair_recorded_rest_done_rerun_skips(job: dict[str, Path], 
     # the message itself, not the exception's class name (issue 23)
     assert "cannot read" in failures[0]["error"]
     assert not failures[0]["error"].startswith("ValueError")
-    assert not (out / "pairs" / "pair00002" / "moved.nii.gz").exists()
+    assert not (out / "pairs" / "p2_moving__to__p2_fixed" / "moved.nii.gz").exists()
     assert not list(out.rglob(".*.tmp"))  # no temporary files left behind
     stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*.nii.gz")}
 
@@ -133,8 +133,11 @@ def test_batch_broken_pair_recorded_rest_done_rerun_skips(job: dict[str, Path], 
     assert "1 registered, 4 already done, 0 failed" in capsys.readouterr().out
     assert len(_rows(out / "summary.csv")) == 5 and _rows(out / "failures.csv") == []
 
-    # another default λ changes rows without their own λ only: those are redone
-    assert main(_batch_args(job, "--lambda", "0.3")) == 0
+    # another default λ changes rows without their own λ only: refused, then redone with
+    # --overwrite
+    assert main(_batch_args(job, "--lambda", "0.3")) == 2
+    assert "2 of 5 pairs" in capsys.readouterr().err
+    assert main(_batch_args(job, "--lambda", "0.3", "--overwrite")) == 0
     assert "2 registered, 3 already done" in capsys.readouterr().out
 
 
@@ -181,7 +184,7 @@ def test_batch_torchrun_two_processes(job: dict[str, Path]) -> None:
     summary = _rows(job["out"] / "summary.csv")
     assert [int(r["index"]) for r in summary] == [0, 1, 2, 3, 4]  # each pair exactly once
     assert [int(r["rank"]) for r in summary] == [0, 1, 0, 1, 0]
-    records = sorted((job["out"] / "pairs").glob("pair*/record.json"))
+    records = sorted((job["out"] / "pairs").glob("*/record.json"))
     assert [json.loads(p.read_text())["index"] for p in records] == [0, 1, 2, 3, 4]
 
 
@@ -191,7 +194,7 @@ def test_batch_rerun_without_affine_stage_drops_the_old_affine(job: dict[str, Pa
     args = _batch_args(job, "--lambda", "0.5")
     main([*args, "--init", "affine"])
     assert list(out.glob("pairs/*/affine.mat"))
-    main([*args, "--init", "none"])
+    main([*args, "--init", "none", "--overwrite"])
     assert not list(out.glob("pairs/*/affine.mat"))
 
 
@@ -217,17 +220,18 @@ def test_batch_names_the_bundled_model_first_and_says_what_changed(
     job: dict[str, Path], capsys, caplog
 ) -> None:
     """Without --model the bundled model is named before any pair's message; a rerun with other
-    settings says which changed before it registers a pair again (a refined record is not
-    taken for a --refine 0 one)."""
+    settings (--overwrite) says which changed before it registers a pair again (a refined record
+    is not taken for a --refine 0 one)."""
     args = ["batch", "--pairs", str(job["csv"]), "--out", str(job["out"]), "--no-progress"]
     assert main([*args, "--lambda", "0.5", "--refine", "2"]) == 1  # the broken pair
     captured = capsys.readouterr()
     assert captured.out.startswith("hyperreg batch: using the bundled model hypermorph-2d")
     caplog.clear()
-    assert main([*args, "--lambda", "0.5", "--refine", "0"]) == 1
+    assert main([*args, "--lambda", "0.5", "--refine", "0", "--overwrite"]) == 1
     assert "4 registered, 0 already done, 1 failed" in capsys.readouterr().out
-    changed = [r.getMessage() for r in caplog.records if "settings changed" in r.getMessage()]
-    assert len(changed) == 4 and "refine 2 ncc" in changed[0] and "-> none" in changed[0]
+    changed = [r.getMessage() for r in caplog.records if "registered again" in r.getMessage()]
+    assert len(changed) == 1 and changed[0].startswith("4 of 5 pairs registered again")
+    assert "refine 2 ncc" in changed[0] and "-> none" in changed[0]
 
 
 def test_batch_warnings_name_their_pair_and_are_kept_in_the_summary(
@@ -244,10 +248,10 @@ def test_batch_warnings_name_their_pair_and_are_kept_in_the_summary(
     nib.save(nib.Nifti1Image(square, image.affine), fixed)
     main(_batch_args(job, "--lambda", "0.5"))
     rows = {r["name"]: r for r in _rows(job["out"] / "summary.csv")}
-    assert "looks like a label map" in rows["pair00003"]["warnings"]
-    assert rows["pair00000"]["warnings"] == ""
+    assert "looks like a label map" in rows["p3_moving__to__p3_fixed"]["warnings"]
+    assert rows["p0_moving__to__p0_fixed"]["warnings"] == ""
     logged = [r.getMessage() for r in caplog.records if "looks like a label map" in r.getMessage()]
-    assert logged and all(m.startswith("pair00003: ") for m in logged)
+    assert logged and all(m.startswith("p3_moving__to__p3_fixed: ") for m in logged)
 
 
 def test_batch_records_a_constant_image_as_a_failed_pair_and_goes_on(
@@ -279,7 +283,7 @@ def test_batch_says_up_front_which_pairs_name_missing_files_and_prints_the_lambd
     assert main(_batch_args(job, "--lambda", "0.5")) == 1
     messages = [r.getMessage() for r in caplog.records]
     first = next(i for i, m in enumerate(messages) if "do not exist" in m)
-    assert "1 pair(s)" in messages[first] and "pair00004 (row 4)" in messages[first]
-    assert first < next(i for i, m in enumerate(messages) if "pair00004 failed" in m)
+    assert "1 pair(s)" in messages[first] and "p4_moving__to__p4_fixed (row 4)" in messages[first]
+    assert first < next(i for i, m in enumerate(messages) if "p4_moving__to__p4_fixed failed" in m)
     out = capsys.readouterr().out
     assert "λ = 0.5 for 2 pair(s): given for every row" in out  # rows 1 and 3 (the others own λ)

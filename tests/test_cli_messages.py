@@ -167,7 +167,7 @@ def test_warnings_and_log_lines_name_no_function(
     pair = {**pair, "out": tmp_path / "batch"}
     assert main(_batch(pair, fixed=missing)) == 1
     err = capsys.readouterr().err
-    assert f"hyperreg batch: warning: pair00000 failed: no such file: '{missing}'" in err
+    assert f"hyperreg batch: warning: a_moving__to__gone failed: no such file: '{missing}'" in err
     assert "(): " not in err
 
 
@@ -338,11 +338,13 @@ def test_batch_records_an_intensity_label_map_as_a_failed_pair(
 ) -> None:
     assert main(_batch(pair, moving_seg=_intensity(pair))) == 1  # a bad pair: recorded, exit 1
     err = capsys.readouterr().err
-    assert "pair00000 failed: 'moving_seg' must be a label map of integer ids" in err
-    failure = json.loads((pair["out"] / "pairs" / "pair00000" / "failure.json").read_text())
+    assert "a_moving__to__a_fixed failed: 'moving_seg' must be a label map of integer ids" in err
+    failure = json.loads(
+        (pair["out"] / "pairs" / "a_moving__to__a_fixed" / "failure.json").read_text()
+    )
     # the message itself, not the exception's class name (issue 23)
     assert not failure["error"].startswith("ValueError") and "moving_seg" in failure["error"]
-    assert not (pair["out"] / "pairs" / "pair00000" / "moved.nii.gz").exists()
+    assert not (pair["out"] / "pairs" / "a_moving__to__a_fixed" / "moved.nii.gz").exists()
 
 
 def test_check_label_map_rule(tmp_path: Path) -> None:

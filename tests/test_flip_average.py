@@ -152,13 +152,13 @@ def test_batch_records_flip_averaging_and_registers_again_when_it_changes(
     moving, fixed = _nifti_pair(tmp_path)
     csv = tmp_path / "pairs.csv"
     csv.write_text(f"moving,fixed\n{moving},{fixed}\n")
-    record = tmp_path / "batch" / "pairs" / "pair00000" / "record.json"
     batch = ["batch", "--model", str(_flipping_file(tmp_path / "model.pt")), "--device", "cpu",
              "--init", "none", "--pairs", str(csv), "--out", str(tmp_path / "batch"),
              "--lambda", "0.3", "--no-progress"]  # fmt: skip
     assert main(batch) == 0
+    (record,) = (tmp_path / "batch" / "pairs").glob("*/record.json")  # one pair
     assert json.loads(record.read_text())["flip_average"] is True
     caplog.set_level("INFO")
-    assert main([*batch, "--no-flip-average"]) == 0
+    assert main([*batch, "--no-flip-average", "--overwrite"]) == 0
     assert "flip_average True -> False" in caplog.text
     assert "flip_average" not in json.loads(record.read_text())

@@ -339,7 +339,7 @@ def test_nonfinite_voxels_are_counted_and_optionally_replaced(
     data[1, 2, 3] = np.inf
     data[4, 5, 6] = -np.inf
     path = _write_nifti(tmp_path / "nan.nii.gz", data)
-    with pytest.raises(ValueError, match=r"has 3 non-finite voxels.*allow_nonfinite=True"):
+    with pytest.raises(ValueError, match=r"has 3 non-finite voxels.*'replace_nonfinite' VALUE"):
         load_volume(path)
     with caplog.at_level(logging.WARNING, logger="hyperreg.geometry.io"):
         vol = load_volume(path, allow_nonfinite=True)

@@ -156,12 +156,15 @@ def test_sweep_and_batch_take_passes(
     batch = ["batch", *common, "--pairs", str(csv), "--out", str(tmp_path / "batch"),
              "--lambda", "0.3", "--no-progress"]  # fmt: skip
     assert main(batch) == 0
-    first = json.loads((tmp_path / "batch" / "pairs" / "pair00000" / "record.json").read_text())
+    (record,) = (tmp_path / "batch" / "pairs").glob("*/record.json")  # one pair
+    first = json.loads(record.read_text())
     assert "passes" not in first  # one pass: records of earlier versions still match
     caplog.set_level("INFO")
-    assert main([*batch, "--passes", "2"]) == 0  # another setting: registered again
+    assert main([*batch, "--passes", "2"]) == 2  # another setting: refused, nothing written
+    assert json.loads(record.read_text()) == first
+    assert main([*batch, "--passes", "2", "--overwrite"]) == 0  # registered again
     assert "passes 1 -> 2" in caplog.text
-    again = json.loads((tmp_path / "batch" / "pairs" / "pair00000" / "record.json").read_text())
+    again = json.loads(record.read_text())
     assert again["passes"] == 2
     capsys.readouterr()
 

@@ -5,21 +5,27 @@
 :func:`hyperreg.apps.register.register_files` on each pair of one shard and keeps a per-pair
 record on disk, so a rerun skips finished pairs and a bad pair is recorded while the rest go on.
 :func:`merge_records` (:mod:`hyperreg.apps.batch_records`, the records on disk) turns the
-records into ``summary.csv`` and ``failures.csv``.
-:func:`run_batch` is the whole job, one process of possibly several (``torchrun``: rank ``r`` of
-``N`` takes rows ``r::N``). Must not import train or cli.
+records into ``summary.csv`` and ``failures.csv``, after every pair, so an interrupted run has
+them. :func:`run_batch` is the whole job, one process of possibly several (``torchrun``: rank
+``r`` of ``N`` takes rows ``r::N``). Must not import train or cli.
 
-Output layout under ``out``::
+Output layout under ``out`` (``<name>``: the pair's name, from its files or the CSV's ``name``
+column, :func:`hyperreg.apps.inputs.read_pairs`)::
 
     pairs/<name>/moved.nii.gz, warp.nii.gz, moved_seg.nii.gz   (each written atomically)
     pairs/<name>/record.json     written last, atomically: the pair's summary row (= done)
     pairs/<name>/failure.json    the error of the last failed attempt (removed on success)
     summary.csv, failures.csv    merged from the records, sorted by row index
+
+A rerun skips finished pairs; one whose settings differ from a finished pair's record (λ,
+refinement, affine stage, passes, flip averaging) is refused before any work unless
+``overwrite`` is set, which registers those pairs again, saying which.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import time
@@ -30,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hyperreg._errors import failure_text
+from hyperreg._errors import InputError, failure_text
 from hyperreg._files import write_json
 from hyperreg.apps.batch_records import (
     FAILURE,
@@ -49,6 +55,7 @@ if TYPE_CHECKING:  # annotations only: the module stays light to import (no torc
     from hyperreg.registration.pairs import PathLike
 
 __all__ = [
+    "BatchInterrupted",
     "BatchReport",
     "PairSpec",
     "batch_register",
@@ -59,6 +66,28 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+# errors of the output folder, not of one pair: the batch stops (every pair would fail alike)
+_NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
+
+
+class BatchInterrupted(KeyboardInterrupt):
+    """A batch stopped by Ctrl-C (``KeyboardInterrupt``) between or during pairs, after
+    ``summary.csv`` and ``failures.csv`` were merged from the finished pairs.
+
+    ``str(err)``: ``"interrupted after N of M pairs: rerun the same command to resume"``.
+
+    Attributes:
+        finished: Pairs of the job finished with its settings (any rank, any earlier run).
+        total: Pairs in the job.
+        summary: The merged ``summary.csv``, or None if merging failed too.
+    """
+
+    def __init__(self, finished: int, total: int, summary: Path | None) -> None:
+        self.finished, self.total, self.summary = finished, total, summary
+        super().__init__(
+            f"interrupted after {finished} of {total} pairs: rerun the same command to resume"
+        )
 
 
 @dataclass
@@ -96,18 +125,25 @@ def batch_register(
     passes: int | None = None,
     bias_correct: bool = False,
     never_worse: bool = True,
+    overwrite: bool = False,
+    job: Sequence[PairSpec] | None = None,
+    replace_nonfinite: float | None = None,
 ) -> BatchReport:
     """Register every pair of ``pairs`` (one shard) with per-pair records, resumably.
 
-    For each pair: if ``pairs/<name>/record.json`` matches the pair (same files, λ, refinement
-    and affine stage: :func:`hyperreg.apps.batch_records.pair_identity`) and its outputs
-    exist, skip it (a record with other settings is replaced, and the change logged).
-    Otherwise check its label maps (:func:`hyperreg.apps.inputs.check_label_map`: integer
-    ids, not an intensity image) and call :func:`hyperreg.apps.register.register_files`, which
-    writes ``moved.nii.gz``, ``warp.nii.gz`` (and ``moved_seg.nii.gz`` with a moving label map)
-    atomically, then write the record (the pair's summary row) atomically. Any exception of one
-    pair is stored in ``pairs/<name>/failure.json`` (type, message, traceback) and the loop goes
-    on; ``KeyboardInterrupt`` stops it.
+    Before any work: if a pair of ``job`` has a finished record with other settings (files, λ,
+    refinement, affine stage, passes, flip averaging:
+    :func:`hyperreg.apps.batch_records.pair_identity`), raise unless ``overwrite``; with it,
+    log which pairs are registered again and why. Then for each pair: if
+    ``pairs/<name>/record.json`` matches the pair and its outputs exist, skip it. Otherwise
+    check its label maps (:func:`hyperreg.apps.inputs.check_label_map`: integer ids, not an
+    intensity image) and call :func:`hyperreg.apps.register.register_files`, which writes
+    ``moved.nii.gz``, ``warp.nii.gz`` (and ``moved_seg.nii.gz`` with a moving label map)
+    atomically, then write the record (the pair's summary row) atomically and merge
+    ``summary.csv`` and ``failures.csv`` (:func:`merge_records` over ``job``). Any exception
+    of one pair is stored in ``pairs/<name>/failure.json`` (type, message, traceback) and the
+    loop goes on, except an output folder without room (no space, over quota, read-only: every
+    pair would fail) and ``KeyboardInterrupt``, which stop it.
 
     Args:
         model: A trained :class:`~hyperreg.method.model.HyperMorph`, on the device to use.
@@ -140,13 +176,26 @@ def batch_register(
         never_worse: See :func:`~hyperreg.apps.register.register_files` (default True; the
             record's ``verdict`` and ``kept`` say what each pair holds). Part of a pair's
             identity when False.
+        overwrite: Register again the pairs whose finished records have other settings
+            (their outputs and records are replaced); False (default): refuse.
+        job: Every pair of the job, all ranks' (``summary.csv`` lists these; the settings of
+            all of them are checked before any work, so every rank refuses alike); None:
+            ``pairs``.
+        replace_nonfinite: The value NaN/inf voxels of the images take (logged with their
+            count); None (default): such a pair fails. Not part of a pair's identity (a pair
+            that finished had no such voxel).
 
     Returns:
         A :class:`BatchReport`.
 
     Raises:
-        ValueError: If ``lam`` is not a number in [0, 1], ``"auto"`` or None (checked before
-            any work).
+        ValueError: If ``lam`` is not a number in [0, 1], ``"auto"`` or None; or (an
+            :class:`~hyperreg._errors.InputError` of argument ``"overwrite"``) if pairs have
+            finished records with other settings and ``overwrite`` is False (both checked
+            before any work).
+        OSError: If an output cannot be written for want of room (no space left, over quota,
+            read-only file system); the message names the file. The pairs finished are kept.
+        BatchInterrupted: On ``KeyboardInterrupt``, after merging the finished pairs.
     """
     from tqdm import tqdm
 
@@ -167,56 +216,160 @@ def batch_register(
         passes=passes,
         bias_correct=bias_correct,
         never_worse=never_worse,
+        replace_nonfinite=replace_nonfinite,
     )
     start = time.perf_counter()
     report = BatchReport()
-    (root := Path(out) / "pairs").mkdir(parents=True, exist_ok=True)
-    _warn_missing(pairs)
-    bar = tqdm(pairs, desc=desc, unit="pair", disable=not progress, dynamic_ncols=True)
-    for pair in bar:
-        pair_lam = pair.lam if pair.lam is not None else lam  # None: the model's default
-        folder = root / pair.name
-        planned = default.lam if pair_lam is None else pair_lam
-        settings = (passes or model.config.passes, model.config.flip_average)
-        identity = pair_identity(pair, planned, refine, init, *settings)
+    job = list(pairs) if job is None else list(job)
+    settings = (passes or model.config.passes, model.config.flip_average)
+
+    def identity_of(pair: PairSpec) -> dict[str, Any]:
+        planned = pair.lam if pair.lam is not None else lam  # None: the model's default
+        identity = pair_identity(
+            pair, default.lam if planned is None else planned, refine, init, *settings
+        )
         if bias_correct:  # a record made without it is not this registration
             identity["bias_correct"] = True
         if not never_worse:
             identity["keep_worse"] = True
-        outputs = _outputs(pair, init)
-        earlier = read_record(folder)  # read once: done, or what changed since
-        if finished(folder, earlier, identity):
-            report.skipped += 1
-            continue
-        changed = changed_settings(earlier, identity)
-        if changed:
-            logger.info(
-                "%s: registered again, its settings changed (%s)", pair.name, "; ".join(changed)
-            )
-        folder.mkdir(exist_ok=True)
-        tic = time.perf_counter()
-        said: list[str] = []
-        try:
-            with _pair_warnings(pair.name, said):
-                result = _register_pair(model, pair, pair_lam, folder, outputs, **options)
-        except KeyboardInterrupt:
-            raise
-        except Exception as err:  # one bad pair must not stop the batch
-            report.failed += 1
-            logger.warning("%s failed: %s", pair.name, failure_text(err))
-            failure = {**identity, "error": failure_text(err), "traceback": traceback.format_exc()}
-            write_json(folder / FAILURE, failure)
-            continue
-        seconds = time.perf_counter() - tic
-        record = {**identity, **_summary(pair, lam, result, said), "seconds": seconds}
-        record.update(rank=rank, **outputs)
-        write_json(folder / RECORD, record)
-        (folder / FAILURE).unlink(missing_ok=True)
-        if init == "none":  # an earlier run's affine stage is not part of this result
-            (folder / "affine.mat").unlink(missing_ok=True)
-        report.done += 1
+        return identity
+
+    root = Path(out) / "pairs"
+    _check_rerun(fn, root, job, identity_of, overwrite)
+    merge = _Merge(out, job)
+    root.mkdir(parents=True, exist_ok=True)
+    _warn_missing(pairs)
+    bar = tqdm(pairs, desc=desc, unit="pair", disable=not progress, dynamic_ncols=True)
+    try:
+        for pair in bar:
+            pair_lam = pair.lam if pair.lam is not None else lam  # None: the model's default
+            folder = root / pair.name
+            identity = identity_of(pair)
+            outputs = _outputs(pair, init)
+            if finished(folder, read_record(folder), identity):
+                report.skipped += 1
+                continue
+            folder.mkdir(exist_ok=True)
+            tic = time.perf_counter()
+            said: list[str] = []
+            try:
+                with _pair_warnings(pair.name, said):
+                    result = _register_pair(model, pair, pair_lam, folder, outputs, **options)
+            except Exception as err:  # one bad pair must not stop the batch
+                if isinstance(err, OSError) and err.errno in _NO_ROOM:  # the folder's: stop
+                    raise _stopped(err) from err
+                _record_failure(report, pair, folder, identity, err)
+                merge.soon()
+                continue
+            seconds = time.perf_counter() - tic
+            record = {**identity, **_summary(pair, lam, result, said), "seconds": seconds}
+            record.update(rank=rank, **outputs)
+            write_json(folder / RECORD, record)
+            (folder / FAILURE).unlink(missing_ok=True)
+            if init == "none":  # an earlier run's affine stage is not part of this result
+                (folder / "affine.mat").unlink(missing_ok=True)
+            report.done += 1
+            merge.soon()  # an interrupted run has its summary.csv
+    except KeyboardInterrupt:
+        raise _interrupted(out, root, job, identity_of) from None
+    finally:
+        bar.close()
+    if merge.pending:  # the last pairs, when merging was put off
+        merge.now()
     report.seconds = time.perf_counter() - start
     return report
+
+
+def _check_rerun(
+    fn: str, root: Path, job: Sequence[PairSpec], identity_of: Any, overwrite: bool
+) -> None:
+    """Before any work: the pairs of ``job`` whose finished records have other settings are
+    refused (an :class:`InputError` of ``"overwrite"``: their count, what changed, the first
+    names) or, with ``overwrite``, logged as registered again."""
+    stale: dict[str, list[str]] = {}
+    for pair in job:
+        changed = changed_settings(read_record(root / pair.name), identity_of(pair))
+        if changed:
+            stale[pair.name] = changed
+    if not stale:
+        return
+    changes = list(dict.fromkeys(c for changed in stale.values() for c in changed))
+    what = "; ".join(changes[:3]) + (f" and {len(changes) - 3} more" if len(changes) > 3 else "")
+    names = ", ".join(list(stale)[:3]) + (f" and {len(stale) - 3} more" if len(stale) > 3 else "")
+    if overwrite:
+        logger.info(
+            "%d of %d pairs registered again with these settings (%s): %s",
+            len(stale),
+            len(job),
+            what,
+            names,
+        )
+        return
+    raise InputError(
+        fn,
+        "{count} of {total} pairs in '{out}' were registered with other settings ({what}: "
+        "{names}); rerun with the same settings to resume, with {0} to register them again "
+        "with these (their results are replaced), or use another output folder",
+        "overwrite",
+        count=len(stale),
+        total=len(job),
+        out=root.parent,
+        what=what,
+        names=names,
+    )
+
+
+class _Merge:
+    """``summary.csv`` and ``failures.csv`` merged as pairs finish: after each pair, unless the
+    last merge took over a tenth of the time since (thousands of records, fast pairs): then at
+    the next pair that leaves the time, so merging costs at most about 10 % of the run."""
+
+    def __init__(self, out: PathLike, job: Sequence[PairSpec]) -> None:
+        self.out, self.job = out, job
+        self.last, self.took, self.pending = 0.0, 0.0, False
+
+    def soon(self) -> None:
+        self.pending = True
+        if time.perf_counter() - self.last >= 10.0 * self.took:
+            self.now()
+
+    def now(self) -> None:
+        tic = time.perf_counter()
+        merge_records(self.out, self.job)
+        self.last, self.took, self.pending = time.perf_counter(), time.perf_counter() - tic, False
+
+
+def _record_failure(
+    report: BatchReport, pair: PairSpec, folder: Path, identity: dict, err: Exception
+) -> None:
+    """Count, log and store (``failure.json``) one pair's error."""
+    report.failed += 1
+    # the error rides along: a front end may name its arguments its own way (options)
+    logger.warning("%s failed: %s", pair.name, failure_text(err), extra={"input_error": err})
+    failure = {**identity, "error": failure_text(err), "traceback": traceback.format_exc()}
+    write_json(folder / FAILURE, failure)
+
+
+def _stopped(err: OSError) -> OSError:
+    """An output folder without room: the error (naming the file), and how to go on."""
+    text = err.strerror or str(err)
+    return OSError(
+        err.errno, f"{text}; the pairs finished so far are kept: make room and rerun to resume"
+    )
+
+
+def _interrupted(
+    out: PathLike, root: Path, job: Sequence[PairSpec], identity_of: Any
+) -> BatchInterrupted:
+    """Ctrl-C: merge what finished and count the pairs finished with these settings."""
+    summary = None
+    with contextlib.suppress(OSError):
+        summary = merge_records(out, job)[0]
+    done = 0
+    for pair in job:
+        folder = root / pair.name
+        done += finished(folder, read_record(folder), identity_of(pair))
+    return BatchInterrupted(done, len(job), summary)
 
 
 def _summary(pair: PairSpec, lam: float | str | None, result: Any, said: list[str]) -> dict:
@@ -370,6 +523,8 @@ def run_batch(
     flip_average: bool | None = None,
     bias_correct: bool = False,
     never_worse: bool = True,
+    overwrite: bool = False,
+    replace_nonfinite: float | None = None,
 ) -> BatchRun:
     """One process of a batch job: read the pairs, run this rank's shard, merge.
 
@@ -405,13 +560,20 @@ def run_batch(
             network (:func:`hyperreg.registration.pipeline.model_image`); outputs are still
             sampled from the files as read.
         never_worse: See :func:`batch_register`.
+        overwrite: Register again the pairs finished with other settings (see
+            :func:`batch_register`); every rank checks every pair before any work.
+        replace_nonfinite: The value NaN/inf voxels of the images take (see
+            :func:`batch_register`).
 
     Returns:
         A :class:`BatchRun`.
 
     Raises:
         FileNotFoundError: If the checkpoint or the CSV is missing.
-        ValueError: On a bad CSV, environment, device or λ (before any work).
+        ValueError: On a bad CSV, environment, device or λ, or pairs finished with other
+            settings without ``overwrite`` (before any work).
+        OSError: If an output folder has no room left (see :func:`batch_register`).
+        BatchInterrupted: On Ctrl-C, after merging the finished pairs.
     """
     import torch
 
@@ -449,15 +611,18 @@ def run_batch(
             passes=passes,
             bias_correct=bias_correct,
             never_worse=never_worse,
+            overwrite=overwrite,
+            job=pairs,
+            replace_nonfinite=replace_nonfinite,
         )
         merged = None
         if group:
             torch.distributed.barrier()
             if rank == 0:
-                merged = merge_records(out)
+                merged = merge_records(out, pairs)
             torch.distributed.barrier()
         else:
-            merged = merge_records(out)
+            merged = merge_records(out, pairs)
     finally:
         if group and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -126,8 +127,9 @@ def finished(folder: Path, record: dict[str, Any] | None, identity: dict[str, An
 def changed_settings(record: dict[str, Any] | None, identity: dict[str, Any]) -> list[str]:
     """The settings of an earlier ``record`` that differ from ``identity``, as
     ``"<key> <old> -> <new>"`` (``refine`` and ``init`` read ``none`` when absent, ``passes``
-    1, ``flip_average`` and ``keep_worse`` False); empty when there is no record or nothing
-    changed."""
+    1, ``flip_average``, ``bias_correct`` and ``keep_worse`` False; the row's ``index`` is not a
+    setting: a pair keeps its folder, named after it, when rows are added or reordered); empty
+    when there is no record or nothing changed."""
     if record is None:
         return []
     absent = {
@@ -135,9 +137,10 @@ def changed_settings(record: dict[str, Any] | None, identity: dict[str, Any]) ->
         "init": "none",
         "passes": 1,
         "flip_average": False,
+        "bias_correct": False,
         "keep_worse": False,
     }
-    keys = [*identity, *(k for k in absent if k not in identity)]
+    keys = [k for k in (*identity, *(k for k in absent if k not in identity)) if k != "index"]
     changed = []
     for key in keys:
         old, new = record.get(key, absent.get(key)), identity.get(key, absent.get(key))
@@ -181,25 +184,42 @@ def scores(result: Any) -> dict[str, Any]:
     }
 
 
-def merge_records(out: PathLike) -> tuple[Path, Path, int, int]:
-    """Merge every ``pairs/*/record.json`` into ``summary.csv`` and every ``failure.json`` of a
-    pair without a record into ``failures.csv`` (both sorted by index, written atomically).
+def merge_records(
+    out: PathLike, pairs: Sequence[PairSpec] | None = None
+) -> tuple[Path, Path, int, int]:
+    """Merge the ``pairs/<name>/record.json`` files into ``summary.csv`` and each
+    ``failure.json`` of a pair without a record into ``failures.csv`` (both sorted by index,
+    written atomically).
 
     ``summary.csv`` columns: :data:`SUMMARY_COLUMNS`, then ``dice_<label>`` for every label of
     any pair (empty where a pair lacks it). Output paths are relative to ``out``. Merging is
-    idempotent: run it again at any time.
+    idempotent: run it again at any time (a batch does after every pair).
+
+    Args:
+        out: The batch's output folder.
+        pairs: The job's pairs (every rank's): only their folders are merged, each record's
+            ``index`` their row's. None: every folder under ``pairs/``.
 
     Returns:
         ``(summary_path, failures_path, rows, failures)``.
+
+    Raises:
+        OSError: If ``summary.csv`` or ``failures.csv`` cannot be written (the message names it).
     """
     root = Path(out)
     records, failures = [], []
-    for folder in sorted((root / "pairs").glob("pair*")):
+    if pairs is None:
+        rows = {p.name: None for p in sorted((root / "pairs").glob("*")) if p.is_dir()}
+    else:
+        rows = {pair.name: pair.index for pair in pairs}
+    for name, index in rows.items():
+        folder = root / "pairs" / name
         record_path, failure_path = folder / RECORD, folder / FAILURE
         try:
             if record_path.is_file():
                 record = json.loads(record_path.read_text())
                 record["name"] = folder.name
+                record["index"] = record["index"] if index is None else index
                 for key in OUTPUTS:
                     if record.get(key):
                         record[key] = f"pairs/{folder.name}/{record[key]}"
@@ -209,6 +229,7 @@ def merge_records(out: PathLike) -> tuple[Path, Path, int, int]:
             elif failure_path.is_file():
                 failure = json.loads(failure_path.read_text())
                 failure["name"] = folder.name
+                failure["index"] = failure["index"] if index is None else index
                 failures.append(failure)
         except (OSError, ValueError) as err:  # a record being replaced right now
             logger.warning("cannot read the results in %s: %s", folder, err)

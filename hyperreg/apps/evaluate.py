@@ -28,12 +28,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from hyperreg._errors import InputError, failure_text
+from hyperreg._errors import InputError, failure_text, passed_as
 from hyperreg._files import read_csv, write_csv
 from hyperreg.figures.backend import pyplot, save_figure
 from hyperreg.geometry.fields import load_displacement
 from hyperreg.geometry.io import load_volume
-from hyperreg.geometry.structures import structure_names
+from hyperreg.geometry.structures import read_label_names, structure_names
 from hyperreg.method.diffeomorphism import non_diffeomorphic_volume
 from hyperreg.method.metrics import (
     field_summary,
@@ -236,7 +236,13 @@ def evaluate_pair(
     return scores
 
 
-def evaluate_csv(pairs_csv: PathLike, out: PathLike, *, naming: str = "auto") -> EvaluationReport:
+def evaluate_csv(
+    pairs_csv: PathLike,
+    out: PathLike,
+    *,
+    naming: str = "auto",
+    label_names: PathLike | None = None,
+) -> EvaluationReport:
     """Evaluate every row of an evaluation CSV and write tables and a box plot to ``out``.
 
     Outputs (each written atomically):
@@ -254,15 +260,23 @@ def evaluate_csv(pairs_csv: PathLike, out: PathLike, *, naming: str = "auto") ->
         out: Output folder (created).
         naming: Structure names: ``"auto"``, ``"freesurfer"`` or ``"none"``
             (:func:`hyperreg.geometry.structures.structure_names`).
+        label_names: A file of structure names, a FreeSurfer LUT or an ``id,name`` CSV
+            (:func:`hyperreg.geometry.structures.read_label_names`), read before any work; it
+            replaces ``naming``. A label it lacks keeps its id (a warning lists them).
 
     Returns:
         An :class:`EvaluationReport`. Rows that failed are in ``failures``, never raised.
 
     Raises:
-        FileNotFoundError: If the CSV is missing.
-        ValueError: If the CSV is malformed or ``naming`` is unknown.
+        FileNotFoundError: If the CSV or ``label_names`` is missing.
+        ValueError: If the CSV is malformed, ``naming`` is unknown or ``label_names`` is not a
+            names file (an ``InputError`` of argument ``"label_names"`` naming its line).
     """
     structure_names([], naming)  # checks 'naming' before any work
+    table = None
+    if label_names is not None:
+        with passed_as(path="label_names"):
+            table = read_label_names(label_names)
     rows = read_evaluation_csv(pairs_csv)
     pairs: list[PairScores] = []
     failures: list[tuple[int, str, str]] = []
@@ -284,7 +298,7 @@ def evaluate_csv(pairs_csv: PathLike, out: PathLike, *, naming: str = "auto") ->
             logger.debug("evaluate_csv(): row %d (%s) failed: %s", row.index, row.name, err)
             failures.append((row.index, row.name, failure_text(err)))
     labels = sorted({label for p in pairs for label in p.dice})
-    names = structure_names(labels, naming)
+    names = structure_names(labels, naming) if table is None else _named(labels, table, label_names)
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     files = [
@@ -299,6 +313,22 @@ def evaluate_csv(pairs_csv: PathLike, out: PathLike, *, naming: str = "auto") ->
     if pairs and labels:
         files.append(_boxplot(folder / "evaluation_boxplot.png", pairs, labels, names))
     return EvaluationReport(pairs=pairs, failures=failures, names=names, files=files)
+
+
+def _named(labels: Sequence[int], table: dict[int, str], source: PathLike) -> dict[int, str]:
+    """``{label: name}`` from a names file; a label it lacks keeps its id, with a warning."""
+    missing = [label for label in labels if label not in table]
+    if missing:
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        logger.warning(
+            "'%s' has no name for %d of %d labels (%s%s): they keep their ids",
+            source,
+            len(missing),
+            len(labels),
+            ", ".join(str(label) for label in missing[:5]),
+            more,
+        )
+    return {label: table.get(label, str(label)) for label in labels}
 
 
 def _write_pairs(path: Path, pairs: Sequence[PairScores], labels: Sequence[int]) -> Path:

@@ -1,7 +1,8 @@
 """The input files of the applications, read and checked before any work.
 
 Pair lists (:func:`read_pairs`: a CSV of ``moving``, ``fixed``, optional ``moving_seg``,
-``fixed_seg`` and ``lambda``; :func:`shard` for several processes), label maps
+``fixed_seg``, ``lambda``, ``initial_affine`` and ``name``, each pair named after its files
+unless its row names it; :func:`shard` for several processes), label maps
 (:func:`check_label_map`: integer ids, not an intensity image) and λ lists
 (:func:`parse_lambdas`). Used by ``batch``, ``tune``, ``sweep`` and the command line. Light to
 import (no torch); must not import cli.
@@ -10,7 +11,10 @@ import (no torch); must not import cli.
 from __future__ import annotations
 
 import math
+import os
+import re
 import warnings
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,7 +38,9 @@ __all__ = [
     "shard",
 ]
 
-PAIR_COLUMNS = ("moving", "fixed", "moving_seg", "fixed_seg", "lambda")
+PAIR_COLUMNS = ("moving", "fixed", "moving_seg", "fixed_seg", "lambda", "name")
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")  # a pair's folder: safe anywhere
+IMAGE_SUFFIXES = (".nii.gz", ".nii", ".mgz", ".mgh", ".npz")
 
 
 @dataclass(frozen=True)
@@ -42,7 +48,7 @@ class PairSpec:
     """One row of a pair CSV.
 
     Attributes:
-        index: 0-based row number (header excluded); it names the pair's output folder.
+        index: 0-based row number (header excluded).
         moving: Moving image path.
         fixed: Fixed image path.
         moving_seg: Moving label map path, or None.
@@ -50,6 +56,9 @@ class PairSpec:
         lam: The row's λ, or None when its ``lambda`` cell is empty or absent.
         initial_affine: The row's initial transform file (ITK ``.mat``/``.tfm``, as
             ``--initial-affine``), or None when its ``initial_affine`` cell is empty or absent.
+        name: The pair's name (its output folder in ``batch``): the row's ``name`` cell, else
+            one made from the file names (:func:`read_pairs`); ``pair00042`` for row 42 when
+            none is given here.
     """
 
     index: int
@@ -59,11 +68,11 @@ class PairSpec:
     fixed_seg: Path | None = None
     lam: float | None = None
     initial_affine: Path | None = None
+    name: str = ""
 
-    @property
-    def name(self) -> str:
-        """Output folder name, ``pair00042`` for row 42."""
-        return f"pair{self.index:05d}"
+    def __post_init__(self) -> None:
+        if not self.name:
+            object.__setattr__(self, "name", f"pair{self.index:05d}")
 
 
 def read_pairs(path: PathLike, *, require_segs: bool = False) -> list[PairSpec]:
@@ -71,19 +80,26 @@ def read_pairs(path: PathLike, *, require_segs: bool = False) -> list[PairSpec]:
 
     Args:
         path: CSV with a header holding ``moving`` and ``fixed``, optionally ``moving_seg``,
-            ``fixed_seg``, ``lambda`` and ``initial_affine`` (other columns are ignored). Empty
-            cells mean "none". Relative paths are relative to the CSV's folder. Files are not
-            opened here.
+            ``fixed_seg``, ``lambda``, ``initial_affine`` and ``name`` (other columns are
+            ignored). Empty cells mean "none". Relative paths are relative to the CSV's folder.
+            Files are not opened here.
         require_segs: Every row must name both label maps (for λ tuning on Dice).
 
     Returns:
-        One :class:`PairSpec` per data row, in file order.
+        One :class:`PairSpec` per data row, in file order. Its ``name`` is the row's ``name``
+        cell, else ``<moving>__to__<fixed>``: the two file names without their extension,
+        characters other than letters, digits and ``._+-`` as ``_``; where rows would share a
+        name, the folders above the files are added until they differ
+        (``subjA_mri_brain__to__subjB_mri_brain``), and rows of the same two files get ``-2``,
+        ``-3`` … in row order. A name depends on the rows alone, never on a shard.
 
     Raises:
         FileNotFoundError: If ``path`` does not exist.
         ValueError: If the header lacks ``moving`` or ``fixed``, a row has an empty ``moving``
-            or ``fixed`` cell, a ``lambda`` cell is not a number in [0, 1], a label map is
-            missing with ``require_segs``, or there are no rows.
+            or ``fixed`` cell, a ``lambda`` cell is not a number in [0, 1], a ``name`` cell is
+            not a folder name (letters, digits and ``._+-``, starting with a letter or digit,
+            at most 200 characters) or is another row's, a label map is missing with
+            ``require_segs``, or there are no rows.
     """
     fn = "read_pairs"
     path = Path(path)
@@ -140,7 +156,78 @@ def read_pairs(path: PathLike, *, require_segs: bool = False) -> list[PairSpec]:
                 fn, "{where} must name 'moving_seg' and 'fixed_seg'", "path", where=where
             )
         pairs.append(spec)
-    return pairs
+    given = _given_names(fn, path, [row.get("name", "") for row in rows])
+    unnamed = [spec for spec, name in zip(pairs, given) if not name]
+    made = _made_names(unnamed, {name for name in given if name}) if unnamed else {}
+    return [
+        PairSpec(**{**vars(spec), "name": name or made[spec.index]})
+        for spec, name in zip(pairs, given)
+    ]
+
+
+def _given_names(fn: str, path: Path, cells: list[str]) -> list[str]:
+    """The ``name`` cells, checked: folder names, each used once (``""`` where empty)."""
+    first: dict[str, int] = {}
+    for index, name in enumerate(cells):
+        if not name:
+            continue
+        where = f"'{path}' row {index} (line {index + 2})"
+        if not NAME_PATTERN.fullmatch(name):
+            raise InputError(
+                fn,
+                "{where}: 'name' must be a folder name (letters, digits and ._+-, starting with a "
+                "letter or digit, at most 200 characters), got {name!r}",
+                "path",
+                where=where,
+                name=name,
+            )
+        if name in first:
+            raise InputError(
+                fn,
+                "{where}: 'name' {name!r} is also row {other}'s; each pair needs its own",
+                "path",
+                where=where,
+                name=name,
+                other=first[name],
+            )
+        first[name] = index
+    return cells
+
+
+def _made_names(pairs: Sequence[PairSpec], taken: set[str]) -> dict[int, str]:
+    """``{index: name}`` made from the file names for each of ``pairs`` (the rows without a
+    ``name`` cell; see :func:`read_pairs`), none of them in ``taken``."""
+
+    def part(path: Path, depth: int) -> str:
+        parts = Path(os.path.normpath(path)).parts[-depth:]
+        last = parts[-1]
+        cut = next((s for s in IMAGE_SUFFIXES if last.lower().endswith(s)), Path(last).suffix)
+        text = "_".join([*parts[:-1], last[: len(last) - len(cut)] if cut else last])
+        return re.sub(r"[^A-Za-z0-9._+-]+", "_", text).strip("._-+")[-90:] or "image"
+
+    def name(pair: PairSpec, depth: int) -> str:
+        return f"{part(pair.moving, depth)}__to__{part(pair.fixed, depth)}"
+
+    deepest = max(len(Path(p).parts) for pair in pairs for p in (pair.moving, pair.fixed))
+    names: dict[int, str] = {}
+    for depth in range(1, deepest + 1):  # one more folder where rows share a name
+        left = [pair for pair in pairs if pair.index not in names]
+        if not left:
+            break
+        counts = Counter(name(pair, depth) for pair in pairs)
+        for pair in left:
+            if counts[candidate := name(pair, depth)] == 1 and candidate not in taken:
+                names[pair.index] = candidate
+    used = set(taken)
+    for pair in pairs:  # the same two files in several rows: -2, -3 … in row order
+        base = names.get(pair.index) or name(pair, 1)
+        candidate, number = base, 1
+        while candidate in used:
+            number += 1
+            candidate = f"{base}-{number}"
+        names[pair.index] = candidate
+        used.add(candidate)
+    return names
 
 
 def shard(pairs: Sequence[PairSpec], rank: int, world_size: int) -> list[PairSpec]:

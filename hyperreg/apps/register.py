@@ -72,6 +72,7 @@ def register_files(
     passes: int | None = None,
     bias_correct: bool = False,
     never_worse: bool = True,
+    replace_nonfinite: float | None = None,
 ) -> PairResult:
     """Load, register and write one pair at one λ (``hyperreg register``).
 
@@ -141,6 +142,8 @@ def register_files(
             ``verdict`` says which, and a warning names the pair); False writes the
             registration and only flags it
             (:meth:`~hyperreg.registration.pipeline.PreparedPair.register`).
+        replace_nonfinite: The value NaN/inf voxels of the images take (logged with their
+            count; label maps must be finite); None (default): such an image is an error.
 
     Returns:
         The :class:`~hyperreg.registration.pipeline.PairResult` (``resampled`` lists what was
@@ -180,7 +183,9 @@ def register_files(
     refine = pair_refinement(model, refine)
     # each input is read once (and warned about once)
     with passed_as(path="fixed"):  # a constant image: load_pair refuses it (no warning first)
-        fixed_v = load_input(fixed, npz_geometry=npz_geometry, warn_constant=False)
+        fixed_v = load_input(
+            fixed, npz_geometry=npz_geometry, warn_constant=False, replace_nonfinite=replace_nonfinite
+        )
     if (warp_out is not None or inverse_warp_out is not None) and warp_format == "itk":
         check_itk_grid(fixed_v)
     pair = load_pair(
@@ -195,6 +200,7 @@ def register_files(
         resample=resample,
         npz_geometry=npz_geometry,
         bias_correct=bias_correct,
+        replace_nonfinite=replace_nonfinite,
     )
     chosen = pair_lambda(pair, model, lam)
     inverse = inverse_warp_out is not None

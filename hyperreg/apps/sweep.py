@@ -274,6 +274,7 @@ def sweep_files(
     passes: int | None = None,
     bias_correct: bool = False,
     never_worse: bool = True,
+    replace_nonfinite: float | None = None,
 ) -> SweepReport:
     """Load a pair, sweep λ (:func:`sweep_lambdas`) and write the report to ``out``.
 
@@ -330,6 +331,8 @@ def sweep_files(
             better of the affine alone and the pair as it came (default True; sweep.csv's
             ``verdict`` and ``kept`` say so); False keeps every field as the model gave it
             (:meth:`~hyperreg.registration.pipeline.PreparedPair.register`).
+        replace_nonfinite: The value NaN/inf voxels of the images take (logged with their
+            count); None (default): such an image is an error.
 
     Returns:
         A :class:`SweepReport`.
@@ -365,6 +368,7 @@ def sweep_files(
         resample=resample,
         npz_geometry=npz_geometry,
         bias_correct=bias_correct,
+        replace_nonfinite=replace_nonfinite,
     )
     chosen = None if lam is None else pair_lambda(pair, model, lam)
     lambdas = list(lambdas)

@@ -21,7 +21,7 @@ import logging
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -105,6 +105,7 @@ def affine_files(
     npz_geometry: str | None = None,
     initial_affine: PathLike | None = None,
     bias_correct: bool = False,
+    replace_nonfinite: float | None = None,
 ) -> AffineResult:
     """Run only the affine stage on two files and write its outputs (``hyperreg affine``).
 
@@ -133,6 +134,8 @@ def affine_files(
         bias_correct: Register bias-corrected copies (N4,
             :func:`~hyperreg.registration.pipeline.model_image`); the outputs are sampled from
             the files as read.
+        replace_nonfinite: The value NaN/inf voxels of the images take (logged with their
+            count; label maps must be finite); None (default): such an image is an error.
 
     Returns:
         An :class:`AffineResult`.
@@ -164,10 +167,11 @@ def affine_files(
         raise InputError(
             fn, "{0} would overwrite the input '{path}'", "affine_out", path=affine_out
         )
+    read = dict(npz_geometry=npz_geometry, replace_nonfinite=replace_nonfinite, warn_constant=False)
     with passed_as(path="fixed"):  # a constant image is refused below, not warned about
-        fixed_v = load_input(fixed, npz_geometry=npz_geometry, warn_constant=False)
+        fixed_v = load_input(fixed, **read)
     with passed_as(path="moving"):
-        moving_v = load_input(moving, npz_geometry=npz_geometry, fixed=fixed_v, warn_constant=False)
+        moving_v = load_input(moving, fixed=fixed_v, **read)
     geometry = dict(npz_geometry=npz_geometry, fixed=fixed_v)
     moving_seg_v, fixed_seg_v = (
         None if seg is None else _load_seg(seg, name, geometry)
@@ -291,18 +295,19 @@ def _warp_labels(
 
 
 def _target_grid(
-    fn: str, warp_field: PathLike | None, fixed: PathLike | None, npz_geometry: str | None
+    fn: str, warp_field: PathLike | None, fixed: PathLike | None, read: dict[str, Any]
 ) -> tuple[Volume, np.ndarray | None]:
-    """The output grid of :func:`warp_files` (the field's, else ``fixed``'s) and the field's
-    displacement (None without a field); ``fixed`` must lie on the field's grid."""
+    """The output grid of :func:`warp_files` (the field's, else ``fixed``'s, read with
+    ``read``: :func:`load_input`'s options) and the field's displacement (None without a
+    field); ``fixed`` must lie on the field's grid."""
     if warp_field is None:
         with passed_as(path="fixed"):
-            return load_input(fixed, npz_geometry=npz_geometry), None
+            return load_input(fixed, **read), None
     with passed_as(path="warp_field"):
         field = load_displacement(warp_field)
     if fixed is not None:
         with passed_as(path="fixed"):
-            fixed_v = load_input(fixed, npz_geometry=npz_geometry)
+            fixed_v = load_input(fixed, **read)
         if not same_grid(fixed_v, field.grid):
             raise InputError(
                 fn,
@@ -327,6 +332,7 @@ def warp_files(
     resample: bool = True,
     npz_geometry: str | None = None,
     fill: str | float = "zero",
+    replace_nonfinite: float | None = None,
 ) -> list[WarpedFile]:
     """Apply a saved chain (affine, then displacement field) to several files, one interpolation.
 
@@ -357,6 +363,8 @@ def warp_files(
             (:func:`hyperreg.geometry.intensity.outside_fill`): ``"zero"`` (default), ``"edge"``
             (the nearest edge voxel), ``"min"`` (the image minimum, e.g. a CT's −1024) or a
             finite number in the image's units.
+        replace_nonfinite: The value NaN/inf voxels of the images take (logged with their
+            count; label maps must be finite); None (default): such an image is an error.
 
     Returns:
         One :class:`WarpedFile` per output, in order.
@@ -379,11 +387,12 @@ def warp_files(
         check_outputs(fn, sources, **{name: path for name, path in zip(names, moved)})
     with passed_as(path="affine"):
         transform = load_affine(affine) if affine is not None else AffineTransform.identity()
-    grid, disp = _target_grid(fn, warp_field, fixed, npz_geometry)
+    read = dict(npz_geometry=npz_geometry, replace_nonfinite=replace_nonfinite)
+    grid, disp = _target_grid(fn, warp_field, fixed, read)
     volumes = []
     for path, label in zip(moving, labels):
         with passed_as(path="moving"):
-            volume = load_input(path, label=label, npz_geometry=npz_geometry, fixed=grid)
+            volume = load_input(path, label=label, fixed=grid, **read)
         if volume.ndim != grid.ndim:
             raise InputError(
                 fn,

@@ -205,6 +205,7 @@ def _evaluate(
     resample: bool,
     init: str = DEFAULT_INIT,
     transforms: dict[int, AffineTransform | None] | None = None,
+    replace_nonfinite: float | None = None,
 ) -> tuple[list[dict[str, Any]], list[float]]:
     """Mean-over-pairs Dice/folding per λ (one batched sweep per pair), and the mean Dice
     without registration of each pair. Each pair's affine stage runs once: its transform is
@@ -227,6 +228,7 @@ def _evaluate(
                 initial_affine=transforms.get(position) if known else spec.initial_affine,
                 normalization=normalization,
                 resample=resample,
+                replace_nonfinite=replace_nonfinite,
             )
         except InputError as err:  # a pair's file, not an option: the row of 'pairs' says which
             if err.argument not in ("moving", "fixed", "moving_seg", "fixed_seg"):
@@ -340,6 +342,7 @@ def tune_lambda(
     normalization: str = DEFAULT_NORMALIZATION,
     resample: bool = True,
     init: str = DEFAULT_INIT,
+    replace_nonfinite: float | None = None,
 ) -> TuneResult:
     """Find λ* maximising mean validation Dice, optionally under a folding limit.
 
@@ -369,6 +372,8 @@ def tune_lambda(
         init: ``"affine"`` (default), ``"rigid"`` or ``"none"``: the affine stage, once per
             pair (:func:`hyperreg.registration.pipeline.load_pair`) before the λ work; Dice
             "before" is that with no registration.
+        replace_nonfinite: The value NaN/inf voxels of the images take (logged with their
+            count; label maps must be finite); None (default): such an image is an error.
 
     Returns:
         A :class:`TuneResult`. If no evaluated λ meets ``max_folding``, λ* is the value with the
@@ -392,6 +397,7 @@ def tune_lambda(
         resample=resample,
         init=init,
         transforms={},
+        replace_nonfinite=replace_nonfinite,
     )
 
     def feasible(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

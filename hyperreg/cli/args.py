@@ -31,6 +31,7 @@ __all__ = [
     "add_label_arguments",
     "add_lambda_grid_argument",
     "add_model_argument",
+    "add_nonfinite_argument",
     "add_normalization_argument",
     "add_npz_geometry_argument",
     "add_out_argument",
@@ -174,6 +175,17 @@ def fill_value(text: str) -> str | float:
     return value
 
 
+def finite_number(text: str) -> float:
+    """A finite number (``--replace-nonfinite``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
+
+
 def fraction(text: str) -> float:
     """A number in [0, 1] (``--synth``)."""
     try:
@@ -261,10 +273,11 @@ def add_preprocessing_arguments(
     parser: argparse.ArgumentParser, then: str = "then an error"
 ) -> None:
     """``--no-resample`` (see :func:`add_resample_argument`), ``--normalization`` and
-    ``--bias-correct``."""
+    ``--bias-correct`` and ``--replace-nonfinite`` (:func:`add_nonfinite_argument`)."""
     add_resample_argument(parser, then)
     add_normalization_argument(parser)
     add_bias_correct_argument(parser)
+    add_nonfinite_argument(parser)
 
 
 def add_bias_correct_argument(parser: argparse.ArgumentParser) -> None:
@@ -275,6 +288,19 @@ def add_bias_correct_argument(parser: argparse.ArgumentParser) -> None:
         help="remove each image's smooth intensity bias (N4, SimpleITK, fitted on a 4x "
         "shrunk copy inside an Otsu head mask) before the affine stage and the network; the "
         "outputs are still sampled from the files as read. Costs seconds per image",
+    )
+
+
+def add_nonfinite_argument(parser: argparse.ArgumentParser) -> None:
+    """``--replace-nonfinite VALUE`` (``dest="replace_nonfinite"``, the library argument of
+    :func:`hyperreg.geometry.io.load_volume`): NaN/inf voxels of the images take VALUE."""
+    parser.add_argument(
+        "--replace-nonfinite",
+        type=finite_number,
+        metavar="VALUE",
+        help="replace NaN and inf voxels of the images (not label maps) by VALUE, e.g. 0 or the "
+        "background's intensity; their count is said on stderr. Default: such an image is an "
+        "error naming the file",
     )
 
 

@@ -6,8 +6,9 @@ NDV). :func:`add_parsers` adds the subcommands; :data:`COMMANDS` maps them to th
 The library is imported inside the functions (``hyperreg --help`` stays fast).
 
 Exit codes: 0 when every pair (row) was done; 1 when at least one failed (its error is in
-``failures.csv`` and on stderr; the others are done and written); 2 for a bad CSV or option
-(nothing written).
+``failures.csv`` and on stderr; the others are done and written) or the output folder ran out of
+room; 2 for a bad CSV or option, or a rerun with other settings without ``--overwrite`` (nothing
+written); 130 when interrupted (Ctrl-C: the finished pairs are in ``summary.csv``).
 """
 
 from __future__ import annotations
@@ -38,14 +39,16 @@ def _add_batch(sub: Any) -> None:
     opts.add_pairs_csv_argument(
         batch,
         "moving, fixed, optional moving_seg, fixed_seg, lambda, initial_affine (an ITK "
-        ".mat/.tfm per pair)",
+        ".mat/.tfm per pair) and name (the pair's output folder; default: from the file names, "
+        "<moving>__to__<fixed>)",
     )
     opts.add_out_argument(
         batch,
-        "pairs/pairNNNNN/{moved,warp,moved_seg}.nii.gz (and affine.mat with --init affine or "
-        "rigid; warp.nii.gz is then the composed transform), summary.csv, "
-        "failures.csv. A rerun skips finished pairs. Under torchrun each process takes rows "
-        "RANK::WORLD_SIZE",
+        "pairs/<name>/{moved,warp,moved_seg}.nii.gz (and affine.mat with --init affine or "
+        "rigid; warp.nii.gz is then the composed transform), summary.csv and failures.csv "
+        "(updated as pairs finish). A rerun skips finished pairs (an interrupted run resumes); "
+        "one with other settings is refused without --overwrite. Under torchrun each process "
+        "takes rows RANK::WORLD_SIZE",
     )
     batch.add_argument(
         "--lambda",
@@ -63,6 +66,13 @@ def _add_batch(sub: Any) -> None:
     opts.add_init_argument(batch, initial=False)  # per pair: the CSV's initial_affine column
     opts.add_preprocessing_arguments(batch, then="then a failed pair")
     opts.add_npz_geometry_argument(batch)
+    batch.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="register again the pairs that --out holds with other settings (λ, --refine, "
+        "--init, --passes, flip averaging, files), replacing their results; without it such a "
+        "rerun is refused before any work",
+    )
     batch.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm bar")
     opts.add_common(batch)
 
@@ -86,17 +96,19 @@ def _add_evaluate(sub: Any) -> None:
     )
     evaluate.add_argument(
         "--label-names",
-        choices=("auto", "freesurfer", "none"),
         default="auto",
-        help="structure names: auto (FreeSurfer LUT names when every id is a FreeSurfer "
-        "aseg/DKT id, else numbers; default), freesurfer, or none",
+        metavar="{auto,freesurfer,none,FILE}",
+        help="structure names in structures.csv and the box plot: auto (FreeSurfer LUT names "
+        "when every id is a FreeSurfer aseg/DKT id, else numbers; default), freesurfer, none, "
+        "or a FILE of names: a FreeSurfer colour table ('id name r g b a' lines, e.g. "
+        "FreeSurferColorLUT.txt) or a CSV of id,name; ids it lacks keep their numbers",
     )
     opts.add_common(evaluate, device=False)
 
 
 def _cmd_batch(args: argparse.Namespace) -> int:
     from hyperreg._errors import passed_as
-    from hyperreg.apps.batch import run_batch
+    from hyperreg.apps.batch import BatchInterrupted, run_batch
     from hyperreg.apps.inputs import read_pairs
 
     check_out_folder(args.out)
@@ -109,22 +121,29 @@ def _cmd_batch(args: argparse.Namespace) -> int:
         default = checkpoint_default_refine(args.model)
         if default.steps:
             print(f"{opts.PROG} batch: {default.source}; --refine 0: the network alone")
-    run = run_batch(
-        args.model,
-        args.pairs,
-        args.out,
-        lam=args.lam,
-        device=args.device,
-        warp_format=args.warp_format,
-        progress=args.progress,
-        refine=opts.refinement_from(args, model_default=True),
-        init=args.init,
-        npz_geometry=args.npz_geometry,
-        passes=args.passes,
-        never_worse=not args.keep_worse,
-        flip_average=args.flip_average,
-        **preprocessing_options(args),
-    )
+    try:
+        run = run_batch(
+            args.model,
+            args.pairs,
+            args.out,
+            lam=args.lam,
+            device=args.device,
+            warp_format=args.warp_format,
+            progress=args.progress,
+            refine=opts.refinement_from(args, model_default=True),
+            init=args.init,
+            npz_geometry=args.npz_geometry,
+            passes=args.passes,
+            never_worse=not args.keep_worse,
+            flip_average=args.flip_average,
+            overwrite=args.overwrite,
+            **preprocessing_options(args),
+        )
+    except BatchInterrupted as stop:  # Ctrl-C: what finished is in summary.csv
+        if args.debug:
+            raise
+        print(f"{opts.PROG} batch: {stop}", file=sys.stderr)
+        return 130
     report = run.report
     who = f"rank {run.rank}/{run.world_size}: " if run.world_size > 1 else ""
     print(
@@ -206,7 +225,15 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     check_out_folder(args.out)
     with passed_as(path="pairs"):  # a malformed CSV is exit 2 before anything is written
         read_evaluation_csv(args.pairs)
-    report = evaluate_csv(args.pairs, args.out, naming=args.label_names)
+    from hyperreg.geometry.structures import LABEL_NAMING
+
+    word = args.label_names in LABEL_NAMING  # else a file of names (./auto for a file so named)
+    report = evaluate_csv(
+        args.pairs,
+        args.out,
+        naming=args.label_names if word else "auto",
+        label_names=None if word else args.label_names,
+    )
     for index, name, error in report.failures:
         print(f"{opts.PROG} evaluate: row {index} ({name}) failed: {error}", file=sys.stderr)
     pairs = report.pairs

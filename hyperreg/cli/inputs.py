@@ -106,12 +106,13 @@ def pair_options(args: Any) -> dict[str, Any]:
 
 
 def preprocessing_options(args: Any) -> dict[str, Any]:
-    """``--normalization``, ``--no-resample`` and ``--bias-correct``
+    """``--normalization``, ``--no-resample``, ``--bias-correct`` and ``--replace-nonfinite``
     (``opts.add_preprocessing_arguments``) as keyword arguments of the library functions."""
     return {
         "normalization": args.normalization,
         "resample": args.resample,
         "bias_correct": args.bias_correct,
+        "replace_nonfinite": args.replace_nonfinite,
     }
 
 

@@ -89,6 +89,7 @@ def _add_tune(sub: Any) -> None:
         help="new λ values per refinement round (default 8)",
     )
     opts.add_batching_arguments(tune)
+    opts.add_nonfinite_argument(tune)
     opts.add_init_argument(tune, initial=False)  # per pair: the CSV's initial_affine column
     opts.add_common(tune)
 
@@ -164,6 +165,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         chunk=args.chunk,
         amp=args.amp,
         init=args.init,
+        replace_nonfinite=args.replace_nonfinite,
     )
     paths = write_tune_report(result, args.out)
     limit = "" if args.max_folding is None else f" (folding limit {args.max_folding:g} %)"

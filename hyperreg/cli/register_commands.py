@@ -122,6 +122,7 @@ def _add_affine(sub: Any) -> None:
     )
     opts.add_npz_geometry_argument(affine)
     opts.add_bias_correct_argument(affine)
+    opts.add_nonfinite_argument(affine)
     opts.add_common(affine, device=False, seed=True)
 
 
@@ -187,6 +188,7 @@ def _add_warp(sub: Any) -> None:
     )
     opts.add_resample_argument(warp)
     opts.add_npz_geometry_argument(warp, "field's (or --fixed) grid")
+    opts.add_nonfinite_argument(warp)
     opts.add_common(warp, device=False)
 
 
@@ -338,6 +340,7 @@ def _cmd_warp(args: argparse.Namespace) -> int:
         resample=args.resample,
         npz_geometry=args.npz_geometry,
         fill=args.fill,
+        replace_nonfinite=args.replace_nonfinite,
     )
     created_folders(folders)
     for out in written:
@@ -382,6 +385,7 @@ def _cmd_affine(args: argparse.Namespace) -> int:
         seed=args.seed,
         npz_geometry=args.npz_geometry,
         bias_correct=args.bias_correct,
+        replace_nonfinite=args.replace_nonfinite,
     )
     from hyperreg.registration.pipeline import AffineStage
 

@@ -52,14 +52,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exit_.code or 0)
     prog = f"{PROG} {args.command}"
     options = options_of(parser, args.command)
-    # log lines go to stderr, one line each, while the command runs (the handler and level are
-    # restored afterwards: main() is also called in-process, from tests and scripts)
+    # log lines go to stderr, one line each, while the command runs: hyperreg's from INFO under
+    # the command's name, other libraries' (matplotlib's font cache) from WARNING under their
+    # logger's name, the root's level left as it is (the handler and level are restored
+    # afterwards: main() is also called in-process, from tests and scripts)
     handler = logging.StreamHandler()
-    handler.setFormatter(LogFormatter(prog))
-    root = logging.getLogger()
-    level = root.level
+    handler.setFormatter(LogFormatter(prog, options))
+    root, own = logging.getLogger(), logging.getLogger("hyperreg")
+    level = own.level
     root.addHandler(handler)
-    root.setLevel(logging.INFO)
+    own.setLevel(logging.INFO)
 
     def show_warning(message, category, filename, lineno, file=None, line=None):
         print(f"{prog}: warning: {one_line(message)}", file=sys.stderr)
@@ -72,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args, prog, options)
     finally:
         root.removeHandler(handler)
-        root.setLevel(level)
+        own.setLevel(level)
 
 
 def _unrecognized(command: argparse.ArgumentParser, extra: list[str]) -> None:

@@ -14,6 +14,7 @@ It uses numpy and nibabel only and must not import torch or any model code.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import warnings
 import zipfile
@@ -37,6 +38,7 @@ __all__ = [
     "VOLUME_SAVE_SUFFIXES",
     "Volume",
     "check_finite",
+    "check_replacement",
     "check_same_grid",
     "check_same_ndim",
     "format_of",
@@ -322,19 +324,26 @@ def _check_not_colour(path: Path, raw: np.ndarray) -> None:
 
 
 def _nonfinite_error(path: Path, count: int, label: bool) -> InputError:
-    hint = (
-        "fix the file (allow_nonfinite does not apply to label maps)"
-        if label
-        else "fix the file (from Python, load_volume(..., allow_nonfinite=True) replaces them "
-        "with 0)"
-    )
+    """``'<path>' has N non-finite voxels``: a label map's file must be fixed; an image's
+    error names the option that replaces them (``replace_nonfinite``; on the command line
+    ``--replace-nonfinite``)."""
+    if label:
+        return InputError(
+            "load_volume",
+            "'{path}' has {count} non-finite voxels (NaN or inf); fix the file (a label map "
+            "must be finite: no replacement applies to it)",
+            "path",
+            path=path,
+            count=count,
+        )
     return InputError(
         "load_volume",
-        "'{path}' has {count} non-finite voxels (NaN or inf); {hint}",
+        "'{path}' has {count} non-finite voxels (NaN or inf); fix the file, or replace them "
+        "with {1} VALUE (e.g. 0, or the background's intensity)",
         "path",
+        "replace_nonfinite",
         path=path,
         count=count,
-        hint=hint,
     )
 
 
@@ -393,6 +402,7 @@ def load_volume(
     geometry_from: Volume | None = None,
     assume_identity: bool = False,
     warn_constant: bool = True,
+    replace_nonfinite: float | None = None,
 ) -> Volume:
     """Read a 2D or 3D image or label map with its voxel-to-world affine.
 
@@ -424,7 +434,8 @@ def load_volume(
         path: File to read (str or path-like).
         label: Read as a label map (int32) instead of an image (float32).
         allow_nonfinite: For images only: replace NaN/inf voxels by 0 (with a logged warning)
-            instead of raising. Ignored for label maps, which must always be finite.
+            instead of raising. Ignored for label maps, which must always be finite. The same
+            as ``replace_nonfinite=0``.
         geometry_from: For a header-less file (npz): take the affine and codes of this volume
             (e.g. the fixed image), whose spatial shape must equal the file's. Ignored for files
             with a header.
@@ -432,6 +443,9 @@ def load_volume(
             for files with a header.
         warn_constant: Warn when an image is constant (default); False for a caller that
             checks that itself (the registration pipeline refuses such an image).
+        replace_nonfinite: For images only: replace NaN/inf voxels by this finite value (with
+            a logged warning giving their count) instead of raising; None (default): raise.
+            Ignored for label maps.
 
     Returns:
         The :class:`Volume`, with ``data`` of shape ``(I, J)`` or ``(I, J, K)``.
@@ -448,7 +462,8 @@ def load_volume(
             numeric; if an ``.npz`` file has several arrays and none named ``vol``/``vol_data``;
             if an ``.npz`` file gets neither ``geometry_from`` nor ``assume_identity`` (or
             both), or ``geometry_from`` has another spatial shape; if it has non-finite voxels
-            (images without ``allow_nonfinite``, and label maps always); or if label values do
+            (images without ``allow_nonfinite`` or ``replace_nonfinite``, and label maps
+            always); if ``replace_nonfinite`` is not a finite number; or if label values do
             not fit in int32; or if a label map has values farther than 0.01 from an integer.
 
     Warns:
@@ -461,6 +476,9 @@ def load_volume(
     """
     path = Path(path)
     suffix = format_of(path, tuple(_LOAD_SUFFIXES), "load_volume")
+    if replace_nonfinite is None and allow_nonfinite:
+        replace_nonfinite = 0.0
+    check_replacement("load_volume", replace_nonfinite)
     if not path.is_file():
         raise MissingInputError("load_volume", "no such file: '{path}'", "path", path=path)
     headerless = not has_header(path)
@@ -486,12 +504,13 @@ def load_volume(
         nonfinite = ~np.isfinite(data)
         count = int(np.count_nonzero(nonfinite))
         if count:
-            if not allow_nonfinite:
+            if replace_nonfinite is None:
                 raise _nonfinite_error(path, count, label=False)
-            data[nonfinite] = 0.0
+            data[nonfinite] = replace_nonfinite
             logger.warning(
-                "replaced %d non-finite voxels (NaN or inf) with 0 in '%s'",
+                "replaced %d non-finite voxels (NaN or inf) with %g in '%s'",
                 count,
+                replace_nonfinite,
                 path,
             )
         if warn_constant and data.size and data.min() == data.max():
@@ -626,6 +645,24 @@ def to_nifti(arr: np.ndarray, like: Volume) -> nib.Nifti1Image:
     img.header.set_slope_inter(1.0, 0.0)
     img.header.set_xyzt_units("mm")
     return img
+
+
+def check_replacement(fn: str, value: float | None) -> None:
+    """``replace_nonfinite`` is None or a finite real number (an :class:`InputError` of
+    argument ``"replace_nonfinite"`` otherwise)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise InputError(
+            fn,
+            "{0} must be a finite number or None, got {value!r}",
+            "replace_nonfinite",
+            value=value,
+        )
+    if not math.isfinite(float(value)):
+        raise InputError(
+            fn, "{0} must be a finite number, got {value!r}", "replace_nonfinite", value=value
+        )
 
 
 def check_finite(fn: str, name: str, arr: np.ndarray) -> None:

@@ -3,7 +3,8 @@
 :data:`FREESURFER_NAMES` covers the aseg structures that FreeSurfer, SAMSEG and the Mindboggle
 "CMA" labels use, and the cortical parcels of the Desikan-Killiany(-Tourville) atlases
 (``ctx-lh-*`` = 1000 + parcel, ``ctx-rh-*`` = 2000 + parcel). :func:`structure_names` decides
-whether a label map's ids are FreeSurfer's. Data only: imports nothing from hyperreg.
+whether a label map's ids are FreeSurfer's; :func:`read_label_names` reads a user's own names (a
+FreeSurfer LUT or an ``id,name`` CSV). Imports only hyperreg's error class.
 
 References:
     FreeSurfer ``FreeSurferColorLUT.txt`` (Fischl, NeuroImage 2012); Klein and Tourville,
@@ -13,9 +14,14 @@ References:
 
 from __future__ import annotations
 
+import csv
+import os
 from collections.abc import Iterable
+from pathlib import Path
 
-__all__ = ["FREESURFER_NAMES", "LABEL_NAMING", "structure_names"]
+from hyperreg._errors import InputError, MissingInputError
+
+__all__ = ["FREESURFER_NAMES", "LABEL_NAMING", "read_label_names", "structure_names"]
 
 LABEL_NAMING = ("auto", "freesurfer", "none")
 
@@ -144,3 +150,78 @@ def structure_names(labels: Iterable[int], naming: str = "auto") -> dict[int, st
         and max(ids) >= 41
     )
     return {i: FREESURFER_NAMES.get(i, str(i)) if use else str(i) for i in ids}
+
+
+def read_label_names(path: str | os.PathLike[str]) -> dict[int, str]:
+    """Structure names from a file: a FreeSurfer colour table or a CSV of ids and names.
+
+    Two formats, told apart line by line: a line with a comma is CSV (``17,Left-Hippocampus``;
+    columns after the name are ignored; quoted names may hold commas), any other line is a
+    FreeSurfer LUT line, whitespace-separated ``id name r g b a`` (as ``FreeSurferColorLUT.txt``;
+    the colour is optional and ignored). Blank lines and ``#`` comments are skipped; a first
+    line whose id is not an integer (``id,name``, ``label,structure``) is a header.
+
+    Args:
+        path: The file (any suffix).
+
+    Returns:
+        ``{id: name}``, in file order.
+
+    Raises:
+        FileNotFoundError: If ``path`` does not exist (a
+            :class:`~hyperreg._errors.MissingInputError` of argument ``"path"``).
+        ValueError: (An :class:`~hyperreg._errors.InputError` of argument ``"path"``, naming
+            the file and line.) If a line has no name, its id is not an integer (after the
+            header), an id is given twice with different names, or the file names no label.
+
+    References:
+        FreeSurfer ``FreeSurferColorLUT.txt`` format (``No. Label Name: R G B A``).
+    """
+    fn = "read_label_names"
+    path = Path(path)
+    if not path.is_file():
+        raise MissingInputError(fn, "no such file: '{path}'", "path", path=path)
+    try:
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(fn, "cannot read '{path}': {err}", "path", path=path, err=err) from None
+    names: dict[int, str] = {}
+    header_allowed = True
+    for number, line in enumerate(lines, start=1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        fields = next(csv.reader([text])) if "," in text else text.split()
+        fields = [f.strip() for f in fields]
+        first, header_allowed = header_allowed, False
+        try:
+            label = int(fields[0])
+        except ValueError:
+            if first:
+                continue  # a header: id,name
+            label = None
+        if label is None or len(fields) < 2 or not fields[1]:
+            raise InputError(
+                fn,
+                "'{path}' line {number}: expected 'id name r g b a' (a FreeSurfer LUT) or "
+                "'id,name' (CSV) with an integer id, got {text!r}",
+                "path",
+                path=path,
+                number=number,
+                text=text[:80],
+            )
+        if names.get(label, fields[1]) != fields[1]:
+            raise InputError(
+                fn,
+                "'{path}' line {number}: id {label} is named twice ({old!r}, then {new!r})",
+                "path",
+                path=path,
+                number=number,
+                label=label,
+                old=names[label],
+                new=fields[1],
+            )
+        names[label] = fields[1]
+    if not names:
+        raise InputError(fn, "'{path}' names no label (no 'id name' line)", "path", path=path)
+    return names

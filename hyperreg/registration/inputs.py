@@ -23,6 +23,7 @@ def load_input(
     npz_geometry: str | None = None,
     fixed: Volume | None = None,
     warn_constant: bool = True,
+    replace_nonfinite: float | None = None,
 ) -> Volume:
     """Read one input of a pair (a :class:`~hyperreg.geometry.io.Volume` passes through).
 
@@ -35,6 +36,8 @@ def load_input(
         fixed: The fixed image, for ``"fixed"`` (None while reading the fixed image itself).
         warn_constant: Warn when an image is constant (False: the caller refuses it,
             :func:`check_registrable`).
+        replace_nonfinite: For an image (not a label map): the value its NaN/inf voxels take
+            (logged); None (default): such an image is an error.
 
     Returns:
         The :class:`~hyperreg.geometry.io.Volume`.
@@ -49,8 +52,10 @@ def load_input(
     check_option(fn, "npz_geometry", npz_geometry, (*NPZ_GEOMETRIES, None))
     if isinstance(value, Volume):
         return value
+    nonfinite = None if label else replace_nonfinite
+    read = {"label": label, "replace_nonfinite": nonfinite, "warn_constant": warn_constant}
     if has_header(value):
-        return load_volume(value, label=label, warn_constant=warn_constant)
+        return load_volume(value, **read)
     if npz_geometry is None:
         raise InputError(
             fn,
@@ -70,8 +75,8 @@ def load_input(
             path=value,
         )
     if npz_geometry == "fixed":
-        return load_volume(value, label=label, geometry_from=fixed, warn_constant=warn_constant)
-    return load_volume(value, label=label, assume_identity=True, warn_constant=warn_constant)
+        return load_volume(value, geometry_from=fixed, **read)
+    return load_volume(value, assume_identity=True, **read)
 
 
 def check_registrable(

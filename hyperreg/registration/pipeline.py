@@ -377,6 +377,7 @@ def load_pair(
     seed: int = 0,
     npz_geometry: str | None = None,
     bias_correct: bool = False,
+    replace_nonfinite: float | None = None,
 ) -> PreparedPair:
     """Read and check a pair once, run its affine stage once: a :class:`PreparedPair`.
 
@@ -410,6 +411,8 @@ def load_pair(
             (default): an npz input is an error (:func:`load_input`).
         bias_correct: Remove each image's bias field (N4) before the affine stage and the
             network (:func:`model_image`); outputs are still sampled from the files as read.
+        replace_nonfinite: The value NaN/inf voxels of ``moving`` and ``fixed`` take (logged
+            with their count); None (default): such an image is an error.
 
     Returns:
         A :class:`PreparedPair` whose ``fixed`` and ``aligned`` hold the intensities the
@@ -436,9 +439,10 @@ def load_pair(
     """
     fn = "load_pair"
     check_option(fn, "init", init, AFFINE_INITS)
+    read = dict(npz_geometry=npz_geometry, replace_nonfinite=replace_nonfinite)
     with passed_as(path="fixed"):  # a constant image is refused below, not warned about
-        fixed_v = load_input(fixed, npz_geometry=npz_geometry, warn_constant=False)
-    geometry = dict(npz_geometry=npz_geometry, fixed=fixed_v)
+        fixed_v = load_input(fixed, warn_constant=False, **read)
+    geometry = dict(read, fixed=fixed_v)
     with passed_as(path="moving"):
         moving_v = load_input(moving, warn_constant=False, **geometry)
     check_same_ndim(fn, moving_v, fixed_v)
