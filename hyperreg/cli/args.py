@@ -101,7 +101,7 @@ def lambda_request(text: str) -> float | str:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"λ must be a number in [0, 1], 'auto' or a tune.json file, got {text!r}"
+            f"λ must be a number in [0, 1] or 'auto' (or a tune.json file), got {text!r}"
         ) from None
     if math.isnan(value) or not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"λ must lie in [0, 1] (or be 'auto'), got {text}")
