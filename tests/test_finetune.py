@@ -110,6 +110,13 @@ def test_fine_tuning_keeps_the_model(tmp_path: Path, capsys: pytest.CaptureFixtu
     # train ends as 'hyperreg models' lists a model, and writes a card
     assert "    defaults: λ 0.3, refinement 3 steps, passes 2, flip averaging" in printed
     assert "2 steps fine-tuning" in printed and "42 in all" in printed
+    if (
+        resolved.default_lambda.lam
+        != max(  # validation's own choice is said beside it
+            (payload["validation"][f"dice_{lam:g}"], lam) for lam in (0.1, 0.5, 0.9)
+        )[1]
+    ):
+        assert "validation prefers λ" in printed
     card = (out / "model.md").read_text()
     assert "42 in all" in card and "| people trained on (2) | p0, p1 |" in card
     assert "validated on (1) | p2" in card
@@ -133,6 +140,23 @@ def test_fine_tuning_overrides_on_the_command_line(
     assert resolved.model.default_refine.steps == 0
     printed = capsys.readouterr().out
     assert "    defaults: λ 0.45, refinement 0 steps, passes 1" in printed
+
+
+def test_default_lambda_chosen_on_validation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    init = _init_model(tmp_path / "init.pt")
+    data = _people(tmp_path / "data")
+    out = tmp_path / "run"
+    assert main(_train(init, data, out, "--default-lambda", "validation")) == 0
+    resolved = resolve_model(out, "cpu")
+    assert resolved.default_lambda.lam in (0.1, 0.5, 0.9)  # one of --val-lambdas
+    assert resolved.default_lambda.source.startswith("the best validation Dice of")
+    _, payload = load_checkpoint(out / "model.pt")
+    best = max((payload["validation"][f"dice_{lam:g}"], lam) for lam in (0.1, 0.5, 0.9))
+    assert resolved.default_lambda.lam == best[1]
+    printed = capsys.readouterr().out
+    assert f"    defaults: λ {best[1]:g}, refinement 3 steps" in printed
 
 
 def test_a_resumed_fine_tuning_counts_on(tmp_path: Path) -> None:

@@ -141,6 +141,8 @@ class TrainedModel:
         kept: The settings taken from the init model because none were asked for
             (``{TrainConfig field or "passes"/"flip_average": value}``).
         validation: The final weights' validation row (Dice per λ), or None.
+        validation_lambda: The λ of best validation Dice in that row (what
+            ``default_lambda`` :data:`VALIDATION` would choose), or None without one.
     """
 
     path: Path
@@ -153,6 +155,7 @@ class TrainedModel:
     default_refine: DefaultRefine
     kept: dict[str, Any]
     validation: dict[str, Any] | None
+    validation_lambda: DefaultLambda | None = None
 
 
 def _defaults_record(
@@ -362,9 +365,20 @@ def _trained(final: Path, init: InitModel | None, kept: dict[str, Any]) -> Train
         default_refine=checkpoint_default_refine(final, payload),
         kept=kept,
         validation=validation,
+        validation_lambda=_validation_lambda(validation, final),
     )
     write_model_card(trained, payload)
     return trained
+
+
+def _validation_lambda(row: dict[str, Any] | None, path: Path) -> DefaultLambda | None:
+    """The λ of best Dice in a validation row (None without a row or a finite Dice)."""
+    scores = [
+        value
+        for key, value in (row or {}).items()
+        if str(key).startswith("dice_") and isinstance(value, (int, float)) and math.isfinite(value)
+    ]
+    return checkpoint_default_lambda({"validation": row}, path) if scores else None
 
 
 def _people(folder: Path) -> dict[str, list[str]]:

@@ -489,6 +489,12 @@ def _report_trained(trained: Any) -> None:
         print(f"    kept from {trained.init.name if trained.init else 'the run'}: {kept}")
     print(_defaults_line(trained.default_lambda.lam, trained.default_refine.steps, trained.config))
     print(f"    λ {trained.default_lambda.lam:g}: {trained.default_lambda.source}")
+    best = trained.validation_lambda
+    if best is not None and best.lam != trained.default_lambda.lam:
+        print(
+            f"    validation prefers λ {best.lam:g} ({best.source}); --default-lambda "
+            "validation records that one"
+        )
     print(f"    {trained.default_refine.source}")
     print(f"    model card: {trained.card}")
 
