@@ -179,7 +179,7 @@ def _defaults_record(
         if init is None:
             raise InputError(
                 "train_model",
-                "{0} 'keep' keeps the default λ of the model fine-tuned; give one ({1})",
+                "'keep' keeps the default λ of the model fine-tuned, and none is given ({1})",
                 "default_lambda",
                 "init",
             )
@@ -246,8 +246,8 @@ def _inference_settings(
         if flip_average and not orientation:
             raise InputError(
                 "train_model",
-                "{0} needs a model that records its orientation: a 3D run with {1}, or an "
-                "init model that records one",
+                "flip averaging needs a model that records its orientation: a 3D run with "
+                "{1}, or an init model that records one",
                 "flip_average",
                 "conform",
             )
