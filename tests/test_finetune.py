@@ -105,7 +105,7 @@ def test_fine_tuning_keeps_the_model(tmp_path: Path, capsys: pytest.CaptureFixtu
     # it registers with the init model's defaults, said with their source
     resolved = resolve_model(out, "cpu")
     assert resolved.default_lambda.lam == 0.3
-    assert "kept from" in resolved.default_lambda.source
+    assert resolved.default_lambda.source.endswith("(kept at fine-tuning): its card's λ*")
     assert resolved.model.default_refine.steps == 3
     # train ends as 'hyperreg models' lists a model, and writes a card
     assert "    defaults: λ 0.3, refinement 3 steps, passes 2, flip averaging" in printed

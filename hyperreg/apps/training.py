@@ -184,7 +184,8 @@ def _defaults_record(
                 "init",
             )
         record["default_lambda"] = init.default_lambda.lam
-        record["default_lambda_note"] = f"kept from {init.name}: {init.default_lambda.source}"
+        source = init.default_lambda.source
+        record["default_lambda_note"] = f"{init.name} (kept at fine-tuning): {source}"
     elif default_lambda == VALIDATION:
         for key in ("default_lambda", "default_lambda_note"):
             record.pop(key, None)
@@ -212,7 +213,7 @@ def _defaults_record(
     elif init is not None and resume is None:
         record["default_refine"] = init.default_refine.steps
         source = init.default_refine.source.removeprefix("refinement: ").split(", ", 1)[-1]
-        record["default_refine_note"] = f"kept from {init.name}: {source}"
+        record["default_refine_note"] = f"from {init.name} (kept at fine-tuning): {source}"
     return record
 
 
