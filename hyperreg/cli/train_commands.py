@@ -476,26 +476,31 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _report_trained(trained: Any) -> None:
-    """The new model as ``hyperreg models`` lists one: file, steps, defaults, card."""
+    """The new model as ``hyperreg models`` lists one: steps, what was kept, defaults and
+    where they come from, card (its file is named once, by the log line before)."""
+
+    def said(text: str) -> str:  # the file is named once, in the log line
+        return text.replace(f"'{trained.path}'", "the model")
+
     steps = f"{trained.steps} steps"
     if trained.init is not None:
         steps += (
             f" fine-tuning {trained.init.name} ({trained.init.total_steps} steps): "
             f"{trained.total_steps} in all"
         )
-    print(f"{trained.path}: {trained.config.ndim}D, {steps}")
+    print(f"new model: {trained.config.ndim}D, {steps}")
     if trained.kept:
         kept = ", ".join(f"{key} {_plain(value)}" for key, value in trained.kept.items())
         print(f"    kept from {trained.init.name if trained.init else 'the run'}: {kept}")
     print(_defaults_line(trained.default_lambda.lam, trained.default_refine.steps, trained.config))
-    print(f"    λ {trained.default_lambda.lam:g}: {trained.default_lambda.source}")
+    print(f"    λ {trained.default_lambda.lam:g}: {said(trained.default_lambda.source)}")
     best = trained.validation_lambda
     if best is not None and best.lam != trained.default_lambda.lam:
         print(
-            f"    validation prefers λ {best.lam:g} ({best.source}); --default-lambda "
+            f"    validation prefers λ {best.lam:g} ({said(best.source)}); --default-lambda "
             "validation records that one"
         )
-    print(f"    {trained.default_refine.source}")
+    print(f"    {said(trained.default_refine.source)}")
     print(f"    model card: {trained.card}")
 
 
