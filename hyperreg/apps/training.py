@@ -366,20 +366,22 @@ def _trained(final: Path, init: InitModel | None, kept: dict[str, Any]) -> Train
         default_refine=checkpoint_default_refine(final, payload),
         kept=kept,
         validation=validation,
-        validation_lambda=_validation_lambda(validation, final),
+        validation_lambda=_validation_lambda(validation, final, payload.get("step")),
     )
     write_model_card(trained, payload)
     return trained
 
 
-def _validation_lambda(row: dict[str, Any] | None, path: Path) -> DefaultLambda | None:
-    """The λ of best Dice in a validation row (None without a row or a finite Dice)."""
+def _validation_lambda(row: dict[str, Any] | None, path: Path, step: Any) -> DefaultLambda | None:
+    """The λ of best Dice in the validation row of ``path`` at ``step`` (None without a row
+    or a finite Dice)."""
     scores = [
         value
         for key, value in (row or {}).items()
         if str(key).startswith("dice_") and isinstance(value, (int, float)) and math.isfinite(value)
     ]
-    return checkpoint_default_lambda({"validation": row}, path) if scores else None
+    found = {"validation": row, "step": step}
+    return checkpoint_default_lambda(found, path) if scores else None
 
 
 def _people(folder: Path) -> dict[str, list[str]]:
