@@ -148,6 +148,9 @@ class TrainConfig:
     synth: float = 0.0
     synth_labels: tuple[str, ...] = ()  # more label maps for synthesis (files or sources)
     init: str = ""  # pretrained model (.pt) to start from: fine-tuning, same architecture
+    # optimiser steps the init model's weights had in all (its checkpoints' total_steps count
+    # on from it); 0 for a new model
+    init_steps: int = 0
     # anatomy-aware objective (hyperreg.method.objective): label overlap of the warped moving
     # label map with the fixed one, where a pair has both ("none" = image similarity only)
     label_loss: str = "none"  # "none", "dice" or "mse"

@@ -493,9 +493,9 @@ def test_train_default_lr_depends_on_dimensionality(
 
     seen = {}
 
-    def fake_train(config, *args, **kwargs):
+    def fake_train(config, *args, **kwargs):  # the run's config; an untrained model as result
         seen["config"] = config
-        return tmp_path / "run" / "model.pt"
+        return save_checkpoint(HyperMorph(config.model), tmp_path / "run" / "model.pt")
 
     monkeypatch.setattr(training, "train", fake_train)
     data = tmp_path / "scans"

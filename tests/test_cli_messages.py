@@ -160,9 +160,9 @@ def test_warnings_and_log_lines_name_no_function(
     assert err.count("looks like a label map") == 1
     assert "(): " not in err
     # tune logs its refinement rounds; batch logs a failed pair
-    assert main(_tune(pair, "--refine-rounds", "1", "--refine-points", "2")) == 0
+    assert main(_tune(pair, "--bracket-rounds", "1", "--bracket-points", "2")) == 0
     err = capsys.readouterr().err
-    assert "hyperreg tune: round 1 refines λ in [0, 1]" in err and "(): " not in err
+    assert "hyperreg tune: round 1 brackets λ in [0, 1]" in err and "(): " not in err
     missing = tmp_path / "gone.nii.gz"
     pair = {**pair, "out": tmp_path / "batch"}
     assert main(_batch(pair, fixed=missing)) == 1

@@ -32,7 +32,7 @@ def pair(tmp_path: Path) -> dict[str, Path]:
 def three_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every model resolved from now on records a default of 3 refinement steps."""
     found = DefaultRefine(3, "refinement: 3 steps, a test")
-    monkeypatch.setattr(models, "checkpoint_default_refine", lambda path: found)
+    monkeypatch.setattr(models, "checkpoint_default_refine", lambda path, payload=None: found)
 
 
 def test_the_cards_give_the_defaults(tmp_path: Path) -> None:
@@ -126,7 +126,7 @@ def test_refine_settings_without_steps(
     assert f"{option[0]} needs --refine N" in capsys.readouterr().err
     # a model with a default: its steps, with these settings
     found = DefaultRefine(3, "refinement: 3 steps, a test")
-    monkeypatch.setattr(models, "checkpoint_default_refine", lambda path: found)
+    monkeypatch.setattr(models, "checkpoint_default_refine", lambda path, payload=None: found)
     assert main([*base, *option]) == 0
     lines = capsys.readouterr().out.splitlines()
     line = next(t for t in lines if t.startswith("refined"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -100,8 +101,9 @@ def test_export_model_stores_float16_weights_that_load_as_float32(tmp_path: Path
     x = torch.rand(1, 1, 24, 20)
     lam = torch.tensor([[0.3]])
     with torch.no_grad():
-        torch.testing.assert_close(b(x, x.flip(2), lam).disp, a(x, x.flip(2), lam).disp,
-                                   rtol=0.02, atol=0.02)
+        torch.testing.assert_close(
+            b(x, x.flip(2), lam).disp, a(x, x.flip(2), lam).disp, rtol=0.02, atol=0.02
+        )
 
 
 def test_a_3d_model_is_bundled_and_registers_a_1mm_pair_at_its_2mm(tmp_path: Path, capsys) -> None:
@@ -137,7 +139,13 @@ def test_bundled_models_are_named_for_model_and_init(tmp_path: Path, monkeypatch
 
     assert model_path("hypermorph-2d") == default_model(2).path
     seen = {}
-    monkeypatch.setattr(training, "train", lambda config, *a, **k: seen.setdefault("c", config))
+
+    def train(config, *args, **kwargs):  # the run's config, and the init model as its result
+        seen["c"] = config
+        Path(config.out).mkdir(parents=True, exist_ok=True)
+        return Path(shutil.copy(default_model(2).path, Path(config.out) / "model.pt"))
+
+    monkeypatch.setattr(training, "train", train)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "scans").mkdir()
     args = ["train", "--data", "scans", "--init", "hypermorph-2d", "--out", "run"]

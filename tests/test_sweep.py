@@ -352,7 +352,7 @@ def test_tune_finds_the_known_lambda(known_pairs: list[PairSpec]) -> None:
     assert result.constraint_met and result.pairs == 2
     lams = [row["lambda"] for row in result.grid]
     assert lams == sorted(lams) and min(lams) == 0.0 and max(lams) == 1.0
-    assert {row["stage"] for row in result.grid} == {"coarse", "refine1", "refine2"}
+    assert {row["stage"] for row in result.grid} == {"coarse", "bracket1", "bracket2"}
     star_row = next(row for row in result.grid if row["lambda"] == result.lambda_star)
     assert star_row["mean_dice"] == result.dice_at_star
     assert max(row["mean_dice"] for row in result.grid) == result.dice_at_star
@@ -452,9 +452,7 @@ def test_lambda_star_is_rounded_to_its_range() -> None:
 
 def test_tune_respects_the_folding_limit(known_pairs: list[PairSpec]) -> None:
     free = tune_lambda(_KnownModel(fold=True), known_pairs, init="none")
-    limited = tune_lambda(
-        _KnownModel(fold=True), known_pairs, max_folding=0.0, init="none"
-    )
+    limited = tune_lambda(_KnownModel(fold=True), known_pairs, max_folding=0.0, init="none")
     assert limited.constraint_met
     assert limited.folding_percent_at_star == 0.0
     assert free.folding_percent_at_star > 0.0  # the unconstrained optimum folds
@@ -474,7 +472,7 @@ def test_tune_unmet_limit_warns(known_pairs: list[PairSpec]) -> None:
             _KnownModel(fold=True),
             known_pairs[:1],
             lambdas=[0.0, 0.2],
-            refine_rounds=0,
+            bracket_rounds=0,
             max_folding=0.0,
             init="none",
         )
@@ -486,7 +484,7 @@ def test_tune_unmet_limit_warns(known_pairs: list[PairSpec]) -> None:
     [
         ({"lambdas": [0.5]}, "2 distinct"),
         ({"max_folding": -1.0}, "max_folding"),
-        ({"refine_points": 0}, "refine_points"),
+        ({"bracket_points": 0}, "bracket_points"),
     ],
 )
 def test_tune_rejects(known_pairs: list[PairSpec], kwargs: dict, match: str) -> None:

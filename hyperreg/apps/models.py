@@ -148,7 +148,9 @@ def checkpoint_default_lambda(
 ) -> DefaultLambda:
     """The default λ of the checkpoint ``path`` whose contents are ``payload``.
 
-    In this order: the payload's ``"default_lambda"``; for a bundled model (the file is one of
+    In this order: the payload's ``"default_lambda"`` (its source: the payload's
+    ``"default_lambda_note"``, where it came from, as ``hyperreg train`` records it); for a
+    bundled model (the file is one of
     :func:`~hyperreg.pretrained.bundled_models`), ``default_lambda`` of its entry in
     ``index.json`` (from its model card); for a training run's ``best.pt``/``model.pt``, the λ
     of best mean Dice in the payload's ``"validation"`` row (keys ``dice_<λ>``); else
@@ -164,6 +166,9 @@ def checkpoint_default_lambda(
     path = Path(path)
     own = _valid_lambda(payload.get("default_lambda"))
     if own is not None:
+        note = payload.get("default_lambda_note")
+        if isinstance(note, str) and note:
+            return DefaultLambda(own, note)
         return DefaultLambda(own, f"the default_lambda stored in '{path}'")
     for bundled in bundled_models():
         if bundled.default_lambda is not None and bundled.path.resolve() == path.resolve():
@@ -204,9 +209,22 @@ class DefaultRefine:
     source: str
 
 
-def checkpoint_default_refine(path: str | os.PathLike[str]) -> DefaultRefine:
-    """The default refinement of the checkpoint ``path``: ``default_refine`` of its entry in
+def checkpoint_default_refine(
+    path: str | os.PathLike[str], payload: dict[str, Any] | None = None
+) -> DefaultRefine:
+    """The default refinement of the checkpoint ``path``: the ``"default_refine"`` steps its
+    contents ``payload`` record (with ``"default_refine_note"``; ``hyperreg train`` records
+    them, read from the file when ``payload`` is None), else ``default_refine`` of its entry in
     ``index.json`` for a bundled model (from its model card), else none (0 steps)."""
+    if payload is None:
+        payload = _payload_keys(path)
+    own = payload.get("default_refine")
+    if isinstance(own, int) and not isinstance(own, bool) and own >= 0:
+        note = payload.get("default_refine_note")
+        note = note if isinstance(note, str) and note else f"recorded in '{path}'"
+        if not own:
+            return DefaultRefine(0, f"refinement: none, {note}")
+        return DefaultRefine(own, f"refinement: {own} steps, {note}")
     for bundled in bundled_models():
         if bundled.default_refine and bundled.path.resolve() == Path(path).resolve():
             note = f" ({bundled.default_refine_note})" if bundled.default_refine_note else ""
@@ -214,6 +232,20 @@ def checkpoint_default_refine(path: str | os.PathLike[str]) -> DefaultRefine:
             source = f"refinement: {steps} steps, the default of the bundled model {bundled.name}"
             return DefaultRefine(steps, source + note)
     return DefaultRefine(0, f"refinement: none, '{path}' records no default")
+
+
+def _payload_keys(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A checkpoint's entries other than its weights ({} for a file torch cannot read: the
+    caller's own loading says what is wrong with it)."""
+    import torch
+
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # torch raises many types for a bad file
+        return {}
+    if not isinstance(payload, dict):
+        return {}
+    return {key: value for key, value in payload.items() if key != "state_dict"}
 
 
 def model_default_refine(model: Any) -> DefaultRefine:
@@ -445,7 +477,7 @@ def resolve_model(
         model.config = replace(model.config, flip_average=flip_average)
     default = checkpoint_default_lambda(payload, path)
     model.default_lambda = default
-    model.default_refine = checkpoint_default_refine(path)
+    model.default_refine = checkpoint_default_refine(path, payload)
     return ResolvedModel(model, path, bundled, default)
 
 

@@ -2,12 +2,16 @@
 
 :func:`tune_lambda` evaluates a coarse λ grid on every validation pair with one sweep per pair
 (:meth:`~hyperreg.registration.pipeline.PreparedPair.register`), then refines inside the
-bracket around the best value, and reports the best λ per label too.
-:func:`write_tune_report` writes ``tune.json`` and ``tune.png``. Must not import train or cli.
+bracket around the best value (λ bracketing), and reports the best λ per label too. Each λ is
+registered as ``register`` runs it: the model's network passes, and the test-time refinement
+given (``refine``; the command line gives the model's default, as ``register`` does).
+:func:`write_tune_report` writes ``tune.json`` and ``tune.png``; :func:`read_tuned_lambda` reads
+λ* back from ``tune.json`` (``register --lambda tune.json``). Must not import train or cli.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import warnings
@@ -19,7 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from hyperreg._errors import InputError
+from hyperreg._errors import InputError, MissingInputError
 from hyperreg._files import write_json
 from hyperreg.apps.inputs import PairSpec, parse_lambdas
 from hyperreg.figures.backend import pyplot, save_figure
@@ -29,12 +33,16 @@ from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.pairs import PathLike
 from hyperreg.registration.pipeline import DEFAULT_INIT, PairResult, load_pair
+from hyperreg.registration.refine import Refinement
 
 __all__ = [
     "DICE_NOISE_FLOOR",
+    "TUNE_FILE",
     "StarRange",
     "TuneResult",
+    "TunedLambda",
     "lambda_star_range",
+    "read_tuned_lambda",
     "tune_lambda",
     "write_tune_report",
 ]
@@ -56,7 +64,7 @@ class TuneResult:
         per_label: ``{label: {"lambda": λ, "dice": Dice}}``: best evaluated λ per label (mean
             over the pairs holding it), among values meeting the folding limit.
         grid: One dict per evaluated λ, sorted by λ: ``lambda``, ``stage`` (``"coarse"`` or
-            ``"refine<n>"``), ``mean_dice``, ``folding_percent``, ``log_jacobian_std``,
+            ``"bracket<n>"``), ``mean_dice``, ``folding_percent``, ``log_jacobian_std``,
             ``feasible``, ``dice_<label>``.
         pairs: Number of pairs.
         max_folding: The folding limit in percent, or None.
@@ -66,6 +74,9 @@ class TuneResult:
             indistinguishable from λ* on these pairs.
         dice_tolerance: The Dice difference treated as noise for that range.
         dice_before: Mean over pairs of the mean Dice without registration, or None.
+        refine_steps: Test-time refinement steps each λ was registered with (0: the network
+            alone).
+        passes: Network passes each λ was registered with.
     """
 
     lambda_star: float
@@ -79,6 +90,8 @@ class TuneResult:
     lambda_star_range: tuple[float, float] | None = None
     dice_tolerance: float | None = None
     dice_before: float | None = None
+    refine_steps: int = 0
+    passes: int = 1
 
     @property
     def lambda_star_rounded(self) -> str:
@@ -118,9 +131,86 @@ class TuneResult:
             "dice_before": self.dice_before,
             "max_folding_percent": self.max_folding,
             "pairs": self.pairs,
+            "refine_steps": self.refine_steps,
+            "passes": self.passes,
             "per_label_lambda_star": {str(k): v for k, v in self.per_label.items()},
             "grid": self.grid,
         }
+
+
+TUNE_FILE = "tune.json"
+"""What :func:`write_tune_report` writes and :func:`read_tuned_lambda` reads."""
+
+
+@dataclass(frozen=True)
+class TunedLambda:
+    """λ* read back from a ``tune.json`` (:func:`read_tuned_lambda`).
+
+    Attributes:
+        lam: λ* in [0, 1].
+        source: One line saying where it comes from, e.g. ``"from tune.json: λ* over 8
+            validation pairs, refined 30 steps, 2 network passes"``.
+        refine_steps: Refinement steps λ* was measured with (0: the network alone; None: a
+            file written before tune recorded it).
+        passes: Network passes λ* was measured with, or None (not recorded).
+    """
+
+    lam: float
+    source: str
+    refine_steps: int | None = None
+    passes: int | None = None
+
+
+def read_tuned_lambda(path: PathLike, argument: str = "lam") -> TunedLambda:
+    """λ* of a ``tune.json`` that :func:`write_tune_report` wrote (``hyperreg tune``).
+
+    Args:
+        path: The file (a folder: its ``tune.json``).
+        argument: The caller's name for ``path``, stored in errors.
+
+    Returns:
+        A :class:`TunedLambda` with the pairs, refinement and passes λ* was measured with.
+
+    Raises:
+        MissingInputError: If ``path`` does not exist.
+        InputError: If it is not JSON, or holds no ``lambda_star`` in [0, 1].
+    """
+    fn = "read_tuned_lambda"
+    file = Path(path)
+    if file.is_dir():
+        file = file / TUNE_FILE
+    if not file.is_file():
+        raise MissingInputError(fn, "no such file: '{path}'", argument, path=file)
+    try:
+        record = json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError(
+            fn, "'{path}' is not a tune.json ({reason})", argument, path=file, reason=err
+        ) from err
+    lam = record.get("lambda_star") if isinstance(record, dict) else None
+    if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0.0 <= lam <= 1.0:
+        raise InputError(
+            fn,
+            "'{path}' holds no lambda_star in [0, 1] (got {lam!r}); give the tune.json that "
+            "'hyperreg tune' wrote",
+            argument,
+            path=file,
+            lam=lam,
+        )
+    pairs = record.get("pairs")
+    refine = record.get("refine_steps")
+    passes = record.get("passes")
+    parts = [f"λ* over {pairs} validation pair{'s' if pairs != 1 else ''}"]
+    if isinstance(refine, int):
+        parts.append(f"refined {refine} steps" if refine else "the network alone")
+    if isinstance(passes, int):
+        parts.append(f"{passes} network pass{'es' if passes != 1 else ''}")
+    return TunedLambda(
+        float(lam),
+        f"from {file.name}: " + ", ".join(parts),
+        refine if isinstance(refine, int) else None,
+        passes if isinstance(passes, int) else None,
+    )
 
 
 DICE_NOISE_FLOOR = 0.002
@@ -206,11 +296,13 @@ def _evaluate(
     init: str = DEFAULT_INIT,
     transforms: dict[int, AffineTransform | None] | None = None,
     replace_nonfinite: float | None = None,
+    refine: Refinement | None = None,
 ) -> tuple[list[dict[str, Any]], list[float]]:
     """Mean-over-pairs Dice/folding per λ (one batched sweep per pair), and the mean Dice
     without registration of each pair. Each pair's affine stage runs once: its transform is
     kept in ``transforms`` (position -> transform, None without a stage) for later rounds,
-    which reload the pair with it (memory stays that of one pair). Dice scores the original
+    which reload the pair with it (memory stays that of one pair). With ``refine`` each λ is
+    refined for the pair, as ``register`` runs it. Dice scores the original
     label map sampled once through the affine and the field, as ``register`` writes it."""
     per_lam: list[list[PairResult]] = [[] for _ in lambdas]
     before: list[float] = []
@@ -241,7 +333,7 @@ def _evaluate(
             transforms[position] = pair.transform if aligned else None
         # the model's own curve over λ: every field scored as it is (no verdict, so no
         # never-worse rule; register applies both at the λ chosen)
-        results = pair.register(model, list(lambdas), chunk=chunk, amp=amp, judged=False)
+        results = pair.register(model, list(lambdas), refine, chunk=chunk, amp=amp, judged=False)
         for slot, result in zip(per_lam, results):
             slot.append(result)
         before.append(float(pair.dice_before))  # type: ignore[arg-type]
@@ -281,8 +373,8 @@ def _check_tune(
     pairs: Sequence[PairSpec],
     lambdas: Sequence[float] | None,
     max_folding: float | None,
-    refine_rounds: int,
-    refine_points: int,
+    bracket_rounds: int,
+    bracket_points: int,
 ) -> list[float]:
     """The arguments of :func:`tune_lambda` checked before any work; the coarse grid, sorted."""
     if not pairs:
@@ -306,14 +398,14 @@ def _check_tune(
         raise InputError(
             fn, "{0} must be a percentage >= 0, got {value}", "max_folding", value=max_folding
         )
-    if refine_rounds < 0 or refine_points < 1:
+    if bracket_rounds < 0 or bracket_points < 1:
         raise InputError(
             fn,
             "{0} must be >= 0 and {1} >= 1, got {rounds} and {points}",
-            "refine_rounds" if refine_rounds < 0 else "refine_points",
-            "refine_points" if refine_rounds < 0 else "refine_rounds",
-            rounds=refine_rounds,
-            points=refine_points,
+            "bracket_rounds" if bracket_rounds < 0 else "bracket_points",
+            "bracket_points" if bracket_rounds < 0 else "bracket_rounds",
+            rounds=bracket_rounds,
+            points=bracket_points,
         )
     return grid
 
@@ -335,8 +427,9 @@ def tune_lambda(
     *,
     lambdas: Sequence[float] | None = None,
     max_folding: float | None = None,
-    refine_rounds: int = 2,
-    refine_points: int = 8,
+    bracket_rounds: int = 2,
+    bracket_points: int = 8,
+    refine: Refinement | None = None,
     chunk: int | None = None,
     amp: bool = False,
     normalization: str = DEFAULT_NORMALIZATION,
@@ -349,9 +442,13 @@ def tune_lambda(
     1. Coarse grid: every pair is swept over ``lambdas`` in one batched call (default 11 values
        0, 0.1, ..., 1). A λ is *feasible* when the mean folding over pairs is at most
        ``max_folding`` percent.
-    2. ``refine_rounds`` times: take the bracket between the evaluated neighbours of the best
-       feasible λ so far and evaluate ``refine_points`` evenly spaced values strictly inside it
+    2. ``bracket_rounds`` times: take the bracket between the evaluated neighbours of the best
+       feasible λ so far and evaluate ``bracket_points`` evenly spaced values strictly inside it
        (again one batched call per pair). With the defaults λ* is resolved to about 0.002.
+
+    Each λ runs with the model's network passes and, with ``refine``, test-time refinement
+    (one refinement per λ and pair: ``refine.steps`` times the cost of the network alone, or
+    more), so λ* is that of what ``register`` runs with the same refinement.
 
     Per-label λ* is the best feasible value for each label over all evaluated λ, so it has the
     coarse grid's resolution away from the global λ* (the refinement brackets that one only).
@@ -363,8 +460,10 @@ def tune_lambda(
         pairs: Validation pairs; each needs ``moving_seg`` and ``fixed_seg``.
         lambdas: Coarse grid (values in [0, 1], at least 2); default ``0:1:11``.
         max_folding: Largest mean folding, in percent of voxels with J <= 0, or None.
-        refine_rounds: Refinement rounds (0 = coarse grid only).
-        refine_points: New values per refinement round.
+        bracket_rounds: Bracketing rounds (0 = coarse grid only).
+        bracket_points: New values per bracketing round.
+        refine: Test-time refinement of every λ's field
+            (:class:`~hyperreg.registration.refine.Refinement`), or None: the network alone.
         chunk: See :func:`sweep_lambdas`.
         amp: See :func:`sweep_lambdas`.
         normalization: Intensity normalisation.
@@ -383,14 +482,16 @@ def tune_lambda(
         FileNotFoundError: If a file is missing.
         ValueError: If ``pairs`` is empty, a pair lacks a label map, the grid has fewer than 2
             distinct values or values outside [0, 1], ``max_folding`` is negative or NaN, or
-            ``refine_rounds`` / ``refine_points`` is negative / below 1; or a pair cannot be
+            ``bracket_rounds`` / ``bracket_points`` is negative / below 1; or a pair cannot be
             registered (:func:`~hyperreg.registration.pipeline.load_pair`: e.g. a constant
             image; an :class:`~hyperreg._errors.InputError` of argument ``"pairs"`` naming the
             row).
     """
     fn = "tune_lambda"
-    grid = _check_tune(fn, pairs, lambdas, max_folding, refine_rounds, refine_points)
+    grid = _check_tune(fn, pairs, lambdas, max_folding, bracket_rounds, bracket_points)
+    refine = refine if refine is not None and refine.steps > 0 else None
     options = dict(
+        refine=refine,
         chunk=chunk,
         amp=amp,
         normalization=normalization,
@@ -407,7 +508,7 @@ def tune_lambda(
 
     coarse, before = _evaluate(model, pairs, grid, "coarse", **options)  # type: ignore[arg-type]
     rows = feasible(coarse)
-    for round_ in range(1, refine_rounds + 1):
+    for round_ in range(1, bracket_rounds + 1):
         rows.sort(key=lambda r: r["lambda"])
         lams = [r["lambda"] for r in rows]
         best = _best(rows)
@@ -415,14 +516,14 @@ def tune_lambda(
         lo, hi = lams[max(at - 1, 0)], lams[min(at + 1, len(lams) - 1)]
         new = [
             round(v, 10)
-            for v in np.linspace(lo, hi, refine_points + 2)[1:-1].tolist()
+            for v in np.linspace(lo, hi, bracket_points + 2)[1:-1].tolist()
             if round(v, 10) not in lams
         ]
         if not new:
             break
-        logger.info("round %d refines λ in [%.4g, %.4g]", round_, lo, hi)
-        refined, _ = _evaluate(model, pairs, new, f"refine{round_}", **options)  # type: ignore[arg-type]
-        rows += feasible(refined)
+        logger.info("round %d brackets λ in [%.4g, %.4g]", round_, lo, hi)
+        bracketed, _ = _evaluate(model, pairs, new, f"bracket{round_}", **options)  # type: ignore[arg-type]
+        rows += feasible(bracketed)
     rows.sort(key=lambda r: r["lambda"])
     best = _best(rows)
     met = bool(best["feasible"])
@@ -446,6 +547,8 @@ def tune_lambda(
         lambda_star_range=(span.lo, span.hi),
         dice_tolerance=span.tolerance,
         dice_before=float(np.mean(before)),
+        refine_steps=0 if refine is None else int(refine.steps),
+        passes=int(model.config.passes),
     )
 
 
@@ -458,7 +561,7 @@ def write_tune_report(result: TuneResult, out: PathLike) -> list[Path]:
     """
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [write_json(out_dir / "tune.json", result.to_dict(), indent=2)]
+    paths = [write_json(out_dir / TUNE_FILE, result.to_dict(), indent=2)]
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.8, 4.4), layout="constrained")
     rows = result.grid

@@ -92,14 +92,18 @@ def lambda_value(text: str) -> float:
 
 
 def lambda_request(text: str) -> float | str:
-    """``--lambda`` of register, sweep and batch: a λ in [0, 1] or ``auto``."""
+    """``--lambda`` of register, sweep and batch: a λ in [0, 1], ``auto``, or a ``.json`` file
+    (the ``tune.json`` of ``hyperreg tune``, returned as its path: ``cli.inputs.tuned_lambda``
+    reads it)."""
     if text.strip().lower() == "auto":
         return "auto"
+    if text.lower().endswith(".json"):
+        return text
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"λ must be a number in [0, 1] or 'auto', got {text!r}"
+            f"λ must be a number in [0, 1] or 'auto' (or a tune.json file), got {text!r}"
         ) from None
     if math.isnan(value) or not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"λ must lie in [0, 1] (or be 'auto'), got {text}")
@@ -114,7 +118,8 @@ AUTO_HELP = (
 LAMBDA_HELP = (
     "regularisation weight λ in [0, 1] (0 = similarity only, sharpest match, least smooth "
     "field; 1 = smoothness only: the smoothest field, which a uniform shift does not "
-    f"violate, so not necessarily the identity), or {AUTO_HELP}"
+    f"violate, so not necessarily the identity), {AUTO_HELP}, or a tune.json that 'hyperreg "
+    "tune' wrote (its λ*; the source is printed)"
 )
 
 

@@ -19,7 +19,12 @@ import sys
 from typing import Any
 
 from hyperreg.cli import args as opts
-from hyperreg.cli.inputs import check_out_folder, model_path_for, preprocessing_options
+from hyperreg.cli.inputs import (
+    check_out_folder,
+    model_path_for,
+    preprocessing_options,
+    tuned_lambda,
+)
 from hyperreg.cli.messages import folding_text
 
 __all__ = ["COMMANDS", "add_parsers"]
@@ -115,6 +120,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
     with passed_as(path="pairs"):  # a malformed CSV is exit 2 before any work
         read_pairs(args.pairs)
     model_path_for(args)  # a bad --model is exit 2 before any work; the bundled one is named
+    tuned_lambda(args)  # --lambda tune.json: its λ* for rows without one, said with its source
     if args.refine is None:  # said before the pairs run, as register says it
         from hyperreg.apps.models import checkpoint_default_refine
 

@@ -24,6 +24,7 @@ __all__ = [
     "new_folders",
     "pair_options",
     "preprocessing_options",
+    "tuned_lambda",
 ]
 
 
@@ -63,6 +64,30 @@ def model_path_for(args: Any) -> str:
         print(f"hyperreg {args.command}: using the bundled model {name} (card: {card})")
     args.model = str(path)
     return args.model
+
+
+def tuned_lambda(args: Any) -> None:
+    """``--lambda tune.json``: ``args.lam`` becomes its λ*
+    (:func:`hyperreg.apps.tune.read_tuned_lambda`), printed with its source, and a note when
+    it was measured with other refinement steps or passes than the command runs; a number,
+    ``auto`` or None is left as it is.
+
+    Raises:
+        InputError: If the file is missing or holds no λ* (named as ``--lambda``).
+    """
+    if not isinstance(args.lam, str) or args.lam == "auto":
+        return
+    from hyperreg.apps.tune import read_tuned_lambda
+
+    tuned = read_tuned_lambda(args.lam)
+    args.lam = tuned.lam
+    print(f"hyperreg {args.command}: λ {tuned.lam:.4g} ({tuned.source})")
+    refine = getattr(args, "refine", None)
+    if refine is not None and tuned.refine_steps is not None and refine != tuned.refine_steps:
+        print(
+            f"hyperreg {args.command}: note: λ* was measured with {tuned.refine_steps} "
+            f"refinement steps, this run refines {refine}"
+        )
 
 
 def check_inputs_exist(args: Any) -> None:

@@ -15,6 +15,7 @@ from hyperreg.cli.inputs import (
     check_out_folder,
     model_for,
     pair_options,
+    tuned_lambda,
 )
 from hyperreg.cli.messages import affine_text, folding_text, refine_text
 
@@ -38,7 +39,8 @@ def _add_sweep(sub: Any) -> None:
         dest="lam",
         type=opts.lambda_request,
         help="a λ to mark among the results ('chosen' column of sweep.csv, added to --lambdas "
-        f"if missing): a number, or {opts.AUTO_HELP}",
+        f"if missing): a number, {opts.AUTO_HELP}, or a tune.json that 'hyperreg tune' wrote "
+        "(its λ*)",
     )
     opts.add_out_argument(
         sweep,
@@ -77,17 +79,30 @@ def _add_tune(sub: Any) -> None:
     )
     opts.add_lambda_grid_argument(tune, "coarse grid")
     tune.add_argument(
-        "--refine-rounds",
-        type=int,
+        "--bracket-rounds",
+        type=opts.non_negative_int,
         default=2,
-        help="refinement rounds inside the best bracket (default 2; 0 = coarse grid only)",
+        help="λ bracketing rounds: each evaluates --bracket-points new λ inside the bracket "
+        "around the best so far (default 2; 0 = coarse grid only)",
     )
     tune.add_argument(
-        "--refine-points",
+        "--bracket-points",
         type=opts.positive_int,
         default=8,
-        help="new λ values per refinement round (default 8)",
+        help="new λ values per bracketing round (default 8)",
     )
+    for old, new in (
+        ("--refine-rounds", "--bracket-rounds"),
+        ("--refine-points", "--bracket-points"),
+    ):
+        tune.add_argument(  # the former names, which read as test-time refinement (--refine)
+            old,
+            dest=f"renamed_{new[2:].replace('-', '_')}",
+            type=opts.non_negative_int,
+            default=None,
+            help=argparse.SUPPRESS,
+        )
+    opts.add_refine_arguments(tune, model_default=True)
     opts.add_batching_arguments(tune)
     opts.add_nonfinite_argument(tune)
     opts.add_init_argument(tune, initial=False)  # per pair: the CSV's initial_affine column
@@ -100,6 +115,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if bool(args.moving_seg) != bool(args.fixed_seg):
         raise ValueError("--moving-seg and --fixed-seg go together (Dice needs both)")
     check_out_folder(args.out)
+    tuned_lambda(args)  # --lambda tune.json: its λ*, said with its source
     report = sweep_files(
         model_for(args),
         args.moving,
@@ -144,6 +160,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def _cmd_tune(args: argparse.Namespace) -> int:
     from hyperreg._errors import InputError, passed_as
     from hyperreg.apps.inputs import check_label_map, read_pairs
+    from hyperreg.apps.models import pair_refinement
     from hyperreg.apps.tune import tune_lambda, write_tune_report
 
     check_out_folder(args.out)
@@ -155,13 +172,18 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                 check_label_map("tune", column, getattr(pair, column))
             except InputError as err:  # the column's name, not an option: the detail as is
                 raise ValueError(f"row {pair.index} of --pairs: {err.detail}") from err
+    _renamed_flags(args)
+    model = model_for(args)
+    refine = pair_refinement(model, opts.refinement_from(args, model_default=True))
+    print(_measured_text(model, refine, args.refine))
     result = tune_lambda(
-        model_for(args),
+        model,
         pairs,
         lambdas=args.lambdas,
         max_folding=args.max_folding,
-        refine_rounds=args.refine_rounds,
-        refine_points=args.refine_points,
+        bracket_rounds=args.bracket_rounds,
+        bracket_points=args.bracket_points,
+        refine=refine,
         chunk=args.chunk,
         amp=args.amp,
         init=args.init,
@@ -178,6 +200,50 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         print(f"{opts.PROG} tune: no λ met the folding limit; λ* has the least folding")
     print(f"wrote {', '.join(str(p) for p in paths)}")
     return 0
+
+
+def _renamed_flags(args: argparse.Namespace) -> None:
+    """``--refine-rounds`` / ``--refine-points``, the former names of ``--bracket-rounds`` /
+    ``--bracket-points``, still work, with a note on stderr."""
+    import sys
+
+    for new in ("bracket_rounds", "bracket_points"):
+        value = getattr(args, f"renamed_{new}")
+        if value is not None:
+            old = "--" + new.replace("bracket", "refine").replace("_", "-")
+            flag = "--" + new.replace("_", "-")
+            print(
+                f"{opts.PROG} tune: warning: {old} is now {flag} (λ bracketing; --refine is "
+                "test-time refinement); the old name will go",
+                file=sys.stderr,
+            )
+            setattr(args, new, value)
+
+
+def _measured_text(model: Any, refine: Any, asked: int | None) -> str:
+    """What each λ is registered with, said before the work: as ``register`` runs it
+    (the model's passes and its default refinement) or, with ``--refine 0``, the network
+    alone."""
+    passes = model.config.passes
+    runs = f"{passes} network pass{'es' if passes != 1 else ''}"
+    if model.config.flip_average:
+        runs += ", flip averaging"
+    if refine is not None:
+        source = " (the model's default)" if asked is None else ""
+        return (
+            f"{opts.PROG} tune: each λ registered as 'register' runs it: {runs}, refined "
+            f"{refine.steps} steps{source}; --refine 0 measures the network alone (faster)"
+        )
+    from hyperreg.apps.models import model_default_refine
+
+    default = model_default_refine(model).steps
+    if default:
+        return (
+            f"{opts.PROG} tune: each λ registered by the network alone ({runs}), not as "
+            f"'register' runs it by default (refined {default} steps): λ* is that of "
+            "'register --refine 0'"
+        )
+    return f"{opts.PROG} tune: each λ registered as 'register' runs it: {runs}, no refinement"
 
 
 COMMANDS = {"sweep": _cmd_sweep, "tune": _cmd_tune}

@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from hyperreg.cli import args as opts
-from hyperreg.cli.inputs import created_folders, model_for, new_folders, pair_options
+from hyperreg.cli.inputs import (
+    created_folders,
+    model_for,
+    new_folders,
+    pair_options,
+    tuned_lambda,
+)
 from hyperreg.cli.messages import affine_text, folding_text, mi_text, refine_text
 
 __all__ = ["COMMANDS", "add_parsers"]
@@ -238,6 +244,7 @@ def _cmd_register(args: argparse.Namespace) -> int:
     paths = dict(moved=args.moved, warp_out=args.warp_out, moved_seg=args.moved_seg)
     paths.update(inverse_warp_out=args.inverse_warp_out, field_out=args.field_out)
     check_outputs("register", inputs, **paths)  # said before any model is read
+    tuned_lambda(args)  # --lambda tune.json: its λ*, said with its source
     model = model_for(args)
     result = register_files(
         model,

@@ -25,6 +25,7 @@ def add_parsers(sub: Any) -> None:
     _add_train_model(train)
     _add_train_objective(train)
     _add_train_run(train)
+    _add_train_defaults(train)
     # what a flag left alone holds: on --resume such settings come from the run's config.json
     _TRAIN_DEFAULTS.update({action.dest: action.default for action in train._actions})
     _add_models(sub)
@@ -35,10 +36,31 @@ _TRAIN_DEFAULTS: dict[str, Any] = {}
 
 # flags that are TrainConfig fields of the same name (others are mapped in _train_config)
 _CONFIG_FLAGS = (
-    "steps", "batch_size", "sim", "atlas", "atlas_seg", "checkpoint_every", "keep_checkpoints",
-    "val_every", "val_fraction", "test_fraction", "amp", "compile", "spacing", "synth", "seed",
-    "device", "label_loss", "label_weight", "max_labels", "label_downsize", "conform",
-    "mse_sigma", "lam_endpoint_fraction", "prefetch", "cascade_every",
+    "steps",
+    "batch_size",
+    "sim",
+    "atlas",
+    "atlas_seg",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "val_every",
+    "val_fraction",
+    "test_fraction",
+    "amp",
+    "compile",
+    "spacing",
+    "synth",
+    "seed",
+    "device",
+    "label_loss",
+    "label_weight",
+    "max_labels",
+    "label_downsize",
+    "conform",
+    "mse_sigma",
+    "lam_endpoint_fraction",
+    "prefetch",
+    "cascade_every",
 )
 _TUPLE_FLAGS = ("val_lambdas", "crop", "holdout", "shape", "synth_labels")
 
@@ -49,37 +71,41 @@ def _add_train_objective(train: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--label-loss",
         choices=("none", "dice", "mse"),
-        default="none",
+        default=None,
         help="label overlap term where a pair has label maps on both sides (real pairs with "
         "labels, synthetic pairs): soft Dice over the pair's labels, or MSE of one-hot "
-        "probabilities (SynthMorph); none (default) = image similarity only. Loss = (1 − λ)·"
-        "[similarity + weight·label term] + λ·smoothness; synthetic pairs use the label term "
-        "alone",
+        "probabilities (SynthMorph); none = image similarity only (default: that of --init, "
+        "else none). Loss = (1 − λ)·[similarity + weight·label term] + λ·smoothness; "
+        "synthetic pairs use the label term alone",
     )
     group.add_argument(
-        "--label-weight", type=float, default=1.0, help="weight of the label term (default 1)"
+        "--label-weight",
+        type=float,
+        default=None,
+        help="weight of the label term (default: that of --init, else 1)",
     )
     group.add_argument(
         "--max-labels",
         type=opts.positive_int,
-        default=24,
+        default=None,
         help="labels per pair in the label term, a random subset when there are more "
-        "(default 24)",
+        "(default: that of --init, else 24)",
     )
     group.add_argument(
         "--label-downsize",
         type=int,
         choices=(1, 2, 4),
-        default=1,
+        default=None,
         help="evaluate the label term on a grid this many times coarser (2: 8x cheaper in 3D; "
-        "default 1)",
+        "default: that of --init, else 1)",
     )
     group.add_argument(
         "--conform",
         action="store_true",
         help="3D: resample every scan to RAS storage order (recorded in the model, so any "
         "storage order registers alike) and place each person's foreground in the --shape "
-        "grid (needs --shape): for people each scanned in their own position",
+        "grid (needs --shape): for people each scanned in their own position (on with an "
+        "--init model that records an orientation, in its own grid)",
     )
     group.add_argument(
         "--cascade-every",
@@ -92,12 +118,63 @@ def _add_train_objective(train: argparse.ArgumentParser) -> None:
     )
 
 
-def _train_config(args: argparse.Namespace, model: Any) -> Any:
-    """The run's TrainConfig: the flags given; on --resume, every setting not given on the
-    command line (a flag at its default counts as not given) is the run's own (config.json),
-    so a resumed run checkpoints, validates and fine-tunes as it was started."""
-    from hyperreg.config import TrainConfig
+def _default_lambda(text: str) -> float | str:
+    """``--default-lambda``: a λ in [0, 1], ``keep`` or ``validation``."""
+    if text in ("keep", "validation"):
+        return text
+    try:
+        return opts.lambda_value(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"must be a λ in [0, 1], 'keep' or 'validation', got {text!r}"
+        ) from None
 
+
+def _add_train_defaults(train: argparse.ArgumentParser) -> None:
+    """What the trained model registers with when 'register' is given nothing else."""
+    group = train.add_argument_group("the trained model's registration defaults")
+    group.add_argument(
+        "--default-lambda",
+        type=_default_lambda,
+        default=None,
+        metavar="LAM",
+        help="λ the model registers at when none is asked for: a number, 'keep' (that of "
+        "--init; the default with --init) or 'validation' (best validation Dice of the final "
+        "weights over --val-lambdas; the default without --init, and the fallback 0.1 when "
+        "the run does not validate)",
+    )
+    group.add_argument(
+        "--default-refine",
+        type=opts.refine_steps,
+        default=None,
+        metavar="N",
+        help="test-time refinement steps the model runs when none are asked for (default: "
+        "that of --init, e.g. 30 for hypermorph-3d; else 0)",
+    )
+    group.add_argument(
+        "--passes",
+        type=opts.pass_count,
+        default=None,
+        metavar="N",
+        help="network passes the model runs when none are asked for, 1-4 (default: that of "
+        "--init, else 1)",
+    )
+    group.add_argument(
+        "--flip-average",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="test-time left-right flip averaging on or off by default (needs a 3D model with "
+        "an orientation: --conform or an --init model with one; default: that of --init, "
+        "else off)",
+    )
+
+
+def _train_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The run's TrainConfig fields from the flags given (objective flags not given are None:
+    the --init model's or the default, :func:`hyperreg.apps.training.train_model`); on
+    --resume, every setting not given on the command line (a flag at its default counts as
+    not given) is the run's own (config.json), so a resumed run checkpoints, validates and
+    fine-tunes as it was started."""
     values = {name: getattr(args, name) for name in _CONFIG_FLAGS}
     values.update({name: tuple(getattr(args, name)) for name in _TUPLE_FLAGS})
     values.update(
@@ -106,6 +183,8 @@ def _train_config(args: argparse.Namespace, model: Any) -> Any:
         lr=args.lr if args.lr is not None else 0.0,  # 0: config.DEFAULT_LR for the ndim
         init=args.init,
     )
+    if not args.resume:
+        values.pop("init")  # train_model resolves --init
     if args.resume and (Path(args.resume) / "config.json").is_file():
         stored = json.loads((Path(args.resume) / "config.json").read_text())
         stored.pop("model", None)  # the architecture comes from the checkpoint
@@ -116,7 +195,7 @@ def _train_config(args: argparse.Namespace, model: Any) -> Any:
             if name in stored and getattr(args, name, None) == defaults.get(name):
                 value = stored[name]
                 values[name] = tuple(value) if isinstance(value, list) else value
-    return TrainConfig(**values, model=model)
+    return values
 
 
 def _add_train_data(train: argparse.ArgumentParser) -> None:
@@ -150,8 +229,8 @@ def _add_train_data(train: argparse.ArgumentParser) -> None:
         default=[],
         metavar="N",
         help="training grid, one size per axis: every scan is centred in it by zero padding "
-        "or central crop (no interpolation); default: the largest scan per axis when scans "
-        "differ in size",
+        "or central crop (no interpolation); default: that of --init, else the largest scan "
+        "per axis when scans differ in size",
     )
     train.add_argument(
         "--spacing",
@@ -183,8 +262,11 @@ def _add_train_data(train: argparse.ArgumentParser) -> None:
         metavar="MODEL",
         default="",
         help="start from the weights of a pretrained model and fine-tune: a .pt file, a run "
-        "folder, or a bundled model's name ('hyperreg models', e.g. hypermorph-2d); its "
-        "architecture is used, and --ndim/--int-steps/--parametrization must match it",
+        "folder, or a bundled model's name ('hyperreg models', e.g. hypermorph-3d); its "
+        "architecture is used (--ndim/--int-steps/--parametrization must match it), and what "
+        "is not given here is kept from it: training grid, voxel size, orientation, objective "
+        "with its label term, passes, flip averaging, default λ and refinement; the new "
+        "model's steps count on from its",
     )
     train.add_argument(
         "--ndim",
@@ -216,16 +298,17 @@ def _add_train_model(train: argparse.ArgumentParser) -> None:
     train.add_argument(
         "--sim",
         choices=("ncc", "mse"),
-        default="ncc",
-        help="similarity: local NCC (window 9) or MSE scaled by 1/σ² (default ncc)",
+        default=None,
+        help="similarity: local NCC (window 9) or MSE scaled by 1/σ² (default: that of --init, "
+        "else ncc)",
     )
     train.add_argument(
         "--mse-sigma",
         type=float,
-        default=0.05,
+        default=None,
         metavar="SIGMA",
-        help="σ of --sim mse: the loss is MSE / σ² on intensities in [0, 1] (default 0.05, as "
-        "voxelmorph's HyperMorph script)",
+        help="σ of --sim mse: the loss is MSE / σ² on intensities in [0, 1] (default: that of "
+        "--init, else 0.05, as voxelmorph's HyperMorph script)",
     )
     train.add_argument(
         "--lam-endpoint-fraction",
@@ -359,26 +442,27 @@ def _cmd_train(args: argparse.Namespace) -> int:
     import signal
     import sys
 
-    from hyperreg.apps.models import model_architecture, model_file
-    from hyperreg.training.checkpointing import TrainingInterrupted, latest_checkpoint
-    from hyperreg.training.train import train
-
-    # the architecture of a run continued (--resume) or fine-tuned (--init) is the model's own
-    if args.init:
-        args.init = str(model_file(args.init, "init"))  # a file, run folder or bundled name
-    source = latest_checkpoint(args.resume) if args.resume else args.init
-    model = model_architecture(
-        source, ndim=args.ndim, int_steps=args.int_steps, parametrization=args.parametrization
-    )
+    from hyperreg.apps.training import train_model
+    from hyperreg.training.checkpointing import TrainingInterrupted
 
     if not args.out and not args.resume:
         raise ValueError("--out is required (or --resume DIR, which then is the output folder)")
     if args.out:
         check_out_folder(args.out)
-    config = _train_config(args, model)
+    architecture = dict(ndim=args.ndim, int_steps=args.int_steps)
+    architecture["parametrization"] = args.parametrization
     try:
-        # its last log line names the model written
-        train(config, resume=args.resume, progress=args.progress)
+        trained = train_model(
+            _train_settings(args),
+            init=args.init,
+            resume=args.resume,
+            architecture=architecture,
+            passes=args.passes,
+            flip_average=args.flip_average,
+            default_lambda=args.default_lambda,
+            default_refine=args.default_refine,
+            progress=args.progress,
+        )
     except TrainingInterrupted as stop:
         folder = args.out or args.resume
         print(
@@ -387,7 +471,51 @@ def _cmd_train(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 128 + int(signal.Signals(stop.signal_number))
+    _report_trained(trained)
     return 0
+
+
+def _report_trained(trained: Any) -> None:
+    """The new model as ``hyperreg models`` lists one: steps, what was kept, defaults and
+    where they come from, card (its file is named once, by the log line before)."""
+
+    def said(text: str) -> str:  # the file is named once, in the log line
+        return text.replace(f"'{trained.path}'", "the model")
+
+    steps = f"{trained.steps} steps"
+    if trained.init is not None:
+        steps += (
+            f" fine-tuning {trained.init.name} ({trained.init.total_steps} steps): "
+            f"{trained.total_steps} in all"
+        )
+    print(f"new model: {trained.config.ndim}D, {steps}")
+    if trained.kept:
+        kept = ", ".join(f"{key} {_plain(value)}" for key, value in trained.kept.items())
+        print(f"    kept from {trained.init.name if trained.init else 'the run'}: {kept}")
+    print(_defaults_line(trained.default_lambda.lam, trained.default_refine.steps, trained.config))
+    print(f"    λ {trained.default_lambda.lam:g}: {said(trained.default_lambda.source)}")
+    best = trained.validation_lambda
+    if best is not None and best.lam != trained.default_lambda.lam:
+        print(
+            f"    validation prefers λ {best.lam:g} ({said(best.source)}); --default-lambda "
+            "validation records that one"
+        )
+    print(f"    {said(trained.default_refine.source)}")
+    print(f"    model card: {trained.card}")
+
+
+def _plain(value: Any) -> str:
+    """A setting as a user would type it (a grid as 96x112x96)."""
+    if isinstance(value, (tuple, list)):
+        return "x".join(str(v) for v in value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _defaults_line(lam: float | None, refine: int, config: Any) -> str:
+    """``    defaults: λ 0.2, refinement 30 steps, passes 2, flip averaging``."""
+    text = "none recorded" if lam is None else f"{lam:g}"
+    flips = ", flip averaging" if config.flip_average else ""
+    return f"    defaults: λ {text}, refinement {refine} steps, passes {config.passes}{flips}"
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -414,13 +542,8 @@ def _cmd_models(args: argparse.Namespace) -> int:
         default = ", default" if m.default else ""
         print(f"{m.name}: {m.ndim}D{default}, {size:.1f} MB, {m.path}")
         print(f"    {m.summary}")
-        lam = "none recorded" if m.default_lambda is None else f"{m.default_lambda:g}"
         config = load_checkpoint(m.path)[0].config  # the file's passes and flip averaging
-        flips = ", flip averaging" if config.flip_average else ""
-        print(
-            f"    defaults: λ {lam}, refinement {m.default_refine} steps, passes "
-            f"{config.passes}{flips}"
-        )
+        print(_defaults_line(m.default_lambda, m.default_refine, config))
         print(f"    model card: {m.card}")
     return 0
 

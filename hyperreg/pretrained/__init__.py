@@ -22,6 +22,7 @@ __all__ = [
     "PRETRAINED_DIR",
     "BundledModel",
     "bundled_models",
+    "checkpoint_total_steps",
     "default_model",
     "export_model",
     "load_pretrained",
@@ -47,6 +48,8 @@ class BundledModel:
         default_refine: Test-time refinement steps its card recommends when none are asked for
             (``index.json``; 0 = the network's field as it is).
         default_refine_note: Why (one line, from ``index.json``).
+        total_steps: Optimiser steps its weights had in all, counting the models it was
+            fine-tuned from (``index.json``, from its card); 0: the ``step`` its file records.
     """
 
     name: str
@@ -59,6 +62,7 @@ class BundledModel:
     default_lambda_note: str = ""
     default_refine: int = 0
     default_refine_note: str = ""
+    total_steps: int = 0
 
 
 def bundled_models(folder: Path = PRETRAINED_DIR) -> list[BundledModel]:
@@ -86,12 +90,28 @@ def bundled_models(folder: Path = PRETRAINED_DIR) -> list[BundledModel]:
                 default_lambda_note=str(e.get("default_lambda_note", "")),
                 default_refine=int(e.get("default_refine", 0)),
                 default_refine_note=str(e.get("default_refine_note", "")),
+                total_steps=int(e.get("total_steps", 0)),
             )
             for e in entries
         ]
     except (KeyError, TypeError, ValueError) as err:
         raise RuntimeError(f"bundled_models(): '{index}' is malformed ({err})") from err
     return sorted((m for m in models if m.path.is_file()), key=lambda m: m.name)
+
+
+def checkpoint_total_steps(payload: dict[str, Any], path: str | Path) -> int:
+    """Optimiser steps the weights of the checkpoint ``path`` (contents ``payload``) had in
+    all, counting the models they were fine-tuned from: the payload's ``"total_steps"``
+    (``hyperreg train`` records it), else ``total_steps`` of a bundled model's entry in
+    ``index.json`` (from its card), else the payload's ``"step"`` (0 when none)."""
+    total = payload.get("total_steps")
+    if isinstance(total, int) and not isinstance(total, bool) and total >= 0:
+        return total
+    for bundled in bundled_models():
+        if bundled.total_steps and bundled.path.resolve() == Path(path).resolve():
+            return bundled.total_steps
+    step = payload.get("step")
+    return step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else 0
 
 
 def default_model(ndim: int, folder: Path = PRETRAINED_DIR) -> BundledModel:
@@ -133,6 +153,20 @@ def load_pretrained(ndim: int = 2, device: Any = "cpu") -> Any:
     return model.eval()
 
 
+# what an exported file keeps of a checkpoint besides the weights, config and objective: what
+# its card cites and the defaults it registers with (hyperreg.apps.models)
+_EXPORTED = (
+    "step",
+    "total_steps",
+    "train_config",
+    "validation",
+    "default_lambda",
+    "default_lambda_note",
+    "default_refine",
+    "default_refine_note",
+)
+
+
 def export_model(
     checkpoint: str | Path,
     out: str | Path,
@@ -141,8 +175,9 @@ def export_model(
 ) -> Path:
     """Write a training checkpoint as a bundled model file: weights in float16, no optimiser.
 
-    Keeps what a model card cites (``step``, ``train_config``, ``validation``, a
-    ``default_lambda``), the objective and the model config with its
+    Keeps what a model card cites (``step``, ``total_steps``, ``train_config``,
+    ``validation``) and the defaults it registers with (``default_lambda``,
+    ``default_refine`` and their notes), the objective and the model config with its
     voxel size; drops the optimiser and random states. Weights are stored as float16 (half the
     size; every weight within 2^-11 of its float32 value) and load back as float32.
 
@@ -171,9 +206,5 @@ def export_model(
         model.config = dataclasses.replace(model.config, passes=passes)
     if flip_average is not None:
         model.config = dataclasses.replace(model.config, flip_average=flip_average)
-    keep = {
-        key: payload[key]
-        for key in ("step", "train_config", "validation", "default_lambda")
-        if key in payload
-    }
+    keep = {key: payload[key] for key in _EXPORTED if key in payload}
     return save_checkpoint(model, out, weights_dtype=torch.float16, **keep)

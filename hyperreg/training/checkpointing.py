@@ -336,7 +336,7 @@ def init_from_model(path: str | os.PathLike[str], model: HyperMorph) -> int:
             "needs the same settings"
         )
     model.load_state_dict(pretrained.state_dict(), strict=True)
-    logger.info("initialised from %s (trained %s steps)", path, payload.get("step", "?"))
+    logger.info("initialised from %s", path)
     return int(payload.get("step", 0) or 0)
 
 

@@ -66,6 +66,8 @@ class TrainingLoop:
     Args:
         config: The run (resolved, checked).
         objective: The training objective; the model carries it into its checkpoints.
+        record: More entries written into every checkpoint (e.g. the defaults the model
+            registers with, :func:`hyperreg.training.train.train`).
         context: Distributed setup (one process: ``enabled`` False).
         device: Where the model trains.
         step_stats: Buffer of the step statistics (its ``every`` = steps per host read).
@@ -78,13 +80,15 @@ class TrainingLoop:
         context: distributed.DistributedContext,
         device: torch.device,
         step_stats: StepStats,
+        record: dict[str, Any] | None = None,
     ) -> None:
         self.config = config
         self.context = context
         self.device = device
         self.main = context.is_main
         self.out_dir = Path(config.out)
-        self.extra = {"train_config": to_dict(config)}
+        self.extra = {**(record or {}), "train_config": to_dict(config)}
+        self.last_validation: dict[str, Any] | None = None
         torch.manual_seed(config.seed)
         self.generator = torch.Generator().manual_seed(config.seed)
         self.model = HyperMorph(config.model).to(device)
@@ -320,6 +324,7 @@ class TrainingLoop:
         """Validate at ``step``: a row of ``val_log.csv``, and ``best.pt`` when the score is
         the best so far. Returns the validation row."""
         row = evaluate(self.model, self.val_pairs, self.config.val_lambdas)
+        self.last_validation = row
         columns = validation_columns(self.config.val_lambdas)
         cells = [f"{row[c]:.6g}" for c in columns[1:]]
         if math.isnan(row["mean_dice"]):
@@ -331,7 +336,7 @@ class TrainingLoop:
         if row["score"] > self.best_score:
             self.best_score = row["score"]
             path = self.out_dir / "best.pt"
-            save_checkpoint(self.model, path, step=step, validation=row, **self.extra)
+            save_checkpoint(self.model, path, validation=row, **self._extra(step))
         return row
 
     def _why_no_dice(self) -> str:
@@ -359,14 +364,25 @@ class TrainingLoop:
             generator,
             keep=self.config.keep_checkpoints,
             state={"best_score": self.best_score, "seconds": seconds},
-            **self.extra,
+            **{key: value for key, value in self._extra(step).items() if key != "step"},
         )
+
+    def _extra(self, step: int) -> dict[str, Any]:
+        """What every checkpoint written after ``step`` holds besides the model: the step,
+        the steps in all (``total_steps``, counting on from a fine-tuned model's
+        ``config.init_steps``), the run's config and the caller's ``record``."""
+        return {"step": step, "total_steps": self.config.init_steps + step, **self.extra}
 
     def _finish(self) -> Path:
         """Write ``model.pt`` (rank 0) and slim the older checkpoints; return its path."""
         final = self.out_dir / "model.pt"
         if self.main:
-            save_checkpoint(self.model, final, step=self.config.steps, **self.extra)
+            # the final weights' own validation (when the run validated at its last step):
+            # their default λ can be chosen on it (hyperreg.apps.models)
+            steps = self.config.steps
+            last = self.last_validation
+            own = {"validation": last} if last is not None and self.val_every else {}
+            save_checkpoint(self.model, final, **own, **self._extra(steps))
             if self.config.keep_checkpoints > 0:  # only the newest keeps its optimiser state
                 slim_old_checkpoints(self.out_dir)
             logger.info(

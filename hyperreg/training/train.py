@@ -27,6 +27,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 from pathlib import Path
@@ -51,6 +52,7 @@ __all__ = [
     "SIMILARITIES",
     "PairSource",
     "hypermorph_loss",
+    "init_settings",
     "prepare_data",
     "train",
     "training_objective",
@@ -133,6 +135,7 @@ def train(
     *,
     val_pairs: list[ValidationPair] | None = None,
     resume: str | os.PathLike[str] | None = None,
+    record: dict[str, Any] | None = None,
 ) -> Path:
     """Train a HyperMorph model and return the path of the final checkpoint.
 
@@ -147,6 +150,12 @@ def train(
         val_pairs: Optional validation pairs (else taken from ``config.data`` as configured).
         resume: Run folder to continue from: its newest ``checkpoint_*.pt`` restores model,
             optimiser, step and every random state, then training runs to ``config.steps``.
+            A fine-tuning run (``config.init``) keeps its model's voxel size, orientation,
+            training grid and step count where the config sets none (see
+            ``_keep_init_settings``); every checkpoint records ``total_steps``.
+        record: More entries written into every checkpoint of the run (e.g.
+            ``default_lambda``, ``default_refine`` and their notes, which
+            :mod:`hyperreg.apps.models` reads).
 
     Returns:
         ``Path(config.out) / "model.pt"``.
@@ -162,7 +171,7 @@ def train(
     _validate(config)
     context, device = distributed.setup(config.device)
     try:
-        final = _run(config, pairs, progress, val_pairs, resume, context, device)
+        final = _run(config, pairs, progress, val_pairs, resume, context, device, record)
     except BaseException:
         if context.owns_group and dist.is_initialized():
             dist.destroy_process_group()
@@ -171,20 +180,53 @@ def train(
     return final
 
 
-def _keep_init_settings(config: TrainConfig, resume: str | os.PathLike[str] | None) -> TrainConfig:
-    """A fine-tuning run (``init``) that does not set a voxel size works at its model's: a
-    model trained at 1 mm is fine-tuned at 1 mm, not at the data's own voxels (and its
-    storage orientation is kept with ``conform``)."""
-    if not config.init or resume is not None or config.spacing:
-        return config
-    stored = load_checkpoint(config.init)[0].config
+def init_settings(config: TrainConfig) -> dict[str, Any]:
+    """What a fine-tuning run (``config.init``) keeps of its model where the config sets
+    nothing else: the voxel size (``spacing`` 0: a model trained at 1 mm is fine-tuned at
+    1 mm, not at the data's own voxels), the storage orientation (``conform``), the training
+    grid (``shape`` empty: the grid of the model's own run, from its ``train_config``), and
+    its step count (``init_steps`` 0: the model's steps in all, see
+    :func:`~hyperreg.pretrained.checkpoint_total_steps`).
+
+    Returns:
+        The changes, ``{field: value}`` ({} without ``init`` or when the config sets all).
+
+    Raises:
+        FileNotFoundError, ValueError, RuntimeError: As
+            :func:`~hyperreg.method.model.load_checkpoint` for ``config.init``.
+    """
+    if not config.init:
+        return {}
+    from hyperreg.pretrained import checkpoint_total_steps
+
+    model, payload = load_checkpoint(config.init)
+    stored = model.config
     changes: dict[str, Any] = {}
-    if stored.spacing:
+    if stored.spacing and not config.spacing:
         changes["spacing"] = float(stored.spacing)
     if stored.orientation and config.model.ndim == 3 and not config.conform:
         changes["conform"] = True
-    if changes:
-        logger.info("fine-tuning '%s' at its own settings %s", config.init, changes)
+    grid = (payload.get("train_config") or {}).get("shape")
+    if not config.shape and grid and len(grid) == stored.ndim:
+        changes["shape"] = tuple(int(n) for n in grid)
+    if not config.init_steps:
+        changes["init_steps"] = checkpoint_total_steps(payload, config.init)
+    return changes
+
+
+def _keep_init_settings(config: TrainConfig, resume: str | os.PathLike[str] | None) -> TrainConfig:
+    """``config`` with :func:`init_settings` applied (logged); a resumed run counts its steps
+    on from the ``init_steps`` its start recorded (``config.json``)."""
+    if resume is not None:
+        stored_run = Path(resume) / "config.json"
+        if config.init and not config.init_steps and stored_run.is_file():
+            steps = json.loads(stored_run.read_text()).get("init_steps", 0)
+            return dataclasses.replace(config, init_steps=int(steps or 0))
+        return config
+    changes = init_settings(config)
+    shown = {key: value for key, value in changes.items() if key != "init_steps"}
+    if shown:
+        logger.info("fine-tuning '%s' at its own settings %s", config.init, shown)
     return dataclasses.replace(config, **changes) if changes else config
 
 
@@ -196,17 +238,25 @@ def _run(
     resume: str | os.PathLike[str] | None,
     context: distributed.DistributedContext,
     device: torch.device,
+    record: dict[str, Any] | None = None,
 ) -> Path:
     """The run once set up: its data and files, then a :class:`TrainingLoop` from the start,
     a checkpoint (``resume``) or a pretrained model (``config.init``)."""
     pairs, val_pairs, val_every = _training_data(config, pairs, val_pairs, context.is_main)
     # one host read per block of steps on a GPU, so the CPU queues ahead (steplog)
     step_stats = StepStats(read_every(device))
-    loop = TrainingLoop(config, training_objective(config), context, device, step_stats)
+    objective = training_objective(config)
+    loop = TrainingLoop(config, objective, context, device, step_stats, record)
     if resume is not None:
         loop.resume(resume)
     elif config.init:
         init_from_model(config.init, loop.model)
+        logger.info(
+            "fine-tuning from %s: %d steps in all before this run, %d after it",
+            config.init,
+            config.init_steps,
+            config.init_steps + config.steps,
+        )
     return loop.run(pairs, val_pairs, val_every, progress)
 
 
