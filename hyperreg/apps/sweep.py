@@ -268,6 +268,7 @@ def sweep_files(
     lam: float | str | None = None,
     npz_geometry: str | None = None,
     passes: int | None = None,
+    html: PathLike | None = None,
 ) -> SweepReport:
     """Load a pair, sweep λ (:func:`sweep_lambdas`) and write the report to ``out``.
 
@@ -317,6 +318,8 @@ def sweep_files(
         passes: Network passes per λ, composed (:func:`hyperreg.registration.passes.
             register_passes`; one λ at a time when more than 1); None (default): the
             model's own (``model.config.passes``).
+        html: Output HTML file of the self-contained sweep page
+            (:func:`hyperreg.apps.view_page.write_sweep_page`), or None.
 
     Returns:
         A :class:`SweepReport`.
@@ -340,6 +343,8 @@ def sweep_files(
     if refine is not None:
         check_refinement(fn, refine)
     check_lambda(fn, lam)
+    if html is not None and not str(html).lower().endswith((".html", ".htm")):
+        raise InputError(fn, "{0} must end in .html, got '{html}'", "html", html=html)
     pair = load_pair(
         moving,
         fixed,
@@ -376,9 +381,11 @@ def sweep_files(
     )
     if save_fields:
         files += _save_fields(out_dir, pair, results, lambdas)
-    return SweepReport(
-        results=results, baseline_dice=pair.dice_before, files=files, chosen=chosen
-    )
+    if html is not None:
+        from hyperreg.apps.view_page import write_sweep_page
+
+        files.append(write_sweep_page(html, pair, results, None if chosen is None else chosen.lam))
+    return SweepReport(results=results, baseline_dice=pair.dice_before, files=files, chosen=chosen)
 
 
 def _save_fields(

@@ -4,7 +4,7 @@
 ``http.server.ThreadingHTTPServer``) bound to 127.0.0.1 unless told otherwise; every request
 must carry the server's random token (``?token=…``, as Jupyter does) or it is refused with 403.
 It answers a fixed set of routes only, never a path of the disk: the page (``/``), its two
-static files (from ``view_static``, bundled with the package), and the pair's derived data
+static files (:func:`hyperreg.apps.view_page.static_file`, bundled with the package), and the pair's derived data
 under ``/api/`` (JSON numbers and NIfTI volumes built in memory). Registrations run in the
 request's thread behind the session's lock (one at a time); the page waits for the answer.
 Must not import cli.
@@ -19,13 +19,13 @@ import secrets
 import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from hyperreg.apps.view import ViewSession
+from hyperreg.apps.view_page import page_html, static_file
 
-__all__ = ["LOOPBACK", "ViewServer", "make_server", "page_html", "static_file"]
+__all__ = ["LOOPBACK", "ViewServer", "make_server"]
 
 logger = logging.getLogger(__name__)
 
@@ -35,24 +35,7 @@ _STATIC = {
     "niivue.umd.js": "application/javascript; charset=utf-8",
     "view.js": "application/javascript; charset=utf-8",
 }
-"""The only files served from disk, by name (bundled in ``hyperreg/apps/view_static``)."""
-
-
-def static_file(name: str) -> bytes:
-    """The bytes of one bundled static file (a name of the fixed list, nothing else).
-
-    Raises:
-        KeyError: If ``name`` is not one of the bundled files.
-    """
-    if name not in (*_STATIC, "page.html"):
-        raise KeyError(name)
-    return resources.files("hyperreg.apps").joinpath("view_static", name).read_bytes()
-
-
-def page_html(head: str, body_end: str) -> str:
-    """The page template with ``head`` (script tags or inlined scripts) and ``body_end``."""
-    template = static_file("page.html").decode("utf-8")
-    return template.replace("<!--HEAD-->", head).replace("<!--BODY_END-->", body_end)
+"""The only files served besides the page, by name (bundled in ``hyperreg/apps/view_static``)."""
 
 
 class ViewServer(ThreadingHTTPServer):

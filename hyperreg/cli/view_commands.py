@@ -80,7 +80,9 @@ def _cmd_view(args: argparse.Namespace) -> int:
     try:
         server = make_server(session, args.host, args.port)
     except OSError as err:
-        raise ValueError(f"argument --port: cannot serve on {args.host}:{args.port}: {err}") from err
+        raise ValueError(
+            f"argument --port: cannot serve on {args.host}:{args.port}: {err}"
+        ) from err
     if args.host != LOOPBACK:
         print(
             f"{opts.PROG} view: warning: serving on {args.host}, not only this machine: anyone "

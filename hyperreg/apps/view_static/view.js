@@ -76,7 +76,7 @@
     checker: { colormap: "gray", opacity: 1, cal: [0, 255] },
     edges: { colormap: "red", opacity: 1, cal: [0.5, 1] },
     diff: { colormap: "hot", opacity: 0.8, cal: [8, 128] },
-    jac: { colormap: "blue2red", opacity: 0.6, cal: [0, 2] },
+    jac: { colormap: "plasma", opacity: 0.6, cal: [0, 2] },
     fold: { colormap: "green", opacity: 1, cal: [0.5, 1] },
     contours: { colormap: "jet", opacity: 1, cal: [0.5, 3] },
   };
@@ -191,7 +191,7 @@
       if (high - low < 1e-9) { low -= 0.5; high += 0.5; }
       const y = (v) => h - 24 - (h - 60) * (v - low) / (high - low);
       g.fillText(high.toPrecision(3), w - 70, 22);
-      g.fillText(low.toPrecision(3), w - 70, h - 24);
+      g.fillText(low.toPrecision(3), w - 70, h - 30);
       g.strokeStyle = "#6cb6ff";
       g.fillStyle = "#6cb6ff";
       g.beginPath();
@@ -274,6 +274,7 @@
       const plane = { axial: nv.sliceTypeAxial, coronal: nv.sliceTypeCoronal,
         sagittal: nv.sliceTypeSagittal };
       nv.setSliceType(info.ndim === 2 ? plane[info.plane] : nv.sliceTypeMultiplanar);
+      if (info.ndim === 2) nv.opts.crosshairWidth = 0; // one plane: nothing to link
       const slider = $("lam");
       if (E) {
         slider.min = 0; slider.max = info.grid.length - 1; slider.step = 1;
