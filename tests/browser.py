@@ -21,7 +21,7 @@ import tempfile
 import time
 from typing import Any
 
-__all__ = ["Browser", "chromium", "CHROMIUM_MISSING"]
+__all__ = ["CHROMIUM_MISSING", "Browser", "chromium"]
 
 CHROMIUM_MISSING = (
     "chromium is not installed (Debian: apt-get install -y chromium); the page tests need a "

@@ -129,7 +129,7 @@ class ViewSession:
 
     # ---------------------------------------------------------------------------- registering
 
-    def result(self, lam: float, refined: bool = False) -> tuple[PairResult, dict[str, Any]]:
+    def result(self, lam: float | str, refined: bool = False) -> tuple[PairResult, dict[str, Any]]:
         """The registration at ``lam`` (cached) and its :func:`readout`.
 
         Raises:
@@ -221,7 +221,7 @@ class ViewSession:
 
     # -------------------------------------------------------------------------------- volumes
 
-    def volume(self, kind: str, lam: float | None = None, refined: bool = False) -> bytes:
+    def volume(self, kind: str, lam: float | str | None = None, refined: bool = False) -> bytes:
         """The NIfTI bytes of one view (:data:`VOLUME_KINDS`) on the fixed grid, uint8.
 
         ``fixed``, ``moving`` (on the fixed grid, after the affine stage when one ran) and
@@ -310,7 +310,7 @@ class ViewSession:
 
     # ---------------------------------------------------------------------------------- save
 
-    def save_paths(self, lam: float, refined: bool = False) -> dict[str, Path]:
+    def save_paths(self, lam: float | str, refined: bool = False) -> dict[str, Path]:
         """The files :meth:`save` writes for ``lam``: ``moved_lam<λ>.nii.gz``,
         ``warp_lam<λ>.nii.gz`` and, with label maps, ``moved_seg_lam<λ>.nii.gz`` in
         :attr:`out` (``_refined`` before the suffix for a refined result)."""
@@ -323,7 +323,7 @@ class ViewSession:
             paths["moved_seg"] = self.out / f"moved_seg_{tag}.nii.gz"
         return paths
 
-    def save(self, lam: float, refined: bool = False) -> list[Path]:
+    def save(self, lam: float | str, refined: bool = False) -> list[Path]:
         """Write the moved image, the displacement field of the whole transform (voxel format)
         and the moved label map at ``lam`` with :func:`hyperreg.apps.register.write_result`,
         exactly as ``hyperreg register --moved --warp --moved-seg`` writes them.

@@ -66,7 +66,7 @@ def sweep_page_stride(affine: np.ndarray, ndim: int) -> tuple[int, ...]:
     if ndim == 2:
         return (1, 1)
     spacing = np.linalg.norm(np.asarray(affine)[:3, :3], axis=0)
-    return tuple(max(1, int(round(PAGE_SPACING_MM / s))) for s in spacing)
+    return tuple(max(1, round(float(PAGE_SPACING_MM / s))) for s in spacing)
 
 
 def write_sweep_page(

@@ -4,10 +4,10 @@
 ``http.server.ThreadingHTTPServer``) bound to 127.0.0.1 unless told otherwise; every request
 must carry the server's random token (``?token=…``, as Jupyter does) or it is refused with 403.
 It answers a fixed set of routes only, never a path of the disk: the page (``/``), its two
-static files (:func:`hyperreg.apps.view_page.static_file`, bundled with the package), and the pair's derived data
-under ``/api/`` (JSON numbers and NIfTI volumes built in memory). Registrations run in the
-request's thread behind the session's lock (one at a time); the page waits for the answer.
-Must not import cli.
+static files (:func:`hyperreg.apps.view_page.static_file`, bundled with the package), and the
+pair's derived data under ``/api/`` (JSON numbers and NIfTI volumes built in memory).
+Registrations run in the request's thread behind the session's lock (one at a time); the page
+waits for the answer. Must not import cli.
 """
 
 from __future__ import annotations
@@ -91,13 +91,13 @@ class _Handler(BaseHTTPRequestHandler):
     server: ViewServer
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
+    def log_message(self, format: str, *args: Any) -> None:
         logger.debug("%s %s", self.address_string(), format % args)
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         self._answer("GET")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self._answer("POST")
 
     def _answer(self, method: str) -> None:
@@ -140,7 +140,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(session.curves())
         elif method == "GET" and route == "/api/volume":
             lam = arg("lam")
-            data = session.volume(arg("kind") or "", None if lam is None else _lam(lam), refined)
+            data = session.volume(arg("kind") or "", lam, refined)
             self._send(HTTPStatus.OK, data, "application/octet-stream")
         elif method == "POST" and route == "/api/refine":
             self._json(session.result(_lam(arg("lam")), True)[1])
@@ -163,7 +163,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-def _lam(text: str | None) -> float:
+def _lam(text: str | None) -> str:
+    """The ``lam`` parameter as sent (the session checks it: a number in [0, 1])."""
     if text is None:
         raise ValueError("the request needs lam=<λ in [0, 1]>")
-    return float(text)
+    return text
