@@ -76,8 +76,8 @@
     checker: { colormap: "gray", opacity: 1, cal: [0, 255] },
     edges: { colormap: "red", opacity: 1, cal: [0.5, 1] },
     diff: { colormap: "hot", opacity: 0.8, cal: [8, 128] },
-    jac: { colormap: "plasma", opacity: 0.6, cal: [0, 2] },
-    fold: { colormap: "green", opacity: 1, cal: [0.5, 1] },
+    jac: { colormap: "cool", opacity: 0.6, cal: [0, 2] },
+    fold: { colormap: "red", opacity: 1, cal: [0.5, 1] },
     contours: { colormap: "jet", opacity: 1, cal: [0.5, 3] },
   };
 
