@@ -21,7 +21,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 from browser import CHROMIUM_MISSING, Browser, chromium
-from lambda_helpers import SHAPE, save_tiny_model, tiny_model, write_pair
+from lambda_helpers import AFFINE, SHAPE, save_tiny_model, tiny_model, write_pair
 from shared_paths import data_path
 
 from hyperreg.apps.register import register_files
@@ -370,3 +370,38 @@ def test_sweep_page_renders_from_a_file_and_follows_the_slider(tmp_path: Path) -
         browser.wait_for("document.body.dataset.busy === '0'", 30)
         assert browser.evaluate("window.hyperregView.shown.lam") == 1.0
         assert _text(browser, "status") == ""  # no error shown
+
+
+# ------------------------------------------------------------------- volumes for the browser
+
+
+def test_nifti_bytes_round_trip_with_stride_scales_the_affine() -> None:
+    from hyperreg.apps.view_volumes import nifti_bytes
+
+    data = np.arange(6 * 8 * 4, dtype=np.uint8).reshape(6, 8, 4)
+    affine = np.diag([1.0, 1.5, 2.0, 1.0])
+    affine[:3, 3] = (10, 20, 30)
+    raw = nifti_bytes(data, affine, cal=(0, 255), compress=True, stride=(2, 2, 1))
+    image = nib.Nifti1Image.from_bytes(gzip.decompress(raw))
+    np.testing.assert_array_equal(np.asarray(image.dataobj), data[::2, ::2, :])
+    expected = np.diag([2.0, 3.0, 2.0, 1.0])  # x2 along the first two axes, as the stride
+    expected[:3, 3] = affine[:3, 3]
+    np.testing.assert_allclose(image.affine, expected)
+    assert float(image.header["cal_max"]) == 255.0
+    flat = nib.Nifti1Image.from_bytes(nifti_bytes(data[:, :, 0], affine))
+    assert flat.shape == (6, 8, 1)  # a 2D image is one slice
+
+
+def test_contours_checker_and_scaling() -> None:
+    from hyperreg.apps.view_volumes import checker_mask, label_contours, plane_of, to_uint8
+
+    labels = np.zeros((6, 6), dtype=np.int32)
+    labels[2:4, 2:4] = 5
+    border = label_contours(labels)
+    assert border[2:4, 2:4].all() and border[1, 2] and border[2, 1]  # both sides
+    assert not border[0, 0] and not border[5, 5]
+    mask = checker_mask((4, 4, 4), squares=2)  # tiles of 2 voxels
+    assert mask[0, 0, 0] and not mask[2, 0, 0] and not mask[0, 0, 2] and mask[2, 2, 0]
+    assert to_uint8(np.array([0.0, 0.5, 1.0, 2.0]), 0.0, 1.0).tolist() == [0, 128, 255, 255]
+    assert not to_uint8(np.ones(3), 1.0, 1.0).any()  # a flat range gives zeros
+    assert plane_of(AFFINE) == "coronal"  # its third axis points along world y

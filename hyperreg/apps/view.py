@@ -28,8 +28,14 @@ import numpy as np
 from hyperreg._errors import InputError
 from hyperreg.apps.models import model_default_lambda, model_default_refine, pair_refinement
 from hyperreg.apps.register import write_result
-from hyperreg.apps.view_volumes import display_volumes, edges_nd, nifti_bytes, plane_of
-from hyperreg.apps.view_volumes import JACOBIAN_SCALE, to_uint8
+from hyperreg.apps.view_volumes import (
+    JACOBIAN_SCALE,
+    display_volumes,
+    edges_nd,
+    nifti_bytes,
+    plane_of,
+    to_uint8,
+)
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.pairs import PathLike, check_outputs
 from hyperreg.registration.pipeline import DEFAULT_INIT, PairResult, PreparedPair, load_pair
@@ -145,7 +151,8 @@ class ViewSession:
                 self._cache.move_to_end(key)
                 return self._cache[key]
         if asked:
-            self._asked += 1
+            with self._cache_lock:
+                self._asked += 1
         try:
             with self._work_lock:
                 with self._cache_lock:  # another thread may have made it meanwhile
@@ -156,7 +163,8 @@ class ViewSession:
                 numbers = readout(result, time.perf_counter() - start)
         finally:
             if asked:
-                self._asked -= 1
+                with self._cache_lock:
+                    self._asked -= 1
         entry = _Entry(result, numbers)
         with self._cache_lock:
             self._cache[key] = entry
