@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from hyperreg.cli import args as opts
-from hyperreg.cli.inputs import model_for, pair_options
+from hyperreg.cli.inputs import check_out_folder, model_for, pair_options
 
 __all__ = ["COMMANDS", "add_parsers"]
 
@@ -66,6 +66,7 @@ def _cmd_view(args: argparse.Namespace) -> int:
         raise ValueError("--moving-seg and --fixed-seg go together (Dice needs both)")
     if not 0 <= args.port <= 65535:
         raise ValueError(f"argument --port: must be 0..65535, got {args.port}")
+    check_out_folder(args.out)  # Save writes there: a file in the way is said now
     session = open_view(
         model_for(args),
         args.moving,
