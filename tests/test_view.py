@@ -13,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -405,3 +406,25 @@ def test_contours_checker_and_scaling() -> None:
     assert to_uint8(np.array([0.0, 0.5, 1.0, 2.0]), 0.0, 1.0).tolist() == [0, 128, 255, 255]
     assert not to_uint8(np.ones(3), 1.0, 1.0).any()  # a flat range gives zeros
     assert plane_of(AFFINE) == "coronal"  # its third axis points along world y
+
+
+def test_one_registration_per_lambda_when_asked_at_once(tmp_path: Path) -> None:
+    import threading
+
+    files = write_pair(tmp_path, "pair")
+    session = open_view(tiny_model(), **files, init="none")
+    calls: list[float] = []
+    register = session._register
+
+    def counted(lam: float, refined: bool):
+        calls.append(lam)
+        time.sleep(0.2)  # long enough for the other requests to queue behind it
+        return register(lam, refined)
+
+    session._register = counted  # type: ignore[method-assign]
+    threads = [threading.Thread(target=session.result, args=(0.4,)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert calls == [0.4]

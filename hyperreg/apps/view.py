@@ -160,19 +160,18 @@ class ViewSession:
                         return self._cache[key]
                 start = time.perf_counter()
                 result = self._register(*key)
-                numbers = readout(result, time.perf_counter() - start)
+                entry = _Entry(result, readout(result, time.perf_counter() - start))
+                with self._cache_lock:  # stored before the next registration may start
+                    self._cache[key] = entry
+                    while len(self._cache) > self.cache_size:
+                        self._cache.popitem(last=False)
+                    if not key[1]:
+                        self._curves[key[0]] = entry.numbers
+                return entry
         finally:
             if asked:
                 with self._cache_lock:
                     self._asked -= 1
-        entry = _Entry(result, numbers)
-        with self._cache_lock:
-            self._cache[key] = entry
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
-            if not key[1]:
-                self._curves[key[0]] = numbers
-        return entry
 
     def _register(self, lam: float, refined: bool) -> PairResult:
         refinement = self.refinement() if refined else None
