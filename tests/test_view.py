@@ -428,3 +428,38 @@ def test_one_registration_per_lambda_when_asked_at_once(tmp_path: Path) -> None:
     for thread in threads:
         thread.join(timeout=60)
     assert calls == [0.4]
+
+
+def test_a_lambda_replaced_while_waiting_is_dropped(tiny_server: ViewServer) -> None:
+    import threading
+
+    session = tiny_server.session
+    started = threading.Event()
+    release = threading.Event()
+    register = session._register
+    calls: list[float] = []
+
+    def held(lam: float, refined: bool):
+        calls.append(lam)
+        started.set()
+        release.wait(timeout=60)  # the first registration runs until the test lets it end
+        return register(lam, refined)
+
+    session._register = held  # type: ignore[method-assign]
+    answers: dict[str, int] = {}
+
+    def ask(lam: str) -> None:
+        answers[lam] = _get(tiny_server, f"/api/result?lam={lam}&token={tiny_server.token}")[0]
+
+    first = threading.Thread(target=ask, args=("0.1",))
+    first.start()
+    assert started.wait(timeout=60)
+    queued = [threading.Thread(target=ask, args=(lam,)) for lam in ("0.2", "0.3")]
+    for thread in queued:
+        thread.start()
+        time.sleep(0.3)  # in this order
+    release.set()
+    for thread in (first, *queued):
+        thread.join(timeout=60)
+    assert answers == {"0.1": 200, "0.2": 409, "0.3": 200}
+    assert calls == [0.1, 0.3]  # 0.2 was never registered

@@ -44,6 +44,7 @@ from hyperreg.registration.refine import Refinement
 __all__ = [
     "DEFAULT_GRID",
     "VOLUME_KINDS",
+    "Superseded",
     "ViewSession",
     "open_view",
     "readout",
@@ -81,6 +82,11 @@ def readout(result: PairResult, seconds: float | None = None) -> dict[str, Any]:
         "refined": result.refinement is not None,
         "seconds": seconds,
     }
+
+
+class Superseded(RuntimeError):
+    """A page request for a λ that a newer request replaced before its registration started
+    (:meth:`ViewSession.page_result`): it was not registered."""
 
 
 @dataclass
@@ -125,6 +131,7 @@ class ViewSession:
         self._cache_lock = threading.Lock()
         self._work_lock = threading.Lock()  # one registration at a time
         self._asked = 0  # requests from the page waiting for the work lock
+        self._ticket = 0  # the newest page_result request
         self._stop = threading.Event()
         self._sweeper: threading.Thread | None = None
         moving = pair.aligned.data
@@ -145,7 +152,23 @@ class ViewSession:
         entry = self._entry(key, asked=True)
         return entry.result, entry.numbers
 
-    def _entry(self, key: tuple[float, bool], asked: bool) -> _Entry:
+    def page_result(self, lam: float | str, refined: bool = False) -> dict[str, Any]:
+        """The :func:`readout` at ``lam`` for the page, newest request first: a request still
+        waiting for the work lock when a newer one arrives is dropped (:class:`Superseded`)
+        instead of registered, so dragging the slider through many λ queues at most the
+        registration running and the last λ asked for.
+
+        Raises:
+            InputError: If ``lam`` is not a number in [0, 1].
+            Superseded: If a newer request came before this one's registration started.
+        """
+        key = (_check_lam(lam), bool(refined))
+        with self._cache_lock:
+            self._ticket += 1
+            ticket = self._ticket
+        return self._entry(key, asked=True, ticket=ticket).numbers
+
+    def _entry(self, key: tuple[float, bool], asked: bool, ticket: int | None = None) -> _Entry:
         with self._cache_lock:
             if key in self._cache:
                 self._cache.move_to_end(key)
@@ -158,6 +181,8 @@ class ViewSession:
                 with self._cache_lock:  # another thread may have made it meanwhile
                     if key in self._cache:
                         return self._cache[key]
+                    if ticket is not None and ticket != self._ticket:
+                        raise Superseded(f"λ = {key[0]:g} was replaced by a newer request")
                 start = time.perf_counter()
                 result = self._register(*key)
                 entry = _Entry(result, readout(result, time.perf_counter() - start))

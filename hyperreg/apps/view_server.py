@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from hyperreg.apps.view import ViewSession
+from hyperreg.apps.view import Superseded, ViewSession
 from hyperreg.apps.view_page import page_html, static_file
 
 __all__ = ["LOOPBACK", "ViewServer", "make_server"]
@@ -112,6 +112,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._route(method, route, query)
         except (ValueError, KeyError) as err:
             self._json({"error": str(err)}, HTTPStatus.BAD_REQUEST)
+        except Superseded as err:  # the page asked for a newer λ meanwhile
+            self._json({"error": str(err)}, HTTPStatus.CONFLICT)
         except Exception as err:  # the page shows the error; the server keeps running
             logger.exception("%s %s failed", method, route)
             self._json({"error": f"{type(err).__name__}: {err}"}, HTTPStatus.INTERNAL_SERVER_ERROR)
@@ -135,7 +137,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif method == "GET" and route == "/api/info":
             self._json(session.info())
         elif method == "GET" and route == "/api/result":
-            self._json(session.result(_lam(arg("lam")), refined)[1])
+            self._json(session.page_result(_lam(arg("lam")), refined))
         elif method == "GET" and route == "/api/curves":
             self._json(session.curves())
         elif method == "GET" and route == "/api/volume":
@@ -143,7 +145,7 @@ class _Handler(BaseHTTPRequestHandler):
             data = session.volume(arg("kind") or "", lam, refined)
             self._send(HTTPStatus.OK, data, "application/octet-stream")
         elif method == "POST" and route == "/api/refine":
-            self._json(session.result(_lam(arg("lam")), True)[1])
+            self._json(session.page_result(_lam(arg("lam")), True))
         elif method == "POST" and route == "/api/save":
             paths = session.save(_lam(arg("lam")), refined)
             self._json({"files": [str(p) for p in paths]})

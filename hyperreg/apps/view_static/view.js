@@ -150,6 +150,7 @@
       await showVolumes();
       if (!E) pollCurves();
     } catch (err) {
+      if (mine !== resultSeq) return; // a newer λ was asked for (the server dropped this one)
       status(String(err.message || err), true);
     } finally {
       setBusy(-1);
@@ -234,6 +235,7 @@
       status("λ = " + lam.toFixed(2) + " refined in " + fmt(r.seconds, 1) + " s");
       await showVolumes();
     } catch (err) {
+      if (mine !== resultSeq) return;
       status(String(err.message || err), true);
     } finally {
       setBusy(-1);
