@@ -84,7 +84,7 @@ def _cmd_view(args: argparse.Namespace) -> int:
         raise ValueError(
             f"argument --port: cannot serve on {args.host}:{args.port}: {err}"
         ) from err
-    if args.host != LOOPBACK:
+    if args.host not in (LOOPBACK, "localhost", "::1"):
         print(
             f"{opts.PROG} view: warning: serving on {args.host}, not only this machine: anyone "
             "who can reach it and has the address with its token can use the page",
