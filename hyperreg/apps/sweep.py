@@ -385,7 +385,9 @@ def sweep_files(
         from hyperreg.apps.view_page import write_sweep_page
 
         files.append(write_sweep_page(html, pair, results, None if chosen is None else chosen.lam))
-    return SweepReport(results=results, baseline_dice=pair.dice_before, files=files, chosen=chosen)
+    return SweepReport(
+        results=results, baseline_dice=pair.dice_before, files=files, chosen=chosen
+    )
 
 
 def _save_fields(
