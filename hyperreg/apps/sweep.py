@@ -20,6 +20,7 @@ import numpy as np
 
 from hyperreg._files import write_csv
 from hyperreg.apps.models import ChosenLambda, check_lambda, pair_lambda
+from hyperreg.apps.view_page import check_page_path, write_sweep_page
 from hyperreg.figures.backend import pyplot, save_figure
 from hyperreg.figures.curves import plot_lambda_curves
 from hyperreg.figures.overlays import edge_mask, overlay_edges
@@ -343,8 +344,7 @@ def sweep_files(
     if refine is not None:
         check_refinement(fn, refine)
     check_lambda(fn, lam)
-    if html is not None and not str(html).lower().endswith((".html", ".htm")):
-        raise InputError(fn, "{0} must end in .html, got '{html}'", "html", html=html)
+    check_page_path(fn, html)
     pair = load_pair(
         moving,
         fixed,
@@ -382,12 +382,8 @@ def sweep_files(
     if save_fields:
         files += _save_fields(out_dir, pair, results, lambdas)
     if html is not None:
-        from hyperreg.apps.view_page import write_sweep_page
-
         files.append(write_sweep_page(html, pair, results, None if chosen is None else chosen.lam))
-    return SweepReport(
-        results=results, baseline_dice=pair.dice_before, files=files, chosen=chosen
-    )
+    return SweepReport(results=results, baseline_dice=pair.dice_before, files=files, chosen=chosen)
 
 
 def _save_fields(

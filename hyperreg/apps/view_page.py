@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hyperreg._errors import InputError
 from hyperreg._files import atomic_write
 from hyperreg.apps.view_volumes import (
     JACOBIAN_SCALE,
@@ -30,7 +31,14 @@ from hyperreg.apps.view_volumes import (
 from hyperreg.registration.pairs import PathLike
 from hyperreg.registration.pipeline import PairResult, PreparedPair
 
-__all__ = ["PAGE_SPACING_MM", "page_html", "static_file", "sweep_page_stride", "write_sweep_page"]
+__all__ = [
+    "PAGE_SPACING_MM",
+    "check_page_path",
+    "page_html",
+    "static_file",
+    "sweep_page_stride",
+    "write_sweep_page",
+]
 
 PAGE_SPACING_MM = 2.0
 """3D volumes on the sweep page keep every n-th voxel along each axis, n the nearest integer
@@ -58,6 +66,16 @@ def page_html(head: str, body_end: str = "") -> str:
 
 def _inline(script: str) -> str:
     return "<script>" + script.replace("</script", "<\\/script") + "</script>"
+
+
+def check_page_path(fn: str, path: PathLike | None) -> None:
+    """``path`` (the page to write) is None or ends in ``.html``/``.htm``.
+
+    Raises:
+        InputError: Otherwise (argument ``html``).
+    """
+    if path is not None and not str(path).lower().endswith((".html", ".htm")):
+        raise InputError(fn, "{0} must end in .html, got '{path}'", "html", path=path)
 
 
 def sweep_page_stride(affine: np.ndarray, ndim: int) -> tuple[int, ...]:
