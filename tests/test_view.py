@@ -455,9 +455,11 @@ def test_a_lambda_replaced_while_waiting_is_dropped(tiny_server: ViewServer) -> 
     first.start()
     assert started.wait(timeout=60)
     queued = [threading.Thread(target=ask, args=(lam,)) for lam in ("0.2", "0.3")]
-    for thread in queued:
+    for ticket, thread in enumerate(queued, start=2):
         thread.start()
-        time.sleep(0.3)  # in this order
+        deadline = time.monotonic() + 60
+        while session._ticket < ticket and time.monotonic() < deadline:  # asked, in this order
+            time.sleep(0.01)
     release.set()
     for thread in (first, *queued):
         thread.join(timeout=60)
