@@ -20,6 +20,7 @@ import numpy as np
 
 from hyperreg._files import write_csv
 from hyperreg.apps.models import ChosenLambda, check_lambda, pair_lambda
+from hyperreg.apps.view_page import check_page_path, write_sweep_page
 from hyperreg.figures.backend import pyplot, save_figure
 from hyperreg.figures.curves import plot_lambda_curves
 from hyperreg.figures.overlays import edge_mask, overlay_edges
@@ -275,6 +276,7 @@ def sweep_files(
     bias_correct: bool = False,
     never_worse: bool = True,
     replace_nonfinite: float | None = None,
+    html: PathLike | None = None,
 ) -> SweepReport:
     """Load a pair, sweep λ (:func:`sweep_lambdas`) and write the report to ``out``.
 
@@ -333,6 +335,8 @@ def sweep_files(
             (:meth:`~hyperreg.registration.pipeline.PreparedPair.register`).
         replace_nonfinite: The value NaN/inf voxels of the images take (logged with their
             count); None (default): such an image is an error.
+        html: Output HTML file of the self-contained sweep page
+            (:func:`hyperreg.apps.view_page.write_sweep_page`), or None.
 
     Returns:
         A :class:`SweepReport`.
@@ -356,6 +360,7 @@ def sweep_files(
     if refine is not None:
         check_refinement(fn, refine)
     check_lambda(fn, lam)
+    check_page_path(fn, html)
     pair = load_pair(
         moving,
         fixed,
@@ -403,6 +408,8 @@ def sweep_files(
     )
     if save_fields:
         files += _save_fields(out_dir, pair, results, lambdas)
+    if html is not None:
+        files.append(write_sweep_page(html, pair, results, None if chosen is None else chosen.lam))
     return SweepReport(results=results, baseline_dice=pair.dice_before, files=files, chosen=chosen)
 
 

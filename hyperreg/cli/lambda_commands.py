@@ -54,6 +54,12 @@ def _add_sweep(sub: Any) -> None:
         "i/j/k order, fixed affine; the whole transform, the --init affine composed with the "
         "deformable field, as register --warp) and moved_seg_lam<λ>.nii.gz per λ",
     )
+    sweep.add_argument(
+        "--html",
+        help="also write this self-contained HTML page (no server, no network): a λ slider over "
+        "the swept λ with the moved images, overlays and curves (3D volumes at about 2 mm, "
+        "8-bit grey levels)",
+    )
     opts.add_batching_arguments(sweep)
     opts.add_refine_arguments(sweep)
     opts.add_passes_argument(sweep)
@@ -132,6 +138,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         npz_geometry=args.npz_geometry,
         passes=args.passes,
         never_worse=not args.keep_worse,
+        html=args.html,
         **pair_options(args),
     )
     first = report.results[0]

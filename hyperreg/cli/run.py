@@ -14,13 +14,14 @@ from collections.abc import Sequence
 from difflib import get_close_matches
 
 from hyperreg.cli import batch_commands, lambda_commands, register_commands, train_commands
+from hyperreg.cli import view_commands
 from hyperreg.cli.args import PROG, Parser, option_strings, subparser
 from hyperreg.cli.messages import LogFormatter, error_text, one_line, options_of
 
 __all__ = ["build_parser", "main"]
 
 # grouped by the user's task: one pair; choosing λ; many pairs; training and models
-GROUPS = (register_commands, lambda_commands, batch_commands, train_commands)
+GROUPS = (register_commands, lambda_commands, view_commands, batch_commands, train_commands)
 COMMANDS = {name: command for group in GROUPS for name, command in group.COMMANDS.items()}
 
 

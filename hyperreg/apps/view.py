@@ -1,0 +1,447 @@
+"""The λ explorer behind ``hyperreg view``: one pair, registered at whatever λ the page asks for.
+
+:func:`open_view` prepares a pair **once** (:func:`hyperreg.registration.pipeline.load_pair`,
+the affine stage included) and returns a :class:`ViewSession`, which registers it on demand
+with :meth:`~hyperreg.registration.pipeline.PreparedPair.register` (the network alone, or
+refined with the model's default steps), keeps the latest results in a bounded cache, fills
+the curves against λ with a background sweep, builds the browser's volumes
+(:mod:`hyperreg.apps.view_volumes`) and saves a λ's outputs with
+:func:`hyperreg.apps.register.write_result`, as ``hyperreg register`` writes them. Only one
+registration runs at a time (a lock); a λ the page asks for goes before the background sweep.
+The HTTP side is :mod:`hyperreg.apps.view_server`. Must not import train or cli.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hyperreg._errors import InputError
+from hyperreg.apps.models import model_default_lambda, model_default_refine, pair_refinement
+from hyperreg.apps.register import write_result
+from hyperreg.apps.view_volumes import (
+    JACOBIAN_SCALE,
+    display_volumes,
+    edges_nd,
+    nifti_bytes,
+    plane_of,
+    to_uint8,
+)
+from hyperreg.method.model import HyperMorph
+from hyperreg.registration.pairs import PathLike, check_outputs
+from hyperreg.registration.pipeline import DEFAULT_INIT, PairResult, PreparedPair, load_pair
+from hyperreg.registration.refine import Refinement
+
+__all__ = [
+    "DEFAULT_GRID",
+    "VOLUME_KINDS",
+    "Superseded",
+    "ViewSession",
+    "open_view",
+    "readout",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_GRID = tuple(round(0.1 * i, 10) for i in range(11))
+"""λ values of the background sweep that fills the curves (0, 0.1, …, 1)."""
+
+VOLUME_KINDS = ("fixed", "moving", "edges", "moved", "checker", "diff", "jac", "fold", "contours")
+"""Volumes the page may ask for: the first three do not depend on λ."""
+
+_STATIC_KINDS = ("fixed", "moving", "edges")
+
+
+def readout(result: PairResult, seconds: float | None = None) -> dict[str, Any]:
+    """The numbers the page shows for one registration, JSON-ready (NaN and missing: None):
+    ``lam``, ``mean_dice``, ``dice`` (``{label: Dice}``), ``folding_percent``,
+    ``log_jacobian_std``, ``ncc`` (local NCC, the similarity), ``refined`` and ``seconds``
+    (time of the registration)."""
+
+    def number(value: float | None) -> float | None:
+        return None if value is None or math.isnan(value) else float(value)
+
+    return {
+        "lam": float(result.lam),
+        "mean_dice": number(result.mean_dice),
+        "dice": None
+        if result.dice is None
+        else {str(k): number(v) for k, v in sorted(result.dice.items())},
+        "folding_percent": 100.0 * float(result.folding_fraction),
+        "log_jacobian_std": number(result.log_jacobian_std),
+        "ncc": number(result.ncc),
+        "refined": result.refinement is not None,
+        "seconds": seconds,
+    }
+
+
+class Superseded(RuntimeError):
+    """A page request for a λ that a newer request replaced before its registration started
+    (:meth:`ViewSession.page_result`): it was not registered."""
+
+
+@dataclass
+class _Entry:
+    result: PairResult
+    numbers: dict[str, Any]
+    volumes: dict[str, bytes] = field(default_factory=dict)
+
+
+class ViewSession:
+    """One prepared pair and a model, registered at any λ on request (thread-safe).
+
+    Args:
+        model: A trained :class:`~hyperreg.method.model.HyperMorph` of the pair's ndim.
+        pair: The pair, from :func:`~hyperreg.registration.pipeline.load_pair`.
+        out: Folder :meth:`save` writes into (created when saving).
+        grid: λ values of the background sweep (:meth:`start_sweep`).
+        cache_size: Registrations kept (least recently used dropped first); None: 32 in 2D,
+            6 in 3D.
+        lam: λ the page starts at; None: the model's default
+            (:func:`hyperreg.apps.models.model_default_lambda`).
+    """
+
+    def __init__(
+        self,
+        model: HyperMorph,
+        pair: PreparedPair,
+        out: PathLike,
+        *,
+        grid: Sequence[float] = DEFAULT_GRID,
+        cache_size: int | None = None,
+        lam: float | None = None,
+    ) -> None:
+        self.model = model
+        self.pair = pair
+        self.out = Path(out)
+        self.grid = [float(v) for v in grid]
+        self.lam = float(model_default_lambda(model).lam if lam is None else lam)
+        self.cache_size = cache_size or (32 if pair.fixed.ndim == 2 else 6)
+        self._cache: OrderedDict[tuple[float, bool], _Entry] = OrderedDict()
+        self._curves: dict[float, dict[str, Any]] = {}
+        self._cache_lock = threading.Lock()
+        self._work_lock = threading.Lock()  # one registration at a time
+        self._asked = 0  # requests from the page waiting for the work lock
+        self._ticket = 0  # the newest page_result request
+        self._stop = threading.Event()
+        self._sweeper: threading.Thread | None = None
+        moving = pair.aligned.data
+        self._moving_range = (float(moving.min()), float(moving.max()))
+        fixed = pair.fixed.data
+        self._fixed_range = (float(fixed.min()), float(fixed.max()))
+        self._static: dict[str, bytes] = {}
+
+    # ---------------------------------------------------------------------------- registering
+
+    def result(self, lam: float | str, refined: bool = False) -> tuple[PairResult, dict[str, Any]]:
+        """The registration at ``lam`` (cached) and its :func:`readout`.
+
+        Raises:
+            InputError: If ``lam`` is not a number in [0, 1].
+        """
+        key = (_check_lam(lam), bool(refined))
+        entry = self._entry(key, asked=True)
+        return entry.result, entry.numbers
+
+    def page_result(self, lam: float | str, refined: bool = False) -> dict[str, Any]:
+        """The :func:`readout` at ``lam`` for the page, newest request first: a request still
+        waiting for the work lock when a newer one arrives is dropped (:class:`Superseded`)
+        instead of registered, so dragging the slider through many λ queues at most the
+        registration running and the last λ asked for.
+
+        Raises:
+            InputError: If ``lam`` is not a number in [0, 1].
+            Superseded: If a newer request came before this one's registration started.
+        """
+        key = (_check_lam(lam), bool(refined))
+        with self._cache_lock:
+            self._ticket += 1
+            ticket = self._ticket
+        return self._entry(key, asked=True, ticket=ticket).numbers
+
+    def _entry(self, key: tuple[float, bool], asked: bool, ticket: int | None = None) -> _Entry:
+        with self._cache_lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+        if asked:
+            with self._cache_lock:
+                self._asked += 1
+        try:
+            with self._work_lock:
+                with self._cache_lock:  # another thread may have made it meanwhile
+                    if key in self._cache:
+                        return self._cache[key]
+                    if ticket is not None and ticket != self._ticket:
+                        raise Superseded(f"λ = {key[0]:g} was replaced by a newer request")
+                start = time.perf_counter()
+                result = self._register(*key)
+                entry = _Entry(result, readout(result, time.perf_counter() - start))
+                with self._cache_lock:  # stored before the next registration may start
+                    self._cache[key] = entry
+                    while len(self._cache) > self.cache_size:
+                        self._cache.popitem(last=False)
+                    if not key[1]:
+                        self._curves[key[0]] = entry.numbers
+                return entry
+        finally:
+            if asked:
+                with self._cache_lock:
+                    self._asked -= 1
+
+    def _register(self, lam: float, refined: bool) -> PairResult:
+        refinement = self.refinement() if refined else None
+        return self.pair.register(self.model, [lam], refinement, ncc=not refined)[0]
+
+    def refinement(self) -> Refinement:
+        """The refinement of the page's refine action: the model's default steps
+        (:func:`hyperreg.apps.models.pair_refinement`), or the library's default
+        :class:`~hyperreg.registration.refine.Refinement` when the model records none."""
+        return pair_refinement(self.model, None) or Refinement()
+
+    def refine_text(self) -> str:
+        """Where the refine action's steps come from (the model's card or the library)."""
+        found = model_default_refine(self.model)
+        steps = self.refinement().steps
+        return f"{steps} steps ({'model default' if found.steps else 'library default'})"
+
+    # ------------------------------------------------------------------------------ the sweep
+
+    def start_sweep(self) -> None:
+        """Register every λ of the grid in a background thread (network alone), one at a
+        time and only while the page waits for nothing; :meth:`curves` shows the progress."""
+        if self._sweeper is not None:
+            return
+        self._sweeper = threading.Thread(target=self._sweep, name="hyperreg-view-sweep")
+        self._sweeper.daemon = True
+        self._sweeper.start()
+
+    def _sweep(self) -> None:
+        for lam in self.grid:
+            while self._asked and not self._stop.is_set():
+                time.sleep(0.05)
+            if self._stop.is_set():
+                return
+            try:
+                self._entry((_check_lam(lam), False), asked=False)
+            except Exception:  # the page shows the curves it has; the log says why
+                logger.exception("background sweep stopped at λ = %g", lam)
+                return
+
+    def stop(self) -> None:
+        """Stop the background sweep after the λ it is registering."""
+        self._stop.set()
+        if self._sweeper is not None:
+            self._sweeper.join()
+
+    def curves(self) -> dict[str, Any]:
+        """``{"grid": [...], "points": [readout per λ done, sorted by λ], "done": bool}``;
+        every network-alone registration so far counts, the grid's and the page's."""
+        with self._cache_lock:
+            points = [self._curves[k] for k in sorted(self._curves)]
+        done = all(round(v, 6) in self._curves for v in self.grid)
+        return {"grid": self.grid, "points": points, "done": done}
+
+    # -------------------------------------------------------------------------------- volumes
+
+    def volume(self, kind: str, lam: float | str | None = None, refined: bool = False) -> bytes:
+        """The NIfTI bytes of one view (:data:`VOLUME_KINDS`) on the fixed grid, uint8.
+
+        ``fixed``, ``moving`` (on the fixed grid, after the affine stage when one ran) and
+        ``edges`` (of the fixed image) do not depend on λ; the others are those of
+        :func:`hyperreg.apps.view_volumes.display_volumes` at ``lam``.
+
+        Raises:
+            InputError: If ``kind`` is unknown, the pair has no label maps for
+                ``"contours"``, or ``lam`` is missing or invalid for a λ-dependent view.
+        """
+        if kind not in VOLUME_KINDS:
+            raise InputError("volume", "{0} must be one of {kinds}, got {kind!r}", "kind",
+                             kinds=VOLUME_KINDS, kind=kind)  # fmt: skip
+        affine = self.pair.fixed.affine
+        if kind in _STATIC_KINDS:
+            with self._cache_lock:
+                if kind not in self._static:
+                    self._static[kind] = self._static_volume(kind, affine)
+                return self._static[kind]
+        if lam is None:
+            raise InputError("volume", "{0} needs a λ", "kind")
+        key = (_check_lam(lam), bool(refined))
+        entry = self._entry(key, asked=True)
+        with self._cache_lock:
+            if kind in entry.volumes:
+                return entry.volumes[kind]
+        r = entry.result
+        fixed_seg = self.pair.fixed_seg.data if self.pair.fixed_seg is not None else None
+        views = display_volumes(
+            r.moved,
+            self.pair.fixed.data,
+            r.disp,
+            moving_range=self._moving_range,  # moved: the moving file's own intensities
+            fixed_range=self._fixed_range,
+            moved_seg=r.moved_seg,
+            fixed_seg=fixed_seg,
+        )
+        if kind not in views:
+            raise InputError("volume", "{0} 'contours' needs both label maps", "kind")
+        encoded = {
+            name: nifti_bytes(
+                data,
+                affine,
+                cal=_CAL.get(name, (0.0, 255.0)),
+                slope=JACOBIAN_SCALE if name == "jac" else 1.0,
+            )
+            for name, data in views.items()
+        }
+        with self._cache_lock:
+            entry.volumes.update(encoded)
+        return encoded[kind]
+
+    def _static_volume(self, kind: str, affine: np.ndarray) -> bytes:
+        fixed = self.pair.fixed.data
+        if kind == "fixed":
+            data = to_uint8(fixed, *self._fixed_range)
+        elif kind == "moving":
+            data = to_uint8(self.pair.aligned.data, *self._moving_range)
+        else:
+            data = edges_nd(fixed).astype(np.uint8)
+        return nifti_bytes(data, affine, cal=(0.0, 1.0) if kind == "edges" else (0.0, 255.0))
+
+    # ---------------------------------------------------------------------------------- info
+
+    def info(self) -> dict[str, Any]:
+        """What the page needs first: ``ndim``, ``shape``, ``plane`` (2D: the slice's
+        anatomical plane), ``lam`` (start), ``grid``, ``labels``, ``has_labels``,
+        ``dice_before``, ``dice_affine``, file names, ``refine`` (its steps) and ``out``."""
+        pair = self.pair
+        names = [Path(str(v.path)).name if v.path else "" for v in (pair.moving, pair.fixed)]
+        return {
+            "ndim": pair.fixed.ndim,
+            "shape": list(pair.fixed.data.shape),
+            "plane": plane_of(pair.fixed.affine) if pair.fixed.ndim == 2 else None,
+            "lam": self.lam,
+            "grid": self.grid,
+            "labels": pair.labels,
+            "has_labels": pair.labels is not None,
+            "dice_before": pair.dice_before,
+            "dice_affine": pair.dice_affine,
+            "moving": names[0],
+            "fixed": names[1],
+            "refine": self.refine_text(),
+            "out": str(self.out),
+        }
+
+    # ---------------------------------------------------------------------------------- save
+
+    def save_paths(self, lam: float | str, refined: bool = False) -> dict[str, Path]:
+        """The files :meth:`save` writes for ``lam``: ``moved_lam<λ>.nii.gz``,
+        ``warp_lam<λ>.nii.gz`` and, with label maps, ``moved_seg_lam<λ>.nii.gz`` in
+        :attr:`out` (``_refined`` before the suffix for a refined result)."""
+        tag = f"lam{_check_lam(lam):.10g}" + ("_refined" if refined else "")
+        paths = {
+            "moved": self.out / f"moved_{tag}.nii.gz",
+            "warp_out": self.out / f"warp_{tag}.nii.gz",
+        }
+        if self.pair.moving_seg is not None:
+            paths["moved_seg"] = self.out / f"moved_seg_{tag}.nii.gz"
+        return paths
+
+    def save(self, lam: float | str, refined: bool = False) -> list[Path]:
+        """Write the moved image, the displacement field of the whole transform (voxel format)
+        and the moved label map at ``lam`` with :func:`hyperreg.apps.register.write_result`,
+        exactly as ``hyperreg register --moved --warp --moved-seg`` writes them.
+
+        Returns:
+            The paths written.
+
+        Raises:
+            InputError: If ``lam`` is invalid or an output path is unusable.
+        """
+        paths = self.save_paths(lam, refined)
+        inputs = [v.path for v in (self.pair.moving, self.pair.fixed) if v.path is not None]
+        check_outputs("ViewSession.save", inputs, **paths)
+        result, _ = self.result(lam, refined)
+        self.out.mkdir(parents=True, exist_ok=True)
+        write_result(result, self.pair, **paths)
+        return list(paths.values())
+
+
+_CAL = {"jac": (0.0, 2.0), "fold": (0.0, 1.0), "contours": (0.0, 3.0), "diff": (0.0, 128.0)}
+"""Display windows (real units) of the λ-dependent views; others 0-255."""
+
+
+def _check_lam(lam: Any) -> float:
+    """``lam`` as a float in [0, 1] rounded to 6 decimals (the cache key)."""
+    try:
+        value = float(lam)
+    except (TypeError, ValueError):
+        value = math.nan
+    if isinstance(lam, bool) or not 0.0 <= value <= 1.0:
+        raise InputError("ViewSession", "{0} must be a number in [0, 1], got {lam!r}", "lam",
+                         lam=lam)  # fmt: skip
+    return round(value, 6)
+
+
+def open_view(
+    model: HyperMorph,
+    moving: PathLike,
+    fixed: PathLike,
+    *,
+    moving_seg: PathLike | None = None,
+    fixed_seg: PathLike | None = None,
+    out: PathLike = "hyperreg_view",
+    lam: float | None = None,
+    grid: Sequence[float] = DEFAULT_GRID,
+    init: str = DEFAULT_INIT,
+    normalization: str = "minmax",
+    resample: bool = True,
+    npz_geometry: str | None = None,
+) -> ViewSession:
+    """Read and prepare one pair for the explorer (:class:`ViewSession`).
+
+    The pair goes through :func:`hyperreg.registration.pipeline.load_pair` once (the affine
+    stage ``init`` included); every λ is then registered from it.
+
+    Args:
+        model: A trained :class:`~hyperreg.method.model.HyperMorph`.
+        moving, fixed: Image files (NIfTI, MGZ, or npz with ``npz_geometry``).
+        moving_seg, fixed_seg: Label map files, or None (Dice and contours need both).
+        out: Folder the page's Save writes into.
+        lam: Starting λ in [0, 1], or None for the model's default.
+        grid: λ values of the background sweep.
+        init, normalization, resample, npz_geometry: As in
+            :func:`hyperreg.apps.register.register_files`.
+
+    Returns:
+        The :class:`ViewSession` (its background sweep not started).
+
+    Raises:
+        FileNotFoundError: If an input is missing.
+        ValueError: As :func:`~hyperreg.registration.pipeline.load_pair`, or ``lam`` or a
+            value of ``grid`` outside [0, 1] (``InputError``).
+    """
+    if lam is not None:
+        _check_lam(lam)
+    for value in grid:
+        _check_lam(value)
+    pair = load_pair(
+        moving,
+        fixed,
+        model=model,
+        moving_seg=moving_seg,
+        fixed_seg=fixed_seg,
+        init=init,
+        normalization=normalization,
+        resample=resample,
+        npz_geometry=npz_geometry,
+    )
+    return ViewSession(model, pair, out, grid=grid, lam=lam)
