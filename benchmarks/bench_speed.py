@@ -119,6 +119,7 @@ def _describe(steps: int | None) -> str:
 def _end_to_end(root: Path, lam: float, steps: int | None, old: bool) -> tuple[list, list, dict]:
     import hyperreg.registration.passes as passes
     import hyperreg.registration.pipeline as pipeline
+    import hyperreg.registration.prepared as prepared
     import hyperreg.registration.refine as refine
     import hyperreg.registration.refine_levels as refine_levels
     from hyperreg import load_pretrained
@@ -159,14 +160,15 @@ def _end_to_end(root: Path, lam: float, steps: int | None, old: bool) -> tuple[l
         "network_inputs": "network inputs (resample to 2 mm)",
         "result_from_output": "field to the fixed grid, warp, folding",
     }
-    # the model's network passes (register_passes) import these names from refine
+    # the model's network passes (register_passes) import these names from refine; the
+    # chain and Dice of PreparedPair.register are looked up in registration.prepared
     originals = {
         (module, name): stage for module in (refine, passes) for name, stage in shared.items()
     }
     originals |= {
-        (pipeline, "sample_volume"): "chain: moved image and label map",
-        (pipeline, "composed_displacement"): "chain: composed field",
-        (pipeline, "registration_dice"): "Dice",
+        (prepared, "sample_volume"): "chain: moved image and label map",
+        (prepared, "composed_displacement"): "chain: composed field",
+        (prepared, "registration_dice"): "Dice",
     }
     saved = {key: getattr(*key) for key in originals}
     for (module, name), stage in originals.items():

@@ -270,9 +270,9 @@ def test_batch_records_a_constant_image_as_a_failed_pair_and_goes_on(
     assert "nothing to register" in failures["3"] and "\n" not in failures["3"]
     summary = _rows(job["out"] / "summary.csv")
     assert [int(r["index"]) for r in summary] == [0, 1, 4]  # the batch went on
-    assert not list((job["out"] / "pairs" / "pair00003").glob("*.nii.gz"))
+    assert not list((job["out"] / "pairs" / "p3_moving__to__p3_fixed").glob("*.nii.gz"))
     logged = [r.getMessage() for r in caplog.records if "is constant" in r.getMessage()]
-    assert logged and all("pair00003 failed" in m for m in logged)  # no warning first
+    assert logged and all("p3_moving__to__p3_fixed failed" in m for m in logged)  # no warning first
 
 
 def test_batch_says_up_front_which_pairs_name_missing_files_and_prints_the_lambda(

@@ -78,12 +78,12 @@ def test_register_files_without_lambda_uses_the_default(pair: dict[str, Path]) -
 def test_register_cli_default_and_auto(pair: dict[str, Path], capsys) -> None:
     base = ["register", "--moving", str(pair["moving"]), "--fixed", str(pair["fixed"])]
     base += ["--moved", str(pair["out"] / "moved.nii.gz"), "--init", "none", "--device", "cpu"]
-    assert main(base) == 0
+    assert main([*base, "-v"]) == 0
     out = capsys.readouterr().out
     assert "λ = 0.05: the model's default λ, from the card of the bundled model hypermorph-2d" in (
         out
     )
-    assert main([*base, "--lambda", "auto"]) == 0
+    assert main([*base, "--lambda", "auto", "-v"]) == 0
     out = capsys.readouterr().out
     line = next(t for t in out.splitlines() if "auto:" in t)
     assert float(line.split("=")[1].split(":")[0]) in AUTO_GRID

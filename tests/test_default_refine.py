@@ -76,13 +76,13 @@ def test_register_files_refines_by_the_models_default(pair: dict[str, Path]) -> 
 def test_register_cli_says_why_it_refined(pair: dict[str, Path], capsys, three_steps) -> None:
     base = ["register", "--moving", str(pair["moving"]), "--fixed", str(pair["fixed"])]
     base += ["--moved", str(pair["out"] / "moved.nii.gz"), "--init", "none", "--device", "cpu"]
-    assert main(base) == 0
+    assert main([*base, "-v"]) == 0
     lines = capsys.readouterr().out.splitlines()
     at = next(i for i, t in enumerate(lines) if t.startswith("refined"))
     assert lines[at - 1] == "refinement: 3 steps, a test; --refine 0: the network alone"
     assert main([*base, "--refine", "0"]) == 0
     assert "refined" not in capsys.readouterr().out
-    assert main([*base, "--refine", "2"]) == 0
+    assert main([*base, "--refine", "2", "-v"]) == 0
     line = next(t for t in capsys.readouterr().out.splitlines() if t.startswith("refined"))
     assert "a test" not in line
 
@@ -127,7 +127,7 @@ def test_refine_settings_without_steps(
     # a model with a default: its steps, with these settings
     found = DefaultRefine(3, "refinement: 3 steps, a test")
     monkeypatch.setattr(models, "checkpoint_default_refine", lambda path, payload=None: found)
-    assert main([*base, *option]) == 0
+    assert main([*base, *option, "-v"]) == 0
     lines = capsys.readouterr().out.splitlines()
     line = next(t for t in lines if t.startswith("refined"))
     assert ("MI (nats)" in line) is (option[0] == "--refine-sim")

@@ -123,7 +123,7 @@ def test_register_says_it_averages_and_the_option_turns_it_off(
     common = ["register", "--model", str(_flipping_file(tmp_path / "model.pt")),
               "--moving", str(moving), "--fixed", str(fixed), "--init", "none",
               "--device", "cpu", "--lambda", "0.3", "--passes", "1"]  # fmt: skip
-    assert main([*common, "--warp", str(tmp_path / "on.nii.gz")]) == 0
+    assert main([*common, "-v", "--warp", str(tmp_path / "on.nii.gz")]) == 0
     assert "mirrored left-right (the model's default" in capsys.readouterr().out
     assert main([*common, "--no-flip-average", "--warp", str(tmp_path / "off.nii.gz")]) == 0
     assert "mirrored" not in capsys.readouterr().out

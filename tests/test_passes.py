@@ -223,7 +223,7 @@ def test_a_model_that_records_two_passes_runs_them_by_default(
     fixed = write_nifti(tmp_path / "f.nii.gz", blob(SHAPE, (13, 11))[..., None])
     common = ["register", "--model", str(path), "--moving", str(moving), "--fixed", str(fixed),
               "--init", "none", "--device", "cpu", "--lambda", "0.3"]  # fmt: skip
-    assert main([*common, "--warp", str(tmp_path / "w.nii.gz")]) == 0
+    assert main([*common, "-v", "--warp", str(tmp_path / "w.nii.gz")]) == 0
     said = capsys.readouterr().out
     assert "2 network passes" in said and "the model's default; --passes 1" in said
     assert main([*common, "--passes", "1", "--warp", str(tmp_path / "w1.nii.gz")]) == 0

@@ -62,6 +62,22 @@ def test_register_without_model_uses_the_bundled_one(tmp_path: Path, capsys) -> 
     assert moved.is_file()
 
 
+def test_a_default_register_says_what_ran_in_six_lines(tmp_path: Path, capsys) -> None:
+    """What ran, λ and its source, the outputs, Dice, folding: about six lines; -v says more."""
+    pair = write_pair(tmp_path, "p")
+    args = ["register", "--moving", str(pair["moving"]), "--fixed", str(pair["fixed"])]
+    args += ["--moving-seg", str(pair["moving_seg"]), "--fixed-seg", str(pair["fixed_seg"])]
+    args += ["--moved", str(tmp_path / "moved.nii.gz"), "--device", "cpu"]
+    assert main(args) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) <= 6, printed
+    said = "\n".join(printed)
+    assert "using the bundled model" in said and "λ = 0.05 (the model's default λ" in said
+    assert "mean Dice" in said and "folding" in said and "wrote" in said
+    assert main([*args, "-v"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) > len(printed)
+
+
 def test_models_command_lists_them(capsys) -> None:
     assert main(["models"]) == 0
     printed = capsys.readouterr().out
@@ -123,7 +139,7 @@ def test_a_3d_model_is_bundled_and_registers_a_1mm_pair_at_its_2mm(tmp_path: Pat
     moved = tmp_path / "moved.nii.gz"
     args = ["register", "--moving", str(paths["moving"]), "--fixed", str(paths["fixed"])]
     args += ["--init", "none", "--lambda", "0.3", "--moved", str(moved), "--device", "cpu"]
-    code = main(args)
+    code = main([*args, "-v"])
     out = capsys.readouterr()
     assert code == 0, out.err
     assert "using the bundled model" in out.out and "hypermorph-3d" in out.out

@@ -280,7 +280,7 @@ def test_register_refine_and_inverse_warp(
 ) -> None:
     inverse = files["out"] / "inverse.nii.gz"
     args = _args(files, "--refine", "5", "--inverse-warp", str(inverse), "--warp-format", fmt)
-    assert main(args) == 0
+    assert main([*args, "-v"]) == 0
     text = capsys.readouterr().out
     assert "refined 5 steps in" in text and "NCC" in text and "->" in text
     forward = load_displacement(files["out"] / "warp.nii.gz").disp

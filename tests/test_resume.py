@@ -149,34 +149,34 @@ def test_cli_resume_keeps_the_runs_settings(tmp_path: Path) -> None:
 
 def test_cli_sets_mse_sigma_and_lambda_endpoints() -> None:
     from hyperreg.cli.run import build_parser
-    from hyperreg.cli.train_commands import _train_settings
+    from hyperreg.cli.train_args import train_settings
 
     args = build_parser().parse_args(
         ["train", "--data", "d", "--out", "o", "--sim", "mse", "--mse-sigma", "0.1",
          "--lam-endpoint-fraction", "0.5"]
     )
-    config = _train_settings(args)
+    config = train_settings(args)
     assert (config["sim"], config["mse_sigma"]) == ("mse", 0.1)
     assert config["lam_endpoint_fraction"] == 0.5
 
 
 def test_cli_no_prefetch_turns_the_worker_off() -> None:
     from hyperreg.cli.run import build_parser
-    from hyperreg.cli.train_commands import _train_settings
+    from hyperreg.cli.train_args import train_settings
 
     base = ["train", "--data", "d", "--out", "o"]
-    on = _train_settings(build_parser().parse_args(base))
-    off = _train_settings(build_parser().parse_args([*base, "--no-prefetch"]))
+    on = train_settings(build_parser().parse_args(base))
+    off = train_settings(build_parser().parse_args([*base, "--no-prefetch"]))
     assert (on["prefetch"], off["prefetch"]) == (True, False)
 
 
 def test_cli_cascade_every_reaches_the_config() -> None:
     from hyperreg.cli.run import build_parser
-    from hyperreg.cli.train_commands import _train_settings
+    from hyperreg.cli.train_args import train_settings
 
     base = ["train", "--data", "d", "--out", "o"]
-    plain = _train_settings(build_parser().parse_args(base))
-    cascade = _train_settings(build_parser().parse_args([*base, "--cascade-every", "2"]))
+    plain = train_settings(build_parser().parse_args(base))
+    cascade = train_settings(build_parser().parse_args([*base, "--cascade-every", "2"]))
     assert (plain["cascade_every"], cascade["cascade_every"]) == (0, 2)
     with pytest.raises(SystemExit):
         build_parser().parse_args([*base, "--cascade-every", "-1"])

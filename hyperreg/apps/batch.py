@@ -3,11 +3,12 @@
 :func:`read_pairs` reads a pair CSV (columns ``moving``, ``fixed``, optional ``moving_seg``,
 ``fixed_seg``, ``lambda``; relative paths are relative to the CSV). :func:`batch_register` runs
 :func:`hyperreg.apps.register.register_files` on each pair of one shard and keeps a per-pair
-record on disk, so a rerun skips finished pairs and a bad pair is recorded while the rest go on.
-:func:`merge_records` (:mod:`hyperreg.apps.batch_records`, the records on disk) turns the
-records into ``summary.csv`` and ``failures.csv``, after every pair, so an interrupted run has
-them. :func:`run_batch` is the whole job, one process of possibly several (``torchrun``: rank
-``r`` of ``N`` takes rows ``r::N``). Must not import train or cli.
+record on disk, so a rerun skips finished pairs and a bad pair is recorded while the rest go on
+(:mod:`hyperreg.apps.batch_checks`, the checks before any work; :mod:`hyperreg.apps.batch_pair`,
+one pair run and recorded). :func:`merge_records` (:mod:`hyperreg.apps.batch_records`, the
+records on disk) turns the records into ``summary.csv`` and ``failures.csv``, after every pair,
+so an interrupted run has them. :func:`run_batch` is the whole job, one process of possibly
+several (``torchrun``: rank ``r`` of ``N`` takes rows ``r::N``). Must not import train or cli.
 
 Output layout under ``out`` (``<name>``: the pair's name, from its files or the CSV's ``name``
 column, :func:`hyperreg.apps.inputs.read_pairs`)::
@@ -25,29 +26,16 @@ refinement, affine stage, passes, flip averaging) is refused before any work unl
 from __future__ import annotations
 
 import contextlib
-import errno
-import logging
 import os
 import time
-import traceback
-import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hyperreg._errors import InputError, failure_text
-from hyperreg._files import write_json
-from hyperreg.apps.batch_records import (
-    FAILURE,
-    RECORD,
-    changed_settings,
-    finished,
-    merge_records,
-    pair_identity,
-    read_record,
-    scores,
-)
+from hyperreg.apps.batch_checks import check_batch, check_rerun, warn_missing
+from hyperreg.apps.batch_pair import PairRun
+from hyperreg.apps.batch_records import finished, merge_records, read_record
 from hyperreg.apps.inputs import PairSpec, read_pairs, shard
 from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION
 
@@ -64,11 +52,6 @@ __all__ = [
     "run_batch",
     "shard",
 ]
-
-logger = logging.getLogger(__name__)
-
-# errors of the output folder, not of one pair: the batch stops (every pair would fail alike)
-_NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 
 
 class BatchInterrupted(KeyboardInterrupt):
@@ -203,120 +186,42 @@ def batch_register(
     from hyperreg.registration.pipeline import DEFAULT_INIT
 
     fn = "batch_register"
-    init = DEFAULT_INIT if init is None else init
-    refine = _check_batch(fn, lam, model, refine)
-    default = model_default_lambda(model)
     options = dict(
         normalization=normalization,
         resample=resample,
         warp_format=warp_format,
-        refine=refine,
-        init=init,
+        refine=check_batch(fn, lam, model, refine),
+        init=DEFAULT_INIT if init is None else init,
         npz_geometry=npz_geometry,
         passes=passes,
         bias_correct=bias_correct,
         never_worse=never_worse,
         replace_nonfinite=replace_nonfinite,
     )
+    default = model_default_lambda(model).lam
+    run = PairRun(model, lam, default, rank, Path(out) / "pairs", _register_pair, options)
     start = time.perf_counter()
     report = BatchReport()
     job = list(pairs) if job is None else list(job)
-    settings = (passes or model.config.passes, model.config.flip_average)
-
-    def identity_of(pair: PairSpec) -> dict[str, Any]:
-        planned = pair.lam if pair.lam is not None else lam  # None: the model's default
-        identity = pair_identity(
-            pair, default.lam if planned is None else planned, refine, init, *settings
-        )
-        if bias_correct:  # a record made without it is not this registration
-            identity["bias_correct"] = True
-        if not never_worse:
-            identity["keep_worse"] = True
-        return identity
-
-    root = Path(out) / "pairs"
-    _check_rerun(fn, root, job, identity_of, overwrite)
+    check_rerun(fn, run.root, job, run.identity, overwrite)
     merge = _Merge(out, job)
-    root.mkdir(parents=True, exist_ok=True)
-    _warn_missing(pairs)
+    run.root.mkdir(parents=True, exist_ok=True)
+    warn_missing(pairs)
     bar = tqdm(pairs, desc=desc, unit="pair", disable=not progress, dynamic_ncols=True)
     try:
         for pair in bar:
-            pair_lam = pair.lam if pair.lam is not None else lam  # None: the model's default
-            folder = root / pair.name
-            identity = identity_of(pair)
-            outputs = _outputs(pair, init)
-            if finished(folder, read_record(folder), identity):
-                report.skipped += 1
-                continue
-            folder.mkdir(exist_ok=True)
-            tic = time.perf_counter()
-            said: list[str] = []
-            try:
-                with _pair_warnings(pair.name, said):
-                    result = _register_pair(model, pair, pair_lam, folder, outputs, **options)
-            except Exception as err:  # one bad pair must not stop the batch
-                if isinstance(err, OSError) and err.errno in _NO_ROOM:  # the folder's: stop
-                    raise _stopped(err) from err
-                _record_failure(report, pair, folder, identity, err)
-                merge.soon()
-                continue
-            seconds = time.perf_counter() - tic
-            record = {**identity, **_summary(pair, lam, result, said), "seconds": seconds}
-            record.update(rank=rank, **outputs)
-            write_json(folder / RECORD, record)
-            (folder / FAILURE).unlink(missing_ok=True)
-            if init == "none":  # an earlier run's affine stage is not part of this result
-                (folder / "affine.mat").unlink(missing_ok=True)
-            report.done += 1
-            merge.soon()  # an interrupted run has its summary.csv
+            outcome = run.run(pair)  # "done", "skipped" or "failed"
+            setattr(report, outcome, getattr(report, outcome) + 1)
+            if outcome != "skipped":
+                merge.soon()  # an interrupted run has its summary.csv
     except KeyboardInterrupt:
-        raise _interrupted(out, root, job, identity_of) from None
+        raise _interrupted(out, run.root, job, run.identity) from None
     finally:
         bar.close()
     if merge.pending:  # the last pairs, when merging was put off
         merge.now()
     report.seconds = time.perf_counter() - start
     return report
-
-
-def _check_rerun(
-    fn: str, root: Path, job: Sequence[PairSpec], identity_of: Any, overwrite: bool
-) -> None:
-    """Before any work: the pairs of ``job`` whose finished records have other settings are
-    refused (an :class:`InputError` of ``"overwrite"``: their count, what changed, the first
-    names) or, with ``overwrite``, logged as registered again."""
-    stale: dict[str, list[str]] = {}
-    for pair in job:
-        changed = changed_settings(read_record(root / pair.name), identity_of(pair))
-        if changed:
-            stale[pair.name] = changed
-    if not stale:
-        return
-    changes = list(dict.fromkeys(c for changed in stale.values() for c in changed))
-    what = "; ".join(changes[:3]) + (f" and {len(changes) - 3} more" if len(changes) > 3 else "")
-    names = ", ".join(list(stale)[:3]) + (f" and {len(stale) - 3} more" if len(stale) > 3 else "")
-    if overwrite:
-        logger.info(
-            "%d of %d pairs registered again with these settings (%s): %s",
-            len(stale),
-            len(job),
-            what,
-            names,
-        )
-        return
-    raise InputError(
-        fn,
-        "{count} of {total} pairs in '{out}' were registered with other settings ({what}: "
-        "{names}); rerun with the same settings to resume, with {0} to register them again "
-        "with these (their results are replaced), or use another output folder",
-        "overwrite",
-        count=len(stale),
-        total=len(job),
-        out=root.parent,
-        what=what,
-        names=names,
-    )
 
 
 class _Merge:
@@ -339,25 +244,6 @@ class _Merge:
         self.last, self.took, self.pending = time.perf_counter(), time.perf_counter() - tic, False
 
 
-def _record_failure(
-    report: BatchReport, pair: PairSpec, folder: Path, identity: dict, err: Exception
-) -> None:
-    """Count, log and store (``failure.json``) one pair's error."""
-    report.failed += 1
-    # the error rides along: a front end may name its arguments its own way (options)
-    logger.warning("%s failed: %s", pair.name, failure_text(err), extra={"input_error": err})
-    failure = {**identity, "error": failure_text(err), "traceback": traceback.format_exc()}
-    write_json(folder / FAILURE, failure)
-
-
-def _stopped(err: OSError) -> OSError:
-    """An output folder without room: the error (naming the file), and how to go on."""
-    text = err.strerror or str(err)
-    return OSError(
-        err.errno, f"{text}; the pairs finished so far are kept: make room and rerun to resume"
-    )
-
-
 def _interrupted(
     out: PathLike, root: Path, job: Sequence[PairSpec], identity_of: Any
 ) -> BatchInterrupted:
@@ -370,82 +256,6 @@ def _interrupted(
         folder = root / pair.name
         done += finished(folder, read_record(folder), identity_of(pair))
     return BatchInterrupted(done, len(job), summary)
-
-
-def _summary(pair: PairSpec, lam: float | str | None, result: Any, said: list[str]) -> dict:
-    """A finished pair's record cells (beside its identity, time, rank and outputs): the λ used
-    and why, its scores, what was resampled, its warnings and its Dice per label."""
-    return {
-        "lambda_chosen": result.lam,
-        "lambda_reason": _lambda_reason(pair, lam, result),
-        **scores(result),
-        "resampled": "; ".join(result.resampled),
-        "warnings": "; ".join(said),
-        "dice": {str(k): v for k, v in (result.dice or {}).items()},
-    }
-
-
-def _check_batch(fn: str, lam: float | str | None, model: Any, refine: Any) -> Any:
-    """Before any work: λ, and the refinement resolved (None: the model's; none: 0 steps)."""
-    from hyperreg.apps.models import check_lambda, pair_refinement
-    from hyperreg.registration.refine import Refinement, check_refinement
-
-    if isinstance(refine, Refinement):
-        check_refinement(fn, refine)
-    check_lambda(fn, lam)
-    return pair_refinement(model, refine) or Refinement(steps=0)
-
-
-def _warn_missing(pairs: Sequence[PairSpec]) -> None:
-    """Say before any work which pairs name files that do not exist (they will fail; the
-    others run): one line, the first three named."""
-    missing = []
-    for pair in pairs:
-        files = (pair.moving, pair.fixed, pair.moving_seg, pair.fixed_seg, pair.initial_affine)
-        gone = [str(path) for path in files if path is not None and not Path(path).exists()]
-        if gone:
-            missing.append(f"{pair.name} (row {pair.index}): '{gone[0]}'")
-    if missing:
-        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-        logger.warning(
-            "%d pair(s) name files that do not exist and will fail, the others run: %s%s",
-            len(missing),
-            "; ".join(missing[:3]),
-            more,
-        )
-
-
-@contextlib.contextmanager
-def _pair_warnings(name: str, said: list[str]) -> Iterator[None]:
-    """Collect the warnings raised while one pair runs: each is logged once with the pair's
-    name (a batch's messages must say which pair they are about) and appended to ``said``."""
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        try:
-            yield
-        finally:
-            for text in dict.fromkeys(str(w.message) for w in seen):
-                said.append(text)
-                logger.warning("%s: %s", name, text)
-
-
-def _lambda_reason(pair: PairSpec, lam: float | str | None, result: Any) -> str:
-    """Why a pair got its λ: its row's, the one given for all, or the result's ``lam_reason``."""
-    if pair.lam is not None:
-        return "the row's lambda"
-    return result.lam_reason if lam is None or lam == "auto" else "given for every row"
-
-
-def _outputs(pair: PairSpec, init: str) -> dict[str, str]:
-    """A pair's output file names in its folder."""
-    outputs = {
-        "moved": "moved.nii.gz",
-        "warp": "warp.nii.gz",
-        "moved_seg": "moved_seg.nii.gz" if pair.moving_seg else "",
-    }
-    if init != "none":
-        outputs["affine"] = "affine.mat"
-    return outputs
 
 
 def _register_pair(
@@ -577,7 +387,6 @@ def run_batch(
     """
     import torch
 
-    from hyperreg._checks import resolve_device
     from hyperreg.apps.models import check_lambda, resolve_model
     from hyperreg.training.distributed import read_env
 
@@ -585,15 +394,12 @@ def run_batch(
     pairs = read_pairs(pairs_csv)
     check_lambda("run_batch", lam)
     mine = shard(pairs, rank, world)
-    resolved = resolve_device("run_batch", device)
-    if resolved.type == "cuda" and resolved.index is None and world > 1:
-        resolved = torch.device("cuda", local_rank % torch.cuda.device_count())
+    resolved = _rank_device(device, world, local_rank)
     resolved_model = resolve_model(model, resolved, image=pairs[0].fixed, flip_average=flip_average)
     group = world > 1 and "MASTER_ADDR" in os.environ and torch.distributed.is_available()
     if group and not torch.distributed.is_initialized():
         torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        desc = f"rank {rank}/{world}" if world > 1 else "pairs"
         report = batch_register(
             resolved_model.model,
             mine,
@@ -603,7 +409,7 @@ def run_batch(
             resample=resample,
             warp_format=warp_format,
             progress=progress and rank == 0,
-            desc=desc,
+            desc=f"rank {rank}/{world}" if world > 1 else "pairs",
             rank=rank,
             refine=refine,
             init=init,
@@ -615,14 +421,7 @@ def run_batch(
             job=pairs,
             replace_nonfinite=replace_nonfinite,
         )
-        merged = None
-        if group:
-            torch.distributed.barrier()
-            if rank == 0:
-                merged = merge_records(out, pairs)
-            torch.distributed.barrier()
-        else:
-            merged = merge_records(out, pairs)
+        merged = _merge_job(out, pairs, group, rank)
     finally:
         if group and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
@@ -635,3 +434,32 @@ def run_batch(
         model=resolved_model.path,
         bundled=resolved_model.bundled.name if resolved_model.bundled else None,
     )
+
+
+def _rank_device(device: str, world: int, local_rank: int) -> Any:
+    """The ``torch.device`` of this rank: ``device`` resolved; ``"auto"`` or ``"cuda"`` (no
+    index) with several ranks: GPU ``LOCAL_RANK`` (modulo the GPUs present)."""
+    import torch
+
+    from hyperreg._checks import resolve_device
+
+    resolved = resolve_device("run_batch", device)
+    if resolved.type == "cuda" and resolved.index is None and world > 1:
+        resolved = torch.device("cuda", local_rank % torch.cuda.device_count())
+    return resolved
+
+
+def _merge_job(
+    out: PathLike, pairs: Sequence[PairSpec], group: bool, rank: int
+) -> tuple[Path, Path, int, int] | None:
+    """Merge the job's records once this rank is done: with a process group, rank 0 between two
+    barriers (every rank has finished; every rank exits together) and None elsewhere; without
+    one, on every rank (idempotent)."""
+    import torch
+
+    if not group:
+        return merge_records(out, pairs)
+    torch.distributed.barrier()
+    merged = merge_records(out, pairs) if rank == 0 else None
+    torch.distributed.barrier()
+    return merged

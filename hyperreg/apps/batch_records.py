@@ -4,7 +4,8 @@
 A pair is done when ``pairs/<name>/record.json`` exists, matches the pair's identity (its files,
 λ, refinement and affine stage: :func:`pair_identity`) and every output it lists is on disk
 (:func:`finished`). :func:`merge_records` turns the records into the two CSV files; it is
-idempotent. Written by :mod:`hyperreg.apps.batch`; no torch here.
+idempotent. Written by :mod:`hyperreg.apps.batch_pair` (one pair) and :mod:`hyperreg.apps.batch`
+(the merge); no torch here.
 """
 
 from __future__ import annotations

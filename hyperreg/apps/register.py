@@ -18,6 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from hyperreg._checks import check_option
 from hyperreg._errors import InputError, passed_as
@@ -181,16 +182,10 @@ def register_files(
     if isinstance(refine, Refinement):
         check_refinement(fn, refine)
     refine = pair_refinement(model, refine)
-    # each input is read once (and warned about once)
-    with passed_as(path="fixed"):  # a constant image: load_pair refuses it (no warning first)
-        fixed_v = load_input(
-            fixed, npz_geometry=npz_geometry, warn_constant=False, replace_nonfinite=replace_nonfinite
-        )
-    if (warp_out is not None or inverse_warp_out is not None) and warp_format == "itk":
-        check_itk_grid(fixed_v)
-    pair = load_pair(
+    pair = _prepare(
         moving,
-        fixed_v,
+        fixed,
+        itk_grid=(warp_out is not None or inverse_warp_out is not None) and warp_format == "itk",
         model=model,
         moving_seg=moving_seg,
         fixed_seg=fixed_seg,
@@ -212,6 +207,26 @@ def register_files(
     if figure is not None:
         alignment_png(figure, pair, result)
     return result
+
+
+def _prepare(
+    moving: PathLike,
+    fixed: PathLike,
+    *,
+    itk_grid: bool,
+    npz_geometry: str | None,
+    replace_nonfinite: float | None,
+    **options: Any,
+) -> PreparedPair:
+    """The pair of :func:`register_files`, each input read once (and warned about once): the
+    fixed image first, so that an ITK field's grid is checked (``itk_grid``) before the affine
+    stage, then :func:`~hyperreg.registration.pipeline.load_pair` with the other options."""
+    read = dict(npz_geometry=npz_geometry, replace_nonfinite=replace_nonfinite)
+    with passed_as(path="fixed"):  # a constant image: load_pair refuses it (no warning first)
+        fixed_v = load_input(fixed, warn_constant=False, **read)
+    if itk_grid:
+        check_itk_grid(fixed_v)
+    return load_pair(moving, fixed_v, **read, **options)
 
 
 def _check_inverse(

@@ -348,19 +348,7 @@ def sweep_files(
     from hyperreg.geometry.intensity import intensity_window, normalize_intensity
 
     fn = "sweep_files"
-    repeated = sorted({float(v) for v in lambdas if list(lambdas).count(v) > 1})
-    if save_fields and repeated:
-        raise InputError(
-            fn,
-            "{0} repeats {repeated}; with {1} each λ needs its own file names",
-            "lambdas",
-            "save_fields",
-            repeated=repeated,
-        )
-    if refine is not None:
-        check_refinement(fn, refine)
-    check_lambda(fn, lam)
-    check_page_path(fn, html)
+    _check_sweep(fn, lambdas, save_fields=save_fields, refine=refine, lam=lam, html=html)
     pair = load_pair(
         moving,
         fixed,
@@ -377,7 +365,7 @@ def sweep_files(
     )
     chosen = None if lam is None else pair_lambda(pair, model, lam)
     lambdas = list(lambdas)
-    if chosen is not None and not any(abs(float(v) - chosen.lam) < 1e-9 for v in lambdas):
+    if chosen is not None and not any(_same_lambda(v, chosen) for v in lambdas):
         lambdas.append(chosen.lam)
     results = pair.register(
         model,
@@ -389,10 +377,9 @@ def sweep_files(
         passes=passes,
         never_worse=never_worse,
     )
-    if chosen is not None:
-        for given, r in zip(lambdas, results):
-            if abs(float(given) - chosen.lam) < 1e-9:
-                r.lam_reason = chosen.reason
+    for given, r in zip(lambdas, results):
+        if chosen is not None and _same_lambda(given, chosen):
+            r.lam_reason = chosen.reason
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = [write_sweep_csv(out_dir / "sweep.csv", results)]
@@ -411,6 +398,37 @@ def sweep_files(
     if html is not None:
         files.append(write_sweep_page(html, pair, results, None if chosen is None else chosen.lam))
     return SweepReport(results=results, baseline_dice=pair.dice_before, files=files, chosen=chosen)
+
+
+def _check_sweep(
+    fn: str,
+    lambdas: Sequence[float],
+    *,
+    save_fields: bool,
+    refine: Refinement | None,
+    lam: float | str | None,
+    html: PathLike | None,
+) -> None:
+    """The checks of :func:`sweep_files` that need no file: no repeated λ with
+    ``save_fields`` (each λ names its files), the refinement, ``lam`` and the page path."""
+    repeated = sorted({float(v) for v in lambdas if list(lambdas).count(v) > 1})
+    if save_fields and repeated:
+        raise InputError(
+            fn,
+            "{0} repeats {repeated}; with {1} each λ needs its own file names",
+            "lambdas",
+            "save_fields",
+            repeated=repeated,
+        )
+    if refine is not None:
+        check_refinement(fn, refine)
+    check_lambda(fn, lam)
+    check_page_path(fn, html)
+
+
+def _same_lambda(given: float, chosen: ChosenLambda) -> bool:
+    """``given`` is the chosen λ (to 1e-9)."""
+    return abs(float(given) - chosen.lam) < 1e-9
 
 
 def _save_fields(

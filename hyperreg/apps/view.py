@@ -36,6 +36,7 @@ from hyperreg.apps.view_volumes import (
     plane_of,
     to_uint8,
 )
+from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.pairs import PathLike, check_outputs
 from hyperreg.registration.pipeline import DEFAULT_INIT, PairResult, PreparedPair, load_pair
@@ -402,9 +403,11 @@ def open_view(
     lam: float | None = None,
     grid: Sequence[float] = DEFAULT_GRID,
     init: str = DEFAULT_INIT,
-    normalization: str = "minmax",
+    normalization: str = DEFAULT_NORMALIZATION,
     resample: bool = True,
     npz_geometry: str | None = None,
+    bias_correct: bool = False,
+    replace_nonfinite: float | None = None,
 ) -> ViewSession:
     """Read and prepare one pair for the explorer (:class:`ViewSession`).
 
@@ -418,7 +421,7 @@ def open_view(
         out: Folder the page's Save writes into.
         lam: Starting λ in [0, 1], or None for the model's default.
         grid: λ values of the background sweep.
-        init, normalization, resample, npz_geometry: As in
+        init, normalization, resample, npz_geometry, bias_correct, replace_nonfinite: As in
             :func:`hyperreg.apps.register.register_files`.
 
     Returns:
@@ -443,5 +446,7 @@ def open_view(
         normalization=normalization,
         resample=resample,
         npz_geometry=npz_geometry,
+        bias_correct=bias_correct,
+        replace_nonfinite=replace_nonfinite,
     )
     return ViewSession(model, pair, out, grid=grid, lam=lam)

@@ -58,6 +58,12 @@ def _add_register(sub: Any) -> None:
         "moving(x + u(x)) with the moving image resampled through the headers; see --warp-format",
     )
     opts.add_warp_format_argument(reg, "--warp")
+    reg.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="say each stage's details (λ's source, passes, flip averaging, refinement, grids)",
+    )
     opts.add_init_argument(reg)
     opts.add_affine_out_argument(reg)
     reg.add_argument(
@@ -272,22 +278,19 @@ def _cmd_register(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace, model: Any, result: Any, folders: list[Path]) -> None:
-    """What ``register`` says once the pair is written, in the order the stages ran."""
+    """What ``register`` says once the pair is written, in the order the stages ran: a few lines
+    (what ran, λ and its source, where the outputs went, Dice, folding); ``-v`` says each
+    stage's details."""
     if result.affine is not None:  # in the order they ran: affine stage, λ (auto: after it)
         print(affine_text(args.init, result.affine))
-    for message in result.resampled:
-        print(f"{opts.PROG} register: {message}")
-    if result.lam_reason != "given":
-        print(f"λ = {result.lam:.4g}: {result.lam_reason}")
+    for message in result.resampled:  # the routine notes (the model's grid, one sampling): -v
+        if args.verbose or message.startswith("resampled"):
+            print(f"{opts.PROG} register: {message}")
     passes = args.passes or (1 if args.inverse_warp_out else model.config.passes)
-    if passes > 1:
-        source = "" if args.passes else " (the model's default; --passes 1: one)"
-        print(f"{passes} network passes, each registering the last one's moved image{source}")
-    if model.config.flip_average:
-        source = "" if args.flip_average else " (the model's default; --no-flip-average: off)"
-        print(f"the network's velocity averaged with the pair mirrored left-right{source}")
-    if refine_text(result.refinement):
-        print(_default_refine_note(args, model) + refine_text(result.refinement))
+    if args.verbose:
+        _report_stages(args, model, result, passes)
+    else:
+        print(_stages_line(args, model, result, passes))
     written = [
         p
         for p in (
@@ -311,6 +314,35 @@ def _report(args: argparse.Namespace, model: Any, result: Any, folders: list[Pat
             f"maps (before registration: {result.dice_before:.4f}{alone})"
         )
     _print_field_summary(result.folding_fraction, result.log_jacobian_std)
+
+
+def _stages_line(args: argparse.Namespace, model: Any, result: Any, passes: int) -> str:
+    """One line: λ and where it came from, the network's passes and flips, the refinement."""
+    reason = result.lam_reason.split(" (", 1)[0].split(": ", 1)[0]
+    parts = [f"λ = {result.lam:g} ({reason})"]
+    network = f"{passes} network pass{'es' if passes > 1 else ''}"
+    if model.config.flip_average:
+        network += " with left-right flip averaging"
+    parts.append(network)
+    stats = result.refinement
+    if stats is not None and stats.steps:
+        source = "" if args.refine is not None else " (the model's default; --refine 0: off)"
+        parts.append(f"{stats.steps} refinement steps in {stats.seconds:.1f} s{source}")
+    return "; ".join(parts) + " (-v: details)"
+
+
+def _report_stages(args: argparse.Namespace, model: Any, result: Any, passes: int) -> None:
+    """``-v``: λ and its source, the passes, flip averaging and the refinement, a line each."""
+    if result.lam_reason != "given":
+        print(f"λ = {result.lam:.4g}: {result.lam_reason}")
+    if passes > 1:
+        source = "" if args.passes else " (the model's default; --passes 1: one)"
+        print(f"{passes} network passes, each registering the last one's moved image{source}")
+    if model.config.flip_average:
+        source = "" if args.flip_average else " (the model's default; --no-flip-average: off)"
+        print(f"the network's velocity averaged with the pair mirrored left-right{source}")
+    if refine_text(result.refinement):
+        print(_default_refine_note(args, model) + refine_text(result.refinement))
 
 
 def _default_refine_note(args: argparse.Namespace, model: Any) -> str:

@@ -2,7 +2,8 @@
 
 :func:`load_pair` reads a pair once, checks it (dimensions first, before any expensive stage),
 runs the affine stage once (or takes an initial affine), brings the label maps and baselines
-onto the fixed grid and returns a :class:`PreparedPair`. :meth:`PreparedPair.register` then
+onto the fixed grid and returns a :class:`PreparedPair` (defined in
+:mod:`hyperreg.registration.prepared`, re-exported here). :meth:`PreparedPair.register` then
 registers it at one or many λ (with the model's network passes,
 :mod:`hyperreg.registration.passes`, optionally refined for the pair) and returns one typed
 :class:`PairResult` per λ whose outputs already went through the whole chain (affine, then the
@@ -21,13 +22,7 @@ or replaces it; λ chosen per pair without labels is
 from __future__ import annotations
 
 import dataclasses
-import contextlib
-import logging
-import math
 import warnings
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -45,26 +40,18 @@ from hyperreg.geometry.inspect import label_ids_warning, spacing_warning
 from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION, winsorize
 from hyperreg.geometry.io import Volume, check_same_grid, check_same_ndim, same_grid
 from hyperreg.geometry.resample import resample_to
-from hyperreg.method.metrics import label_sets, mean_registration_dice, registration_dice
+from hyperreg.method.metrics import label_sets, mean_registration_dice
 from hyperreg.method.model import HyperMorph
-from hyperreg.registration.chain import composed_displacement, sample_volume
+from hyperreg.registration.chain import sample_volume
 from hyperreg.registration.inputs import (
     NPZ_GEOMETRIES,
     check_registrable,
     initial_transform,
     load_input,
 )
-from hyperreg.registration.lambdas import sweep_lambdas
-from hyperreg.registration.pairs import (
-    PathLike,
-    RegistrationResult,
-    onto_fixed_grid,
-)
-from hyperreg.registration.passes import register_passes
-from hyperreg.registration.refine import Refinement, refine_objective, refine_pair
+from hyperreg.registration.pairs import PathLike, onto_fixed_grid
+from hyperreg.registration.prepared import PreparedPair, ndim_error
 from hyperreg.registration.results import AffineStage, PairResult, RefineStats
-from hyperreg.registration.similarity import network_input, network_similarity, on_fixed_grid
-from hyperreg.registration.verdict import Verdict, decompose_affine, judge
 
 __all__ = [
     "DEFAULT_INIT",
@@ -81,286 +68,8 @@ __all__ = [
     "model_image",
 ]
 
-logger = logging.getLogger(__name__)
-
 DEFAULT_INIT = "affine"
 """The affine stage every entry point runs unless told otherwise (Python and CLI alike)."""
-
-
-@dataclass
-class PreparedPair:
-    """A pair read once, after the affine stage, ready for :meth:`register` at any λ.
-
-    Attributes:
-        moving: The moving image as read (its own grid).
-        fixed: The fixed image as the network sees it (:func:`model_image`: outlying voxels
-            clipped, bias-corrected on request); every output is on its grid.
-        moving_seg: The moving label map as read, or None.
-        fixed_seg: The fixed label map on the fixed grid, or None.
-        transform: Fixed world -> moving world affine (identity without an affine stage).
-        chained: Outputs are sampled through ``transform`` and the field from the originals
-            (also without an affine stage when the model's moving image differs from the file).
-        aligned: The model's moving image (:func:`model_image`) on the fixed grid (through
-            ``transform`` or the headers).
-        aligned_seg: The moving label map on the fixed grid when not ``chained``, else None.
-        labels: Label ids scored (the inputs' union), or None without both label maps.
-        dice_before: Mean Dice with no registration, or None.
-        dice_affine: Mean Dice of the affine alone (``chained`` only), or None.
-        affine: The affine stage's statistics, or None.
-        normalization: Intensity normalisation of the model inputs.
-        notes: What was resampled onto which grid.
-    """
-
-    moving: Volume
-    fixed: Volume
-    moving_seg: Volume | None
-    fixed_seg: Volume | None
-    transform: AffineTransform
-    chained: bool
-    aligned: Volume
-    aligned_seg: Volume | None
-    labels: list[int] | None
-    dice_before: float | None
-    dice_affine: float | None
-    affine: AffineStage | None
-    normalization: str
-    notes: list[str]
-    _similarity: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
-
-    def register(
-        self,
-        model: HyperMorph,
-        lams: Sequence[float],
-        refinement: Refinement | None = None,
-        *,
-        inverse: bool = False,
-        chunk: int | None = None,
-        amp: bool = False,
-        ncc: bool = False,
-        passes: int | None = None,
-        never_worse: bool = True,
-        judged: bool = True,
-    ) -> list[PairResult]:
-        """Register the pair at every λ of ``lams``; outputs through the chain.
-
-        Without refinement (or with 0 steps) and without ``inverse`` every λ runs in batched
-        forward passes (:func:`~hyperreg.registration.lambdas.sweep_lambdas`); otherwise each
-        λ is refined for the pair (:func:`~hyperreg.registration.refine.refine_pair`).
-
-        Every result carries a :class:`~hyperreg.registration.verdict.Verdict`: the model's
-        similarity of the pair as it came, after the affine stage and registered (on the
-        network grid, :func:`~hyperreg.registration.similarity.network_similarity`), the
-        affine's scales and shears, and ``ok`` or ``check: <reason>``
-        (:func:`~hyperreg.registration.verdict.judge`). With ``never_worse``, a registration
-        less similar than the better of the other two beyond the margin is replaced by it
-        (the identity field after the affine, or the pair as it came). A pair that needs
-        checking is logged as one warning naming it (``'<moving>' -> '<fixed>' at λ <λ>:
-        check: <reasons>``).
-
-        Args:
-            model: A trained :class:`~hyperreg.method.model.HyperMorph` of the pair's ndim.
-            lams: λ values in [0, 1], in any order.
-            refinement: Test-time refinement of each λ's field, or None.
-            inverse: Also compute each field's inverse (a model with a velocity field, and a
-                pair without an affine to compose).
-            chunk, amp, ncc: See :func:`~hyperreg.registration.lambdas.sweep_lambdas`.
-            passes: Network passes per λ, composed (:func:`~hyperreg.registration.passes.
-                register_passes`; refinement refines the last); None (default): the model's
-                own (``model.config.passes``, 1 unless it records more; 1 with ``inverse``).
-            never_worse: Keep the better of the pair as it came and the affine alone when
-                the registration lowered the similarity (default True); False keeps the
-                registration and only flags it in the verdict.
-            judged: Give each result its verdict (default True); False: no verdict (None)
-                and no never-worse rule, the model's own fields as they are (a λ search
-                scoring the model, which saves the similarity evaluations).
-
-        Returns:
-            One :class:`PairResult` per λ, in the order given.
-
-        Raises:
-            ValueError: As ``sweep_lambdas`` and ``refine_pair`` (λ out of range, a model of
-                another dimensionality, ``inverse`` with an affine or without a velocity).
-        """
-        fn = "PreparedPair.register"
-        if model.config.ndim != self.fixed.ndim:
-            raise _ndim_error(fn, model, self.fixed)
-        if inverse and self.chained and self.affine is not None:
-            raise InputError(
-                fn,
-                "{0} inverts only the deformable field; this pair's transform also holds an "
-                "affine: prepare it with init 'none' (for a pair already aligned, e.g. by "
-                "'hyperreg affine')",
-                "inverse",
-            )
-        # with an affine in the chain, _finish samples the original files through affine +
-        # field: the model's own moved image, label map and Dice would be discarded
-        inputs = dict(
-            moving_seg=None if self.chained else self.aligned_seg,
-            fixed_seg=None if self.chained else self.fixed_seg,
-            images=not self.chained,
-        )
-        if passes is None:  # the model's own; an inverse field needs one pass
-            passes = 1 if inverse else model.config.passes
-        if passes != 1:
-            if inverse:
-                raise InputError(fn, "{0} needs a single network pass (passes 1)", "inverse")
-            raw = [
-                register_passes(
-                    model,
-                    self.aligned,
-                    self.fixed,
-                    float(lam),
-                    passes,
-                    refinement,
-                    labels=self.labels,
-                    normalization=self.normalization,
-                    ncc=ncc,
-                    **inputs,
-                )
-                for lam in lams
-            ]
-        elif (refinement is not None and refinement.steps > 0) or inverse:
-            raw = [
-                refine_pair(
-                    model,
-                    self.aligned,
-                    self.fixed,
-                    float(lam),
-                    refinement or Refinement(steps=0),
-                    normalization=self.normalization,
-                    inverse=inverse,
-                    **inputs,
-                )
-                for lam in lams
-            ]
-        else:
-            raw = sweep_lambdas(
-                model,
-                self.aligned,
-                self.fixed,
-                list(lams),
-                chunk=chunk,
-                amp=amp,
-                normalization=self.normalization,
-                ncc=ncc,
-                **inputs,
-            )
-        return [self._finish(r, refinement, model, never_worse, judged) for r in raw]
-
-    def _chain(
-        self, transform: AffineTransform, disp: np.ndarray | None, raw: RegistrationResult
-    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-        """``(moved, moved_seg, warp)`` through ``transform`` and ``disp`` (None: identity)."""
-        if not self.chained and disp is None:  # the pair as it came, on the fixed grid
-            seg = None if self.aligned_seg is None else self.aligned_seg.data
-            return self.aligned.data, seg, np.zeros_like(raw.disp)
-        if not self.chained:
-            return raw.moved, raw.moved_seg, raw.disp
-        moved = sample_volume(self.moving, transform, disp, self.fixed).data
-        moved_seg = None
-        if self.moving_seg is not None:
-            moved_seg = sample_volume(self.moving_seg, transform, disp, self.fixed, label=True).data
-        return moved, moved_seg, composed_displacement(transform, disp, self.fixed)
-
-    def _finish(
-        self,
-        raw: RegistrationResult,
-        refinement: Refinement | None,
-        model: HyperMorph,
-        never_worse: bool,
-        judged: bool = True,
-    ) -> PairResult:
-        """The chain's outputs, typed statistics and verdict of one raw model result."""
-        moved, moved_seg, warp = self._chain(self.transform, raw.disp, raw)
-        verdict = self._verdict(model, refinement, moved, raw, never_worse) if judged else None
-        kept = "registered" if verdict is None else verdict.kept
-        disp = raw.disp
-        if kept != "registered":  # the better of the pair as it came and the affine alone
-            transform = self.transform if kept == "affine" else AffineTransform.identity()
-            moved, moved_seg, warp = self._chain(transform, None, raw)
-            disp = np.zeros_like(raw.disp)
-        if verdict is not None and not verdict.ok:  # one line naming the pair (the CLI's only)
-            names = [str(v.path) if v.path else "<in-memory>" for v in (self.moving, self.fixed)]
-            logger.warning("'%s' -> '%s' at λ %g: %s", *names, raw.lam, verdict.text)
-        dice = None
-        if moved_seg is not None and self.fixed_seg is not None:
-            dice = registration_dice(moved_seg, self.fixed_seg.data, labels=self.labels)
-        stats = raw.refinement if raw.refinement is not None and raw.refinement.steps else None
-        result = PairResult(
-            lam=raw.lam,
-            moved=moved,
-            moved_seg=moved_seg,
-            disp=disp,
-            warp=warp,
-            dice=dice,
-            dice_before=self.dice_before if dice is not None else None,
-            dice_affine=self.dice_affine if dice is not None else None,
-            folding_fraction=raw.folding_fraction,
-            log_jacobian_std=raw.log_jacobian_std,
-            smoothness=raw.smoothness,
-            ncc=raw.ncc,
-            affine=self.affine,
-            refinement=stats,
-            inverse_disp=raw.inverse_disp,
-            resampled=[*self.notes, *(n for n in raw.resampled if n not in self.notes)],
-            verdict=verdict,
-        )
-        if kept != "registered":  # no field: its statistics are the identity's
-            result.folding_fraction = result.log_jacobian_std = 0.0
-            result.smoothness = 0.0 if result.smoothness is not None else None
-            if result.inverse_disp is not None:
-                result.inverse_disp = np.zeros_like(result.inverse_disp)
-        return result
-
-    def _verdict(
-        self,
-        model: HyperMorph,
-        refinement: Refinement | None,
-        moved: np.ndarray,
-        raw: RegistrationResult,
-        never_worse: bool,
-    ) -> Verdict:
-        """The verdict on one registration (:func:`~hyperreg.registration.verdict.judge`);
-        the similarities before and after the affine are scored once per pair."""
-        refined = refinement is not None and refinement.steps > 0
-        objective = refine_objective(model, refinement) if refined else model.objective
-        cache, norm = self._similarity, self.normalization
-        if "fixed" not in cache:
-            cache["fixed"] = network_input(model, self.fixed, self.fixed, norm)
-        fixed_t = cache["fixed"]
-        if objective.similarity not in cache:  # the pair as it came, and after the affine
-            # as it came: the moving file straight onto the network grid through the headers
-            # (NaN, not a candidate, for a 2D slice in another plane: it needs the affine)
-            before_score = math.nan
-            with contextlib.suppress(ValueError):
-                before = self.moving if self.chained else self.aligned
-                before_t = network_input(model, before, self.fixed, norm)
-                before_score = network_similarity(objective, before_t, fixed_t)
-            affine = network_input(model, self.aligned, self.fixed, norm) if self.chained else None
-            cache[objective.similarity] = (
-                before_score,
-                None if affine is None else network_similarity(objective, affine, fixed_t),
-            )
-        before_score, affine_score = cache[objective.similarity]
-        registered = on_fixed_grid(moved, self.fixed, self.moving)
-        after = network_similarity(
-            objective, network_input(model, registered, self.fixed, norm), fixed_t
-        )
-        shape = None if self.affine is None else decompose_affine(self.transform.matrix)
-        return judge(
-            before_score,
-            affine_score,
-            after,
-            folding_fraction=raw.folding_fraction,
-            affine=shape,
-            never_worse=never_worse,
-        )
-
-
-def _ndim_error(fn: str, model: HyperMorph, fixed: Volume) -> InputError:
-    message = "the model is {m}D but '{path}' is {f}D with shape {shape}; use a {f}D model"
-    shape, m = fixed.spatial_shape, model.config.ndim
-    return InputError(fn, message, "model", m=m, path=fixed.path, f=fixed.ndim, shape=shape)
 
 
 def load_pair(
@@ -447,7 +156,7 @@ def load_pair(
         moving_v = load_input(moving, warn_constant=False, **geometry)
     check_same_ndim(fn, moving_v, fixed_v)
     if model is not None and model.config.ndim != fixed_v.ndim:
-        raise _ndim_error(fn, model, fixed_v)
+        raise ndim_error(fn, model, fixed_v)
     initial = initial_transform(initial_affine, moving_v, fixed_v)
     check_registrable(fn, moving_v, fixed_v, init=init, initial=initial)
     _warn_about_contents(moving_v, fixed_v, model)

@@ -1,0 +1,99 @@
+"""What a batch checks and says before any work, so that every rank refuses or warns alike.
+
+:func:`check_batch` checks λ and resolves the refinement, :func:`check_rerun` refuses (or, with
+``overwrite``, announces) a rerun whose settings differ from the finished records
+(:func:`hyperreg.apps.batch_records.changed_settings`), and :func:`warn_missing` names the pairs
+whose files do not exist. Used by :mod:`hyperreg.apps.batch`. Must not import
+:mod:`hyperreg.apps.batch`, train or cli, nor torch at import time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hyperreg._errors import InputError
+from hyperreg.apps.batch_records import changed_settings, read_record
+
+if TYPE_CHECKING:  # annotations only
+    from hyperreg.apps.inputs import PairSpec
+
+__all__ = ["check_batch", "check_rerun", "warn_missing"]
+
+logger = logging.getLogger(__name__)
+
+
+def check_batch(fn: str, lam: float | str | None, model: Any, refine: Any) -> Any:
+    """Before any work: λ, and the refinement resolved (None: the model's; none: 0 steps)."""
+    from hyperreg.apps.models import check_lambda, pair_refinement
+    from hyperreg.registration.refine import Refinement, check_refinement
+
+    if isinstance(refine, Refinement):
+        check_refinement(fn, refine)
+    check_lambda(fn, lam)
+    return pair_refinement(model, refine) or Refinement(steps=0)
+
+
+def check_rerun(
+    fn: str,
+    root: Path,
+    job: Sequence[PairSpec],
+    identity_of: Callable[[PairSpec], dict[str, Any]],
+    overwrite: bool,
+) -> None:
+    """Before any work: the pairs of ``job`` whose finished records (in ``root / <name>``) have
+    other settings than ``identity_of(pair)`` are refused (an :class:`InputError` of
+    ``"overwrite"``: their count, what changed, the first names) or, with ``overwrite``, logged
+    as registered again."""
+    stale: dict[str, list[str]] = {}
+    for pair in job:
+        changed = changed_settings(read_record(root / pair.name), identity_of(pair))
+        if changed:
+            stale[pair.name] = changed
+    if not stale:
+        return
+    changes = list(dict.fromkeys(c for changed in stale.values() for c in changed))
+    what = "; ".join(changes[:3]) + (f" and {len(changes) - 3} more" if len(changes) > 3 else "")
+    names = ", ".join(list(stale)[:3]) + (f" and {len(stale) - 3} more" if len(stale) > 3 else "")
+    if overwrite:
+        logger.info(
+            "%d of %d pairs registered again with these settings (%s): %s",
+            len(stale),
+            len(job),
+            what,
+            names,
+        )
+        return
+    raise InputError(
+        fn,
+        "{count} of {total} pairs in '{out}' were registered with other settings ({what}: "
+        "{names}); rerun with the same settings to resume, with {0} to register them again "
+        "with these (their results are replaced), or use another output folder",
+        "overwrite",
+        count=len(stale),
+        total=len(job),
+        out=root.parent,
+        what=what,
+        names=names,
+    )
+
+
+def warn_missing(pairs: Sequence[PairSpec]) -> None:
+    """Say before any work which pairs name files that do not exist (they will fail; the
+    others run): one line, the first three named."""
+    missing = []
+    for pair in pairs:
+        files = (pair.moving, pair.fixed, pair.moving_seg, pair.fixed_seg, pair.initial_affine)
+        gone = [str(path) for path in files if path is not None and not Path(path).exists()]
+        if gone:
+            missing.append(f"{pair.name} (row {pair.index}): '{gone[0]}'")
+    if missing:
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        logger.warning(
+            "%d pair(s) name files that do not exist and will fail, the others run: %s%s",
+            len(missing),
+            "; ".join(missing[:3]),
+            more,
+        )
