@@ -1,7 +1,7 @@
 """A model on a prepared pair: the public layer every application and validation builds on.
 
-``pipeline`` (a pair read once, its affine stage once, registered at any λ with typed results
-from ``results``), ``pairs`` (grids, model inputs, one λ), ``lambdas`` (many λ in batched
+``pipeline`` (a pair read once, its affine stage once) and ``prepared`` (the prepared pair
+registered at any λ with typed results from ``results``), ``pairs`` (grids, model inputs, one λ), ``lambdas`` (many λ in batched
 passes), ``refine`` (test-time refinement), ``chain`` (affine and field sampled once),
 ``verdict`` (``ok`` or ``check: <reason>`` per pair, and the never-worse rule) and
 ``similarity`` (the model's similarity of a pair on the network grid, which the verdict
