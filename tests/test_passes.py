@@ -228,6 +228,12 @@ def test_a_model_that_records_two_passes_runs_them_by_default(
     assert "2 network passes" in said and "the model's default; --passes 1" in said
     assert main([*common, "--passes", "1", "--warp", str(tmp_path / "w1.nii.gz")]) == 0
     assert "network passes" not in capsys.readouterr().out
+    inverse = ["--warp", str(tmp_path / "w2.nii.gz"), "--inverse-warp", str(tmp_path / "i.nii.gz")]
+    assert main([*common, *inverse]) == 0  # one pass: said in one line, not silently
+    notes = [t for t in capsys.readouterr().out.splitlines() if "--inverse-warp" in t]
+    assert len(notes) == 1 and "runs one pass (the model's default is 2)" in notes[0]
+    assert main([*common, *inverse, "--passes", "1"]) == 0
+    assert "--inverse-warp" not in capsys.readouterr().out
 
 
 def test_export_records_the_passes_a_card_measured(tmp_path: Path) -> None:

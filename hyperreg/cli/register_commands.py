@@ -287,6 +287,12 @@ def _report(args: argparse.Namespace, model: Any, result: Any, folders: list[Pat
         if args.verbose or message.startswith("resampled"):
             print(f"{opts.PROG} register: {message}")
     passes = args.passes or (1 if args.inverse_warp_out else model.config.passes)
+    if args.inverse_warp_out and not args.passes and model.config.passes > 1:
+        print(
+            f"{opts.PROG} register: note: with --inverse-warp the network runs one pass (the "
+            f"model's default is {model.config.passes}): the field and its inverse are those of "
+            "one pass; --passes 1 says so and silences this note"
+        )
     if args.verbose:
         _report_stages(args, model, result, passes)
     else:
