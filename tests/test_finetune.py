@@ -211,7 +211,7 @@ def test_bundled_3d_fine_tuned_registers_with_its_defaults(
     assert payload["total_steps"] == 7860 and payload["objective"]["label_loss"] == "dice"
     moved = tmp_path / "moved.nii.gz"
     reg = ["register", "--model", str(out), "--moving", str(images[0]), "--fixed", str(images[1])]
-    assert main([*reg, "--moved", str(moved), "--device", "cpu", "--init", "none"]) == 0
+    assert main([*reg, "--moved", str(moved), "--device", "cpu", "--init", "none", "-v"]) == 0
     printed = capsys.readouterr().out
     assert "λ = 0.2: the model's default λ" in printed
     assert "2 network passes" in printed and "mirrored left-right" in printed
