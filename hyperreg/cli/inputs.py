@@ -80,7 +80,7 @@ def tuned_lambda(args: Any) -> None:
     from hyperreg.apps.tune import read_tuned_lambda
 
     tuned = read_tuned_lambda(args.lam)
-    args.lam = tuned.lam
+    args.lam, args.lam_source = tuned.lam, tuned.source  # the source: for the closing lines too
     print(f"hyperreg {args.command}: λ {tuned.lam:.4g} ({tuned.source})")
     refine = getattr(args, "refine", None)
     if refine is not None and tuned.refine_steps is not None and refine != tuned.refine_steps:
