@@ -17,6 +17,8 @@ column, :func:`hyperreg.apps.inputs.read_pairs`)::
     pairs/<name>/record.json     written last, atomically: the pair's summary row (= done)
     pairs/<name>/failure.json    the error of the last failed attempt (removed on success)
     summary.csv, failures.csv    merged from the records, sorted by row index
+    report.html, pairs/<name>/report.html   with ``html_report``: the web report
+                                 (:mod:`hyperreg.apps.batch_report`), rewritten with the summary
 
 A rerun skips finished pairs; one whose settings differ from a finished pair's record (λ,
 refinement, affine stage, passes, flip averaging) is refused before any work unless
@@ -111,6 +113,7 @@ def batch_register(
     overwrite: bool = False,
     job: Sequence[PairSpec] | None = None,
     replace_nonfinite: float | None = None,
+    html_report: bool = False,
 ) -> BatchReport:
     """Register every pair of ``pairs`` (one shard) with per-pair records, resumably.
 
@@ -167,6 +170,9 @@ def batch_register(
         replace_nonfinite: The value NaN/inf voxels of the images take (logged with their
             count); None (default): such a pair fails. Not part of a pair's identity (a pair
             that finished had no such voxel).
+        html_report: Also write the web report, ``report.html`` and a page per pair
+            (:func:`hyperreg.apps.batch_report.write_report`), whenever the summary is merged,
+            so an interrupted run's report lists the finished pairs.
 
     Returns:
         A :class:`BatchReport`.
@@ -204,7 +210,7 @@ def batch_register(
     report = BatchReport()
     job = list(pairs) if job is None else list(job)
     check_rerun(fn, run.root, job, run.identity, overwrite)
-    merge = _Merge(out, job)
+    merge = _Merge(out, job, html_report)
     run.root.mkdir(parents=True, exist_ok=True)
     warn_missing(pairs)
     bar = tqdm(pairs, desc=desc, unit="pair", disable=not progress, dynamic_ncols=True)
@@ -215,7 +221,7 @@ def batch_register(
             if outcome != "skipped":
                 merge.soon()  # an interrupted run has its summary.csv
     except KeyboardInterrupt:
-        raise _interrupted(out, run.root, job, run.identity) from None
+        raise _interrupted(out, run.root, job, run.identity, html_report) from None
     finally:
         bar.close()
     if merge.pending:  # the last pairs, when merging was put off
@@ -229,8 +235,8 @@ class _Merge:
     last merge took over a tenth of the time since (thousands of records, fast pairs): then at
     the next pair that leaves the time, so merging costs at most about 10 % of the run."""
 
-    def __init__(self, out: PathLike, job: Sequence[PairSpec]) -> None:
-        self.out, self.job = out, job
+    def __init__(self, out: PathLike, job: Sequence[PairSpec], report: bool = False) -> None:
+        self.out, self.job, self.report = out, job, report
         self.last, self.took, self.pending = 0.0, 0.0, False
 
     def soon(self) -> None:
@@ -241,16 +247,25 @@ class _Merge:
     def now(self) -> None:
         tic = time.perf_counter()
         merge_records(self.out, self.job)
+        if self.report:
+            from hyperreg.apps.batch_report import write_report
+
+            write_report(self.out)
         self.last, self.took, self.pending = time.perf_counter(), time.perf_counter() - tic, False
 
 
 def _interrupted(
-    out: PathLike, root: Path, job: Sequence[PairSpec], identity_of: Any
+    out: PathLike, root: Path, job: Sequence[PairSpec], identity_of: Any, report: bool = False
 ) -> BatchInterrupted:
-    """Ctrl-C: merge what finished and count the pairs finished with these settings."""
+    """Ctrl-C: merge what finished (and write the report, with ``report``) and count the pairs
+    finished with these settings."""
     summary = None
     with contextlib.suppress(OSError):
         summary = merge_records(out, job)[0]
+        if report:
+            from hyperreg.apps.batch_report import write_report
+
+            write_report(out)
     done = 0
     for pair in job:
         folder = root / pair.name
@@ -335,6 +350,7 @@ def run_batch(
     never_worse: bool = True,
     overwrite: bool = False,
     replace_nonfinite: float | None = None,
+    html_report: bool = False,
 ) -> BatchRun:
     """One process of a batch job: read the pairs, run this rank's shard, merge.
 
@@ -373,6 +389,8 @@ def run_batch(
         overwrite: Register again the pairs finished with other settings (see
             :func:`batch_register`); every rank checks every pair before any work.
         replace_nonfinite: The value NaN/inf voxels of the images take (see
+            :func:`batch_register`).
+        html_report: Write the web report as pairs finish and once merged (see
             :func:`batch_register`).
 
     Returns:
@@ -420,8 +438,13 @@ def run_batch(
             overwrite=overwrite,
             job=pairs,
             replace_nonfinite=replace_nonfinite,
+            html_report=html_report,
         )
         merged = _merge_job(out, pairs, group, rank)
+        if html_report and merged is not None:
+            from hyperreg.apps.batch_report import write_report
+
+            write_report(out)
     finally:
         if group and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()

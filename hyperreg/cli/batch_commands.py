@@ -78,6 +78,13 @@ def _add_batch(sub: Any) -> None:
         "--init, --passes, flip averaging, files), replacing their results; without it such a "
         "rerun is refused before any work",
     )
+    batch.add_argument(
+        "--report",
+        action="store_true",
+        help="also write OUT/report.html (one row per pair, pairs to check first, sortable; "
+        "opens from file://) and a page per pair with a fixed/moved flicker in three planes, "
+        "updated as pairs finish",
+    )
     batch.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm bar")
     opts.add_common(batch)
 
@@ -143,6 +150,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
             never_worse=not args.keep_worse,
             flip_average=args.flip_average,
             overwrite=args.overwrite,
+            html_report=args.report,
             **preprocessing_options(args),
         )
     except BatchInterrupted as stop:  # Ctrl-C: what finished is in summary.csv
@@ -161,6 +169,8 @@ def _cmd_batch(args: argparse.Namespace) -> int:
         _print_means(summary)
         print(f"{summary}: {rows} of {run.total} pairs done; {failures}: {failed} failure(s)")
         _print_checks(summary)
+        if args.report:
+            print(f"report: {summary.parent / 'report.html'}")
     if report.failed:
         print(
             f"{opts.PROG} batch: error: {report.failed} pair(s) failed, see failures.csv",
