@@ -30,10 +30,10 @@ def _args(pair: dict[str, Path]) -> list[str]:
 
 
 def test_sweep_curves_and_montage_name_the_baselines(pair, tmp_path, monkeypatch) -> None:
-    import hyperreg.apps.sweep as sweep
+    import hyperreg.apps.sweep_figures as sweep
 
     seen: dict[str, object] = {"titles": []}
-    curves, show = sweep.plot_lambda_curves, sweep.show_slice
+    curves, show = sweep.sweep_curves, sweep.show_slice
 
     def spy_curves(*args, **kwargs):
         seen.update(kwargs)
@@ -43,7 +43,7 @@ def test_sweep_curves_and_montage_name_the_baselines(pair, tmp_path, monkeypatch
         seen["titles"].append(title)  # type: ignore[union-attr]
         return show(ax, view, title, *args, **kwargs)
 
-    monkeypatch.setattr(sweep, "plot_lambda_curves", spy_curves)
+    monkeypatch.setattr(sweep, "sweep_curves", spy_curves)
     monkeypatch.setattr(sweep, "show_slice", spy_show)
     out = tmp_path / "sweep"
     assert main(["sweep", *_args(pair), "--lambdas", "0.1,0.5", "--out", str(out)]) == 0

@@ -533,7 +533,7 @@ def test_sweep_qc_figure_shows_the_moved_image_on_the_fixed_images_scale(
     """Raw intensities 0-2000: the QC 'after' image is normalised like the 'before' one."""
     import nibabel as nib
 
-    import hyperreg.apps.sweep as sweep_module
+    import hyperreg.apps.sweep_figures as sweep_module
 
     raw = write_pair(tmp_path / "raw", "r")
     for key in ("moving", "fixed"):

@@ -64,7 +64,8 @@ th{background:#eee;cursor:pointer;user-select:none;white-space:nowrap}
 th[data-dir=asc]::after{content:' ▲'}th[data-dir=desc]::after{content:' ▼'}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 tr.check td{background:#fff4d6}tr.failed td{background:#fde2e2}
-td.warn{max-width:22em;font-size:12px;color:#8a5a00}
+td.warn{max-width:22em;font-size:12px;color:#8a5a00}td.small{max-width:18em;font-size:12px}
+table.numbers{max-width:760px}
 .planes{display:flex;flex-wrap:wrap;gap:14px}.plane{display:flex;flex-direction:column}
 .stack{position:relative;background:#000}.stack img{position:absolute;left:0;top:0;
 width:100%;height:100%;image-rendering:auto}.tag{position:absolute;left:4px;top:2px;
@@ -178,7 +179,7 @@ def _cell(row: dict[str, str], column: str, kind: str) -> str:
     if kind == "file":
         return f"<td title='{html.escape(text, quote=True)}'>{html.escape(Path(text).name)}</td>"
     if kind == "text":
-        css = " class=warn" if column == "warnings" and text else ""
+        css = " class=warn" if column == "warnings" and text else " class=small"
         return f"<td{css}>{html.escape(text)}</td>"
     value = _number(text)
     if value is None:
@@ -243,8 +244,8 @@ def pair_page(out: str | os.PathLike[str], row: dict[str, str]) -> Path:
     page = (
         f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}"
         f"</title><style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
-        f"<p><a href='../../{REPORT}'>all pairs</a></p><table>{numbers}</table>{figures}"
-        "</body></html>\n"
+        f"<p><a href='../../{REPORT}'>all pairs</a></p><table class=numbers>{numbers}</table>"
+        f"{figures}</body></html>\n"
     )
     return atomic_text(folder / REPORT, lambda handle: handle.write(page))
 

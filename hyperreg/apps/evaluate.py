@@ -30,7 +30,7 @@ import torch
 
 from hyperreg._errors import InputError, failure_text, passed_as
 from hyperreg._files import read_csv, write_csv
-from hyperreg.figures.backend import pyplot, save_figure
+from hyperreg.figures.structures import structure_boxplots
 from hyperreg.geometry.fields import load_displacement
 from hyperreg.geometry.io import load_volume
 from hyperreg.geometry.structures import read_label_names, structure_names
@@ -253,7 +253,9 @@ def evaluate_csv(
     * ``structures.csv``: one row per structure: ``label, structure, pairs, dice_mean,
       dice_std, hd95_mean, hd95_std`` (over pairs, NaN ignored);
     * ``failures.csv``: ``index, name, error`` of rows that could not be evaluated;
-    * ``evaluation_boxplot.png``: Dice (top) and HD95 (bottom) per structure over the pairs.
+    * ``evaluation_boxplot.png``: Dice (left) and HD95 (right) per structure over the pairs,
+      one named line each, sorted by median Dice; over 40 structures, the 20 lowest and the 20
+      highest (:func:`hyperreg.figures.structures.structure_boxplots`).
 
     Args:
         pairs_csv: CSV (:func:`read_evaluation_csv`).
@@ -382,16 +384,13 @@ def _write_structures(
 def _boxplot(
     path: Path, pairs: Sequence[PairScores], labels: Sequence[int], names: dict[int, str]
 ) -> Path:
-    plt = pyplot()
-    width = max(6.0, 0.28 * len(labels) + 1.5)
-    fig, axes = plt.subplots(2, 1, figsize=(width, 6.4), sharex=True, layout="constrained")
-    for ax, what, unit in ((axes[0], "dice", "Dice"), (axes[1], "hd95", "HD95 (mm)")):
-        data = [_per_structure(pairs, label, what) or [float("nan")] for label in labels]
-        ax.boxplot(data, showfliers=True)
-        ax.set_ylabel(unit)
-        ax.grid(axis="y", alpha=0.3)
-    axes[0].set_ylim(0, 1)
-    axes[1].set_xticks(range(1, len(labels) + 1))
-    axes[1].set_xticklabels([names[label] for label in labels], rotation=90, fontsize=7)
-    axes[0].set_title(f"per-structure Dice and HD95 over {len(pairs)} pair(s)", fontsize=9)
-    return save_figure(fig, path)
+    """evaluation_boxplot.png: Dice and HD95 per structure, one horizontal line each
+    (:func:`hyperreg.figures.structures.structure_boxplots`: at most the 20 lowest and 20
+    highest median Dice when there are more than 40 structures)."""
+    return structure_boxplots(
+        path,
+        [names[label] for label in labels],
+        [_per_structure(pairs, label, "dice") for label in labels],
+        [_per_structure(pairs, label, "hd95") for label in labels],
+        title=f"per-structure Dice and HD95 over {len(pairs)} pair(s)",
+    )

@@ -16,15 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from hyperreg._files import write_csv
 from hyperreg.apps.models import ChosenLambda, check_lambda, pair_lambda
+from hyperreg.apps.sweep_figures import sweep_figures
 from hyperreg.apps.view_page import check_page_path, write_sweep_page
-from hyperreg.figures.backend import pyplot, save_figure
-from hyperreg.figures.curves import plot_lambda_curves
-from hyperreg.figures.overlays import edge_mask, overlay_edges
-from hyperreg.figures.slices import checkerboard, oriented_slice, show_slice
 from hyperreg.geometry.affine import AffineTransform
 from hyperreg.geometry.fields import save_displacement
 from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION
@@ -49,9 +45,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-_MONTAGE_MAX = 12  # at most this many λ columns in the montage (evenly chosen)
-
 
 # --------------------------------------------------------------------------------------------
 # files, CSV, figures
@@ -88,152 +81,6 @@ def write_sweep_csv(path: PathLike, results: Sequence[PairResult]) -> Path:
     that reason on its row, empty elsewhere. Atomic."""
     rows = _sweep_rows(results)
     return write_csv(Path(path), rows, list(rows[0]) if rows else ["lambda"])
-
-
-def _sweep_figures(
-    out: Path,
-    moving: np.ndarray,
-    fixed: np.ndarray,
-    results: Sequence[PairResult],
-    pair: PreparedPair,
-    moved_units: tuple[float, float] = (0.0, 1.0),
-) -> list[Path]:
-    """Write sweep_curves.png, sweep_montage.png and sweep_qc.png; slices are shown in
-    :data:`~hyperreg.figures.slices.DISPLAY_CONVENTION` from the fixed image's affine.
-    ``moving`` (the pair's moving image on the fixed grid, after the affine stage when one
-    ran, and the panels say so) and ``fixed`` are normalised; ``moved_units`` ``(low, high)``
-    maps the results' moved images (in the moving image's own units) to the same scale for the
-    QC figure. The curves show Dice with no registration and after the affine stage alone."""
-    affine = pair.fixed.affine
-    moving_name = "moving after the affine stage" if pair.chained else "moving"
-    plt = pyplot()
-    curves = out / "sweep_curves.png"
-    fig, ax = plt.subplots(figsize=(5.5, 4.2), layout="constrained")
-    has_dice = results[0].dice is not None
-    plot_lambda_curves(
-        ax,
-        [r.lam for r in results],
-        [r.mean_dice for r in results] if has_dice else None,  # type: ignore[misc]
-        [100.0 * r.folding_fraction for r in results],
-        dice_before=pair.dice_before,
-        dice_affine=pair.dice_affine,
-    )
-    ax.set_title("Dice and folding vs λ" if has_dice else "folding vs λ", fontsize=9)
-    save_figure(fig, curves)
-
-    chosen = sorted(results, key=lambda r: r.lam)
-    if len(chosen) > _MONTAGE_MAX:
-        picks = np.unique(np.linspace(0, len(chosen) - 1, _MONTAGE_MAX).round().astype(int))
-        chosen = [chosen[i] for i in picks]
-    columns = len(chosen) + 1
-    fig, axes = plt.subplots(
-        2, columns, figsize=(1.9 * columns + 0.8, 4.4), squeeze=False, layout="constrained"
-    )
-    moving_view = oriented_slice(moving, affine)
-    show_slice(axes[0, 0], moving_view, moving_name, cmap="gray", letters=True)
-    show_slice(axes[1, 0], oriented_slice(fixed, affine), "fixed", cmap="gray", letters=True)
-    moved = [oriented_slice(r.moved, affine) for r in chosen]
-    magnitudes = [oriented_slice(np.linalg.norm(r.disp, axis=0), affine) for r in chosen]
-    low = min(float(v.data.min()) for v in moved)  # one grey scale for every λ
-    high = max(float(v.data.max()) for v in moved)
-    vmax = max(float(m.data.max()) for m in magnitudes) or 1.0
-    for column, (r, view, mag) in enumerate(zip(chosen, moved, magnitudes), start=1):
-        dice = f", Dice {r.mean_dice:.3f}" if r.dice is not None else ""
-        show_slice(
-            axes[0, column], view, f"λ = {r.lam:.3g}{dice}", cmap="gray", vmin=low, vmax=high
-        )
-        shown = show_slice(
-            axes[1, column],
-            mag,
-            f"λ = {r.lam:.3g}, max {mag.data.max():.1f}",
-            cmap="magma",
-            vmin=0,
-            vmax=vmax,
-        )
-    fig.colorbar(shown, ax=axes[1, 1:].tolist(), fraction=0.03, pad=0.01, label="|u| (voxels)")
-    view = moving_view.label + ("" if moving.ndim == 2 else ", middle slice")
-    fig.suptitle(
-        f"top: moved image per λ; bottom: displacement magnitude |u| (voxels). {view}",
-        fontsize=9,
-    )
-    montage = out / "sweep_montage.png"
-    save_figure(fig, montage, dpi=100)
-    qc = _qc_figure(out, moving, fixed, results, affine, moved_units, moving_name)
-    return [curves, montage, qc]
-
-
-def _qc_pick(results: Sequence[PairResult]) -> PairResult:
-    """λ with the best mean Dice (ties: larger λ), or the middle λ without label maps."""
-    ordered = sorted(results, key=lambda r: r.lam)
-    if ordered[0].dice is None:
-        return ordered[(len(ordered) - 1) // 2]
-    return max(ordered, key=lambda r: (r.mean_dice, r.lam))
-
-
-def _qc_figure(
-    out: Path,
-    moving: np.ndarray,
-    fixed: np.ndarray,
-    results: Sequence[PairResult],
-    affine: np.ndarray,
-    moved_units: tuple[float, float],
-    moving_name: str = "moving",
-) -> Path:
-    """sweep_qc.png: checkerboard, fixed edges and |difference| of moving (before) and of the
-    moved image at the chosen λ (after) against the fixed image, all on the normalised scale."""
-    plt = pyplot()
-    pick = _qc_pick(results)
-    low, high = moved_units
-    moved = (pick.moved - low) / (high - low) if high > low else pick.moved * 0.0
-    fixed_view = oriented_slice(fixed, affine)
-    edges = edge_mask(fixed_view.data)
-    why = "best mean Dice" if pick.dice is not None else "middle λ"
-    rows = [
-        ("before", moving_name, oriented_slice(moving, affine).data),
-        (f"after, λ = {pick.lam:.3g}", "moved", oriented_slice(moved, affine).data),
-    ]
-    fig, axes = plt.subplots(2, 3, figsize=(8.4, 6.6), squeeze=False, layout="constrained")
-    scale = dict(cmap="gray", vmin=min(float(fixed_view.data.min()), 0.0), vmax=1.0)
-    for row, (stage, name, image) in enumerate(rows):
-        board = checkerboard(image, fixed_view.data)
-        show_slice(
-            axes[row, 0],
-            fixed_view._replace(data=board),
-            f"{stage}: checkerboard {name} / fixed",
-            letters=row == 0,
-            **scale,
-        )
-        show_slice(
-            axes[row, 1],
-            fixed_view._replace(data=image),
-            f"{stage}: fixed edges (red) on {name}",
-            **scale,
-        )
-        overlay_edges(axes[row, 1], edges)
-        shown = show_slice(
-            axes[row, 2],
-            fixed_view._replace(data=np.abs(image - fixed_view.data)),
-            f"{stage}: |{name} − fixed|",
-            cmap="viridis",
-            vmin=0,
-            vmax=0.5,
-        )
-    fig.colorbar(
-        shown,
-        ax=axes[:, 2].tolist(),
-        fraction=0.04,
-        pad=0.01,
-        label="|difference| (normalised intensity)",
-    )
-    dice = f", mean Dice {pick.mean_dice:.3f}" if pick.dice is not None else ""
-    fig.suptitle(
-        f"alignment check before and after registration at λ = {pick.lam:.3g} ({why}{dice}). "
-        f"{fixed_view.label}",
-        fontsize=9,
-    )
-    path = out / "sweep_qc.png"
-    save_figure(fig, path, dpi=100)
-    return path
 
 
 @dataclass
@@ -280,11 +127,13 @@ def sweep_files(
 ) -> SweepReport:
     """Load a pair, sweep λ (:func:`sweep_lambdas`) and write the report to ``out``.
 
-    Writes ``sweep.csv`` (:func:`write_sweep_csv`), ``sweep_curves.png`` (Dice and folding
-    against λ, twin axes), ``sweep_montage.png`` (moved image and displacement magnitude per λ,
-    with a colour bar in voxels; for 3D the middle slice of the plane normal to the last array
-    axis) and ``sweep_qc.png`` (checkerboard, fixed-image edges and difference before and after
-    registration at the λ with the best mean Dice, or the middle λ without label maps). Slices
+    Writes ``sweep.csv`` (:func:`write_sweep_csv`), ``sweep_curves.png`` (Dice on an axis
+    fitted to it, std log J and folding against λ), ``sweep_montage.png`` (moved image and
+    displacement magnitude per λ, six λ a row, with a colour bar in voxels; for 3D the middle
+    slice of the plane normal to the last array axis) and ``sweep_qc.png`` (checkerboard,
+    fixed-image edges and difference before and after registration at the λ with the best mean
+    Dice, or the middle λ without label maps; the three planes of a 3D image); see
+    :mod:`hyperreg.apps.sweep_figures`. Slices
     are shown in :data:`~hyperreg.figures.slices.DISPLAY_CONVENTION`, oriented from the fixed
     image's affine, and the figures say so. With ``save_fields``, per λ also
     ``moved_lam<λ>.nii.gz``, ``warp_lam<λ>.nii.gz`` (voxel format, see
@@ -385,7 +234,7 @@ def sweep_files(
     files = [write_sweep_csv(out_dir / "sweep.csv", results)]
     raw = pair.aligned.data
     units = intensity_window(raw, normalization)
-    files += _sweep_figures(
+    files += sweep_figures(
         out_dir,
         normalize_intensity(raw, normalization),
         normalize_intensity(pair.fixed.data, normalization),

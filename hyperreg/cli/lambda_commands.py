@@ -44,7 +44,7 @@ def _add_sweep(sub: Any) -> None:
     )
     opts.add_out_argument(
         sweep,
-        "sweep.csv, sweep_curves.png (Dice and folding vs λ), "
+        "sweep.csv, sweep_curves.png (Dice, std log J and folding vs λ), "
         "sweep_montage.png (moved images and |u| across λ; 3D: middle slice)",
     )
     sweep.add_argument(

@@ -17,6 +17,7 @@ import numpy as np
 
 from hyperreg.figures.backend import pyplot, save_figure
 from hyperreg.figures.overlays import edge_mask, label_boundaries, overlay_edges
+from hyperreg.figures.planes import PLANES
 from hyperreg.figures.slices import OrientedSlice, checkerboard, oriented_slice, show_slice
 
 __all__ = ["alignment_figure"]
@@ -51,7 +52,8 @@ def alignment_figure(
     map (cyan) and where both agree (green), on the fixed image. Images are drawn on one grey scale
     from the fixed image's range, in :data:`~hyperreg.figures.slices.DISPLAY_CONVENTION` oriented by
     ``affine``; every panel title says what it shows, and the figure title gives the view. 3D arrays
-    show their middle slice (see :func:`~hyperreg.figures.slices.oriented_slice`). Intensities are
+    show their middle axial, coronal and sagittal slices, one group of rows each (see
+    :func:`~hyperreg.figures.slices.oriented_slice`). Intensities are
     shown as given (pass images on one scale, e.g. normalised to [0, 1], for the difference panel to
     mean something).
 
@@ -87,43 +89,45 @@ def alignment_figure(
                 f"{fn}(): '{name}' must have the shape of 'fixed' {tuple(fixed.shape)}, got "
                 f"{tuple(np.shape(array))}"
             )
-    fixed_view = oriented_slice(fixed, affine)
-    view = fixed_view.label + ("" if fixed.ndim == 2 else ", middle slice")
-
-    def flat(array: np.ndarray) -> np.ndarray:
-        return oriented_slice(np.asarray(array), affine).data
-
-    rows: list[tuple[str, str, np.ndarray, np.ndarray | None]] = []
+    planes: tuple[str | None, ...] = (None,) if fixed.ndim == 2 else PLANES
+    stages = [("after", "moved", moved, moved_seg)]
     if moving is not None:
-        rows.append(
-            ("before", moving_title, flat(moving), None if moving_seg is None else flat(moving_seg))
-        )
-    rows.append(("after", "moved", flat(moved), None if moved_seg is None else flat(moved_seg)))
-    contours = fixed_seg is not None and any(r[3] is not None for r in rows)
-    fixed_boundary = label_boundaries(flat(fixed_seg)) if contours else None  # type: ignore[arg-type]
+        stages.insert(0, ("before", moving_title, moving, moving_seg))
+    contours = fixed_seg is not None and any(stage[3] is not None for stage in stages)
     columns = 5 if contours else 4
     plt = pyplot()
     fig, axes = plt.subplots(
-        len(rows),
+        len(stages) * len(planes),
         columns,
-        figsize=(2.6 * columns, 2.9 * len(rows) + 0.5),
+        figsize=(2.6 * columns, 2.9 * len(stages) * len(planes) + 0.5),
         squeeze=False,
         layout="constrained",
     )
-    low, high = float(fixed_view.data.min()), float(fixed_view.data.max())
-    scale = dict(cmap="gray", vmin=low, vmax=high if high > low else low + 1.0)
-    edges = edge_mask(fixed_view.data)
-    spread = max(high - low, 1e-12)
-    for row, (stage, name, image, seg) in enumerate(rows):
-        shown = _draw_stage(
-            axes[row], fixed_view, (stage, name, image), row == 0, scale, spread, edges
-        )
+    row = 0
+    for plane in planes:
+        fixed_view = oriented_slice(fixed, affine, plane)
+        low, high = float(fixed_view.data.min()), float(fixed_view.data.max())
+        scale = dict(cmap="gray", vmin=low, vmax=high if high > low else low + 1.0)
+        edges = edge_mask(fixed_view.data)
+        spread = max(high - low, 1e-12)
+        fixed_boundary = None
         if contours:
-            assert fixed_boundary is not None  # contours implies fixed_seg
-            _draw_label_borders(axes[row, 4], fixed_view, stage, name, seg, fixed_boundary, scale)
-    fig.colorbar(
-        shown, ax=axes[:, 3].tolist(), fraction=0.04, pad=0.01, label=difference_label
-    )
+            fixed_boundary = label_boundaries(oriented_slice(fixed_seg, affine, plane).data)
+        for stage, name, image, seg in stages:
+            where = stage if plane is None else f"{plane}, {stage}"
+            flat = oriented_slice(np.asarray(image), affine, plane).data
+            shown = _draw_stage(
+                axes[row], fixed_view, (where, name, flat), stage == stages[0][0], scale,
+                spread, edges,
+            )  # fmt: skip
+            if fixed_boundary is not None:
+                seg_view = None if seg is None else oriented_slice(seg, affine, plane).data
+                _draw_label_borders(
+                    axes[row, 4], fixed_view, where, name, seg_view, fixed_boundary, scale
+                )
+            row += 1
+    view = fixed_view.label if fixed.ndim == 2 else "three planes through the middle"
+    fig.colorbar(shown, ax=axes[:, 3].tolist(), fraction=0.04, pad=0.01, label=difference_label)
     fig.suptitle(f"{title + '. ' if title else ''}alignment check; {view}", fontsize=9)
     return save_figure(fig, path, dpi=100)
 

@@ -1,17 +1,22 @@
-"""Curves against λ: mean Dice and folding on one pair of axes (sweep, tune).
+"""Curves against λ: mean Dice and folding on one pair of axes (tune), and the sweep's figure
+of Dice, std log J and folding (:func:`sweep_curves`).
 
-Numpy only; the caller makes the figure (:func:`hyperreg.figures.backend.pyplot`). Never torch
-or model code.
+:func:`plot_lambda_curves` draws on the caller's axes (:func:`hyperreg.figures.backend.pyplot`);
+:func:`sweep_curves` writes a whole figure. Numpy and matplotlib only; never torch or model code.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["plot_lambda_curves"]
+from hyperreg.figures.backend import pyplot, save_figure
+
+__all__ = ["dice_limits", "plot_lambda_curves", "sweep_curves"]
 
 
 def plot_lambda_curves(
@@ -90,3 +95,94 @@ def plot_lambda_curves(
         ncol=3,
         frameon=False,
     )
+
+
+def dice_limits(dice: Sequence[float], least: float = 0.02) -> tuple[float, float]:
+    """Y-axis limits that make a Dice curve readable: its range with a tenth of it (at least
+    ``least / 2``) added at each end, within [0, 1]; a flat curve gets ``least`` around it.
+
+    Example:
+        >>> dice_limits([0.45, 0.50])
+        (0.44, 0.51)
+    """
+    values = np.asarray(dice, dtype=np.float64)
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        return 0.0, 1.0
+    low, high = float(values.min()), float(values.max())
+    pad = max(0.1 * (high - low), least / 2)
+    return round(max(0.0, low - pad), 6), round(min(1.0, high + pad), 6)
+
+
+def sweep_curves(
+    path: str | os.PathLike[str],
+    lams: Sequence[float],
+    folding: Sequence[float],
+    log_jacobian_std: Sequence[float],
+    *,
+    dice: Sequence[float] | None = None,
+    dice_before: float | None = None,
+    dice_affine: float | None = None,
+    title: str = "",
+) -> Path:
+    """Write the curves of a λ sweep: mean Dice against λ on an axis fitted to it
+    (:func:`dice_limits`; top panel, only with ``dice``), and the field's regularity against λ
+    (bottom panel): std of log J (left axis, blue) and folding, % of voxels with J ≤ 0 (right
+    axis, red, from 0).
+
+    The Dice of no registration and of the affine stage alone are horizontal lines with their
+    value in the legend; one outside the fitted axis is not drawn and its legend says whether it
+    lies above or below.
+
+    Args:
+        path: Output PNG, written atomically.
+        lams: λ values (any order; plotted sorted).
+        folding: Percent of voxels with J ≤ 0 per λ.
+        log_jacobian_std: Standard deviation of log J (J clipped to a small positive value) per λ.
+        dice: Mean Dice per λ, or None (no label maps: the regularity panel alone).
+        dice_before: Mean Dice with no registration, or None.
+        dice_affine: Mean Dice after the affine stage alone, or None.
+        title: Figure title.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+    """
+    order = np.argsort(lams)
+    lam_sorted = np.asarray(lams, dtype=np.float64)[order]
+    plt = pyplot()
+    panels = 2 if dice is not None else 1
+    fig, axes = plt.subplots(
+        panels, 1, figsize=(5.8, 2.7 * panels + 0.6), sharex=True, squeeze=False,
+        layout="constrained",
+    )  # fmt: skip
+    if dice is not None:
+        ax = axes[0, 0]
+        curve = np.asarray(dice, dtype=np.float64)[order]
+        ax.plot(lam_sorted, curve, "o-", ms=3, label="mean Dice")
+        low, high = dice_limits(curve)
+        for value, name, style in (
+            (dice_before, "no registration", dict(color="gray", ls="--")),
+            (dice_affine, "affine alone", dict(color="tab:purple", ls="-.")),
+        ):
+            if value is None or not np.isfinite(value):
+                continue
+            where = "" if low <= value <= high else (" below" if value < low else " above")
+            line = ax.axhline(value, label=f"{name} {value:.3f}{where}", **style)
+            line.set_visible(not where)
+        ax.set_ylim(low, high)
+        ax.set_ylabel("mean Dice")
+        ax.legend(fontsize=7, loc="best", frameon=False)
+        ax.grid(alpha=0.3)
+    ax = axes[-1, 0]
+    ax.plot(lam_sorted, np.asarray(log_jacobian_std)[order], "o-", ms=3, color="tab:blue")
+    ax.set_ylabel("std log J", color="tab:blue")
+    ax.set_xlabel("λ")
+    ax.grid(alpha=0.3)
+    twin = ax.twinx()
+    folding_sorted = np.asarray(folding, dtype=np.float64)[order]
+    twin.plot(lam_sorted, folding_sorted, "s-", ms=3, color="tab:red")
+    twin.set_ylabel("% voxels with J ≤ 0", color="tab:red")
+    twin.set_ylim(0.0, 1.15 * float(np.nanmax(folding_sorted, initial=0.0)) or 0.1)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    return save_figure(fig, path)
