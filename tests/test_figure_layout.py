@@ -154,3 +154,27 @@ def test_evaluate_box_plot_stays_bounded_past_150_structures(tmp_path: Path, fig
     assert shown == lowest  # the lowest 20 by median Dice, lowest first, named
     few = structure_boxplots(tmp_path / "f.png", names[:5], dice[:5], hd95[:5])
     assert _size(few)[1] < height
+
+
+def test_register_figure_of_slices_in_different_world_planes(tmp_path: Path, figures) -> None:
+    """The moving slice 12 mm off the fixed one's plane: nothing of it reaches the fixed grid
+    through the headers, so the figure shows the moved image alone (no black 'before' row)."""
+    import nibabel as nib
+    from lambda_helpers import save_tiny_model, write_pair
+
+    from hyperreg.cli import main
+
+    files = write_pair(tmp_path, "p")
+    image = nib.load(files["moving"])
+    shifted = image.affine.copy()
+    shifted[:3, 3] += 12 * shifted[:3, 2]  # along the slice normal
+    nib.save(nib.Nifti1Image(np.asarray(image.dataobj), shifted), files["moving"])
+    args = ["register", "--model", str(save_tiny_model(tmp_path / "m.pt")), "--moving",
+            str(files["moving"]), "--fixed", str(files["fixed"]), "--moved",
+            str(tmp_path / "moved.nii.gz"), "--lambda", "0.5", "--figure"]  # fmt: skip
+    assert main([*args, str(tmp_path / "f.png")]) == 0
+    titles = [t for t, _, _ in figures[-1].widths]
+    assert len(titles) == 4 and all(t.startswith("after") for t in titles)
+    assert "does not reach the fixed grid" in figures[-1].fig._suptitle.get_text()
+    moved = np.asarray(nib.load(tmp_path / "moved.nii.gz").dataobj)
+    assert moved.std() > 0  # the moved image is not blank

@@ -267,9 +267,12 @@ def alignment_png(path: PathLike, pair: PreparedPair, result: PairResult) -> Non
     """Write the alignment check of one registration (``register --figure``) with
     :func:`hyperreg.figures.alignment.alignment_figure`: the moving image on the fixed grid (after
     the affine stage when one ran; the panel says which) and the moved image against the fixed
-    image, all scaled to [0, 1] with the moving image's window of the default normalisation (the
-    fixed with its own; :func:`~hyperreg.geometry.intensity.normalize_intensity`), so that a
-    few outlying voxels do not darken the panels."""
+    image, all scaled to [0, 1] with the window of the default normalisation of the moving image
+    as read (the moved image's units; the fixed with its own;
+    :func:`~hyperreg.geometry.intensity.normalize_intensity`), so that a few outlying voxels do
+    not darken the panels. When nothing of the moving image reaches the fixed grid before the
+    field (e.g. 2D slices in different world planes) the "before" row is left out and the title
+    says why: the figure shows the images on the fixed grid, as the moved image is."""
     import numpy as np
 
     from hyperreg.figures.alignment import alignment_figure
@@ -277,8 +280,9 @@ def alignment_png(path: PathLike, pair: PreparedPair, result: PairResult) -> Non
     from hyperreg.registration.chain import sample_volume
 
     raw = pair.aligned.data
-    low, high = intensity_window(raw)
+    low, high = intensity_window(pair.moving.data)
     spread = high - low if high > low else 1.0
+    reaches = bool(np.any(raw != 0)) or not np.any(result.moved != 0)
     moving_seg = pair.aligned_seg.data if pair.aligned_seg is not None else None
     if pair.chained and pair.moving_seg is not None:
         moving_seg = sample_volume(pair.moving_seg, pair.transform, None, pair.fixed, label=True)
@@ -292,7 +296,7 @@ def alignment_png(path: PathLike, pair: PreparedPair, result: PairResult) -> Non
         normalize_intensity(pair.fixed.data),
         np.clip((result.moved - low) / spread, 0.0, 1.0),
         pair.fixed.affine,
-        moving=np.clip((raw - low) / spread, 0.0, 1.0),
+        moving=np.clip((raw - low) / spread, 0.0, 1.0) if reaches else None,
         moving_title=(
             "moving (after the affine stage)"
             if pair.chained
@@ -300,8 +304,9 @@ def alignment_png(path: PathLike, pair: PreparedPair, result: PairResult) -> Non
         ),
         fixed_seg=pair.fixed_seg.data if pair.fixed_seg is not None else None,
         moved_seg=result.moved_seg,
-        moving_seg=moving_seg,
-        title=f"{names[0]} to {names[1]} at λ = {result.lam:.3g}",
+        moving_seg=moving_seg if reaches else None,
+        title=f"{names[0]} to {names[1]} at λ = {result.lam:.3g}"
+        + ("" if reaches else " (no 'before' row: the moving image does not reach the fixed grid)"),
         difference_label="|difference| (intensities scaled to [0, 1])",
     )
 

@@ -128,7 +128,8 @@ def alignment_figure(
             row += 1
     view = fixed_view.label if fixed.ndim == 2 else "three planes through the middle"
     fig.colorbar(shown, ax=axes[:, 3].tolist(), fraction=0.04, pad=0.01, label=difference_label)
-    fig.suptitle(f"{title + '. ' if title else ''}alignment check; {view}", fontsize=9)
+    heading = f"{title + '. ' if title else ''}alignment check; {view}"
+    fig.suptitle(textwrap.fill(heading, int(13 * 2.6 * columns)), fontsize=9)
     return save_figure(fig, path, dpi=100)
 
 
