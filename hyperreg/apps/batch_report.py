@@ -48,7 +48,7 @@ _COLUMNS = (
     ("mean_dice", "Dice after", "3"),
     ("folding_percent", "folding %", "4"),
     ("log_jacobian_std", "std log J", "3"),
-    ("lambda_chosen", "λ", "4"),
+    ("lambda_chosen", "λ", "3"),
     ("lambda_reason", "λ source", "text"),
     ("seconds", "seconds", "1"),
     ("warnings", "warnings", "text"),
@@ -56,15 +56,17 @@ _COLUMNS = (
 )
 
 _STYLE = """
-body{font:14px system-ui,sans-serif;margin:16px;background:#fafafa;color:#222}
+body{font:13px system-ui,sans-serif;margin:16px;background:#fafafa;color:#222}
 h1{font-size:20px;margin:0 0 6px}p.note{color:#555;margin:4px 0 12px}
 table{border-collapse:collapse;background:#fff}
-th,td{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}
+th,td{border:1px solid #ccc;padding:3px 5px;text-align:left;vertical-align:top}
 th{background:#eee;cursor:pointer;user-select:none;white-space:nowrap}
 th[data-dir=asc]::after{content:' ▲'}th[data-dir=desc]::after{content:' ▼'}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 tr.check td{background:#fff4d6}tr.failed td{background:#fde2e2}
-td.warn{max-width:22em;font-size:12px;color:#8a5a00}td.small{max-width:18em;font-size:12px}
+td.warn,td.small{max-width:11em;font-size:12px;white-space:nowrap;overflow:hidden;
+text-overflow:ellipsis}td.warn{color:#8a5a00}td.file{white-space:nowrap}
+table.numbers td{white-space:normal;max-width:none;text-align:left}
 table.numbers{max-width:760px}
 .planes{display:flex;flex-wrap:wrap;gap:14px}.plane{display:flex;flex-direction:column}
 .stack{position:relative;background:#000}.stack img{position:absolute;left:0;top:0;
@@ -176,11 +178,12 @@ def _number(text: str) -> float | None:
 def _cell(row: dict[str, str], column: str, kind: str) -> str:
     """One ``<td>``: numbers right-aligned with their value for sorting, files by name."""
     text = row.get(column, "") or ""
+    tip = html.escape(text, quote=True)
     if kind == "file":
-        return f"<td title='{html.escape(text, quote=True)}'>{html.escape(Path(text).name)}</td>"
-    if kind == "text":
-        css = " class=warn" if column == "warnings" and text else " class=small"
-        return f"<td{css}>{html.escape(text)}</td>"
+        return f"<td class=file title='{tip}'>{html.escape(Path(text).name)}</td>"
+    if kind == "text":  # one line; the whole text on hover (and on the pair's page)
+        css = "warn" if column == "warnings" and text else "small"
+        return f"<td class={css} title='{tip}'>{html.escape(text)}</td>"
     value = _number(text)
     if value is None:
         return "<td class=num data-value=''></td>"
