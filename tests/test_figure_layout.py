@@ -96,6 +96,17 @@ def test_the_montage_wraps_into_rows_of_bounded_width(tmp_path: Path, figures) -
     assert len(_images(montage)) == 2 + 2 * 12  # moving, fixed, then moved and |u| per λ
     few = sweep_figures.sweep_figures(tmp_path, image, image, _results(3, shape), pair)
     assert _size(few[1])[0] < width  # three λ: one row of four columns
+    volume = np.random.default_rng(5).random((20, 24, 16))
+    paths = sweep_figures.sweep_figures(tmp_path, volume, volume, _results(12, volume.shape), pair)
+    width, height = _size(paths[1])
+    assert width <= 1500 and height <= 2000, (width, height)
+    titles = [t for t, _, _ in figures[1 + 3 * 2].widths]  # the 3D montage
+    assert len(titles) == 3 + 1 + 12 * (3 + 1)  # fixed in 3 planes, moving; 3 planes and |u|
+    assert [t for t in titles if t.startswith("fixed")] == [
+        "fixed, axial",
+        "fixed, coronal",
+        "fixed, sagittal",
+    ]
 
 
 def test_sweep_curves_show_std_log_j_and_a_fitted_dice_axis(tmp_path: Path, figures) -> None:

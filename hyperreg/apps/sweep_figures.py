@@ -2,11 +2,11 @@
 
 :func:`sweep_figures` writes ``sweep_curves.png`` (Dice on a fitted axis, std log J and
 folding against λ: :func:`hyperreg.figures.curves.sweep_curves`), ``sweep_montage.png`` (the
-moved image and the displacement magnitude per λ, wrapped into rows of at most
-:data:`MONTAGE_COLUMNS` λ) and ``sweep_qc.png`` (checkerboard, fixed edges and difference before
-and after registration at the chosen λ; one row per stage and plane: the three planes of a 3D
-image). Slices are in :data:`~hyperreg.figures.slices.DISPLAY_CONVENTION`. Must not import
-train or cli.
+moved image, in three planes for 3D, and the displacement magnitude per λ, wrapped into rows
+of at most :data:`MONTAGE_COLUMNS` λ) and ``sweep_qc.png`` (checkerboard, fixed edges and
+difference before and after registration at the chosen λ; one row per stage and plane: the
+three planes of a 3D image). Slices are in :data:`~hyperreg.figures.slices.DISPLAY_CONVENTION`.
+Must not import train or cli.
 """
 
 from __future__ import annotations
@@ -83,55 +83,56 @@ def _montage(
     affine: np.ndarray,
     moving_name: str,
 ) -> Path:
-    """sweep_montage.png: the moving and fixed images, then per λ (at most :data:`MONTAGE_MAX`,
-    evenly chosen) the moved image above its displacement magnitude, :data:`MONTAGE_COLUMNS` λ
-    a row. A 3D image shows the slice of its middle normal to its last array axis."""
+    """sweep_montage.png: per λ (at most :data:`MONTAGE_MAX`, evenly chosen;
+    :data:`MONTAGE_COLUMNS` a row) the moved image in each plane (one for 2D; axial, coronal,
+    sagittal for 3D) above its displacement magnitude (the plane normal to the last array
+    axis); the first column holds the fixed image beside the moved rows and the moving image
+    beside the magnitudes."""
     chosen = sorted(results, key=lambda r: r.lam)
     if len(chosen) > MONTAGE_MAX:
         picks = np.unique(np.linspace(0, len(chosen) - 1, MONTAGE_MAX).round().astype(int))
         chosen = [chosen[i] for i in picks]
+    planes: Sequence[str | None] = (None,) if fixed.ndim == 2 else PLANES
     per_row = min(MONTAGE_COLUMNS, len(chosen))
-    blocks = -(-len(chosen) // per_row)
-    columns = per_row + 1
+    blocks, height = -(-len(chosen) // per_row), len(planes) + 1  # rows of panels per block
     plt = pyplot()
     fig, axes = plt.subplots(
-        2 * blocks, columns, figsize=(1.9 * columns + 0.8, 2.2 * 2 * blocks + 0.4),
+        height * blocks, per_row + 1, figsize=(1.9 * per_row + 2.7, 2.1 * height * blocks + 0.4),
         squeeze=False, layout="constrained",
     )  # fmt: skip
-    moving_view = oriented_slice(moving, affine)
-    show_slice(axes[0, 0], moving_view, moving_name, cmap="gray", letters=True)
-    show_slice(axes[1, 0], oriented_slice(fixed, affine), "fixed", cmap="gray", letters=True)
-    for ax in axes[2:, 0]:
+    for ax in axes[height:, 0]:
         ax.axis("off")
-    moved = [oriented_slice(r.moved, affine) for r in chosen]
+    moved = [[oriented_slice(r.moved, affine, plane) for plane in planes] for r in chosen]
+    low = min(float(v.data.min()) for views in moved for v in views)  # one grey scale
+    high = max(float(v.data.max()) for views in moved for v in views)
+    for row, plane in enumerate(planes):
+        where = "" if plane is None else f", {plane}"
+        view = oriented_slice(fixed, affine, plane)
+        show_slice(axes[row, 0], view, f"fixed{where}", cmap="gray", letters=True)
+    moving_view = oriented_slice(moving, affine)
+    show_slice(axes[height - 1, 0], moving_view, moving_name, cmap="gray", letters=True)
     magnitudes = [oriented_slice(np.linalg.norm(r.disp, axis=0), affine) for r in chosen]
-    low = min(float(v.data.min()) for v in moved)  # one grey scale for every λ
-    high = max(float(v.data.max()) for v in moved)
     vmax = max(float(m.data.max()) for m in magnitudes) or 1.0
-    for number, (r, view, mag) in enumerate(zip(chosen, moved, magnitudes)):
-        row, column = 2 * (number // per_row), 1 + number % per_row
+    for number, (r, views, mag) in enumerate(zip(chosen, moved, magnitudes)):
+        top, column = height * (number // per_row), 1 + number % per_row
         dice = f"\nDice {r.mean_dice:.3f}" if r.dice is not None else ""
-        show_slice(
-            axes[row, column], view, f"λ = {r.lam:.3g}{dice}", cmap="gray", vmin=low, vmax=high
-        )
+        for row, view in enumerate(views):
+            title = f"λ = {r.lam:.3g}{dice}" if row == 0 else ""
+            show_slice(axes[top + row, column], view, title, cmap="gray", vmin=low, vmax=high)
         shown = show_slice(
-            axes[row + 1, column],
-            mag,
-            f"λ = {r.lam:.3g}\nmax |u| {mag.data.max():.1f}",
-            cmap="magma",
-            vmin=0,
-            vmax=vmax,
-        )
+            axes[top + height - 1, column], mag, f"λ = {r.lam:.3g}\nmax |u| {mag.data.max():.1f}",
+            cmap="magma", vmin=0, vmax=vmax,
+        )  # fmt: skip
     for number in range(len(chosen), blocks * per_row):  # empty places of the last row
-        row, column = 2 * (number // per_row), 1 + number % per_row
-        axes[row, column].axis("off")
-        axes[row + 1, column].axis("off")
+        for ax in axes[height * (number // per_row) :, 1 + number % per_row]:
+            ax.axis("off")
     fig.colorbar(shown, ax=axes[:, -1].tolist(), fraction=0.05, pad=0.01, label="|u| (voxels)")
-    view = moving_view.label + ("" if moving.ndim == 2 else ", middle slice")
+    view = moving_view.label + ("" if moving.ndim == 2 else " for |u| and the moving image")
     fig.suptitle(
-        f"moved image per λ, each above its displacement magnitude |u| (voxels). {view}",
+        _wrap(f"moved image per λ ({'three planes, ' if len(planes) > 1 else ''}beside the "
+              f"fixed image), above its displacement magnitude |u| (voxels). {view}", 110),
         fontsize=9,
-    )
+    )  # fmt: skip
     return save_figure(fig, path, dpi=100)
 
 
