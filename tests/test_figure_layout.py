@@ -189,3 +189,29 @@ def test_register_figure_of_slices_in_different_world_planes(tmp_path: Path, fig
     assert "does not reach the fixed grid" in figures[-1].fig._suptitle.get_text()
     moved = np.asarray(nib.load(tmp_path / "moved.nii.gz").dataobj)
     assert moved.std() > 0  # the moved image is not blank
+
+
+def test_evaluate_with_150_named_structures_draws_a_bounded_named_plot(
+    tmp_path: Path, figures
+) -> None:
+    """evaluate on label maps with 150 structures and an id,name CSV: the box plot stays within
+    a width limit and names its structures (the lowest by median Dice first)."""
+    from lambda_helpers import write_nifti
+
+    from hyperreg.cli import main
+
+    fixed = np.repeat(np.arange(1, 151, dtype=np.uint8), 4).reshape(30, 20)  # 150 bands
+    moved = np.roll(fixed, 1, axis=1)  # a shift: a different Dice per structure
+    moved[:15] = fixed[:15]  # the top half's structures untouched: Dice 1
+    write_nifti(tmp_path / "fixed_seg.nii.gz", fixed[..., None])
+    write_nifti(tmp_path / "moved_seg.nii.gz", moved[..., None])
+    (tmp_path / "pairs.csv").write_text("moved_seg,fixed_seg\nmoved_seg.nii.gz,fixed_seg.nii.gz\n")
+    names = tmp_path / "names.csv"
+    names.write_text("id,name\n" + "".join(f"{i},region-{i}\n" for i in range(1, 151)))
+    args = ["evaluate", "--pairs", str(tmp_path / "pairs.csv"), "--out", str(tmp_path / "out")]
+    assert main([*args, "--label-names", str(names)]) == 0
+    width, height = _size(tmp_path / "out" / "evaluation_boxplot.png")
+    assert width <= 1200 and height <= 1100, (width, height)
+    shown = [t.get_text() for t in figures[-1].fig.axes[0].get_yticklabels()]
+    assert len(shown) == 20 and all(name.startswith("region-") for name in shown)
+    assert {int(name.split("-")[1]) for name in shown} <= set(range(76, 151))  # shifted ones
