@@ -89,7 +89,7 @@ def structure_boxplots(
         for column, (values, unit) in enumerate(((dice, "Dice"), (hd95, "HD95 (mm)"))):
             ax = axes[row, column]
             data = [_finite(values[i]) for i in members]
-            ax.boxplot(data, orientation="horizontal", widths=0.6, flierprops={"ms": 3})
+            ax.boxplot(data, widths=0.6, flierprops={"ms": 3}, **_horizontal())
             ax.set_yticks(range(1, len(members) + 1))
             ax.set_yticklabels([names[i] for i in members] if column == 0 else [], fontsize=7)
             ax.invert_yaxis()  # lowest median Dice at the top
@@ -103,6 +103,15 @@ def structure_boxplots(
     if title:
         fig.suptitle(title, fontsize=9)
     return save_figure(fig, path)
+
+
+def _horizontal() -> dict[str, object]:
+    """``boxplot``'s keyword for horizontal boxes: ``orientation`` from matplotlib 3.10 on
+    (``vert`` is deprecated from 3.11), ``vert=False`` before."""
+    import matplotlib
+
+    major, minor = (int(part) for part in matplotlib.__version__.split(".")[:2])
+    return {"orientation": "horizontal"} if (major, minor) >= (3, 10) else {"vert": False}
 
 
 def _finite(values: Sequence[float]) -> list[float]:
