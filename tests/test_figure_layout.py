@@ -64,6 +64,8 @@ def test_a_3d_alignment_figure_shows_three_planes(tmp_path: Path, figures) -> No
     titles = [ax.get_title() for ax in _images(figures[-1].fig)]
     for plane in ("axial", "coronal", "sagittal"):
         assert sum(plane in t for t in titles) == 2 * 5  # before and after rows, 5 panels each
+    for title, title_width, panel_width in figures[-1].widths:  # titles within their panels
+        assert title_width <= 1.15 * panel_width, title
     alignment_figure(tmp_path / "b.png", fixed[..., 0], fixed[::-1, :, 0], np.eye(4))
     assert len(_images(figures[-1].fig)) == 4  # 2D: one plane, one row
 

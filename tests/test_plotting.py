@@ -227,7 +227,7 @@ def test_alignment_figure_panels_say_what_they_show(tmp_path, monkeypatch) -> No
         title="a.nii.gz to b.nii.gz at λ = 0.5",
     )
     assert path.stat().st_size > 5_000
-    joined = " | ".join(titles)
+    joined = " | ".join(t.replace("\n", " ") for t in titles)  # titles wrap to their panels
     for text in (
         "before: moving after the affine stage",
         "after: fixed edges (red) on moved",

@@ -25,6 +25,7 @@ __all__ = ["alignment_figure"]
 _FIXED_CONTOUR = "yellow"
 _MOVED_CONTOUR = "cyan"
 _BOTH_CONTOUR = "lime"
+_TITLE = 36  # characters a panel title line holds at most
 
 
 def alignment_figure(
@@ -151,27 +152,27 @@ def _draw_stage(
     show_slice(
         axes[0],
         fixed_view._replace(data=image),
-        textwrap.fill(f"{stage}: {name}", 40),
+        textwrap.fill(f"{stage}: {name}", _TITLE),
         letters=letters,
         **scale,
     )
     show_slice(
         axes[1],
         fixed_view._replace(data=image),
-        f"{stage}: fixed edges (red) on {short}",
+        textwrap.fill(f"{stage}: fixed edges (red) on {short}", _TITLE),
         **scale,
     )
     overlay_edges(axes[1], edges)
     show_slice(
         axes[2],
         fixed_view._replace(data=checkerboard(image, fixed_view.data)),
-        f"{stage}: checkerboard {short} / fixed",
+        textwrap.fill(f"{stage}: checkerboard {short} / fixed", _TITLE),
         **scale,
     )
     return show_slice(
         axes[3],
         fixed_view._replace(data=np.abs(image - fixed_view.data)),
-        f"{stage}: |{short} − fixed|",
+        textwrap.fill(f"{stage}: |{short} − fixed|", _TITLE),
         cmap="viridis",
         vmin=0,
         vmax=0.5 * spread,
