@@ -186,3 +186,18 @@ def test_the_report_renders_sorts_and_flickers(batch: dict[str, Path]) -> None:
         browser.wait_for("document.body.dataset.shown !== '" + seen.pop() + "'", 5)
         browser.evaluate("document.getElementById('showFixed').click()")
         assert browser.evaluate("document.querySelector('img.moved').style.visibility") == "hidden"
+
+
+def test_missing_and_non_finite_numbers_sort_last_and_an_empty_error_is_a_row(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "pairs" / "a").mkdir(parents=True)
+    (tmp_path / "summary.csv").write_text(
+        "index,name,moving,fixed,moved,mean_dice,verdict\n"
+        "0,a,m.nii.gz,f.nii.gz,pairs/a/moved.nii.gz,nan,ok\n"
+    )
+    (tmp_path / "failures.csv").write_text("index,name,moving,fixed,error\n1,b,m2,f2,\n")
+    page = write_report(tmp_path).read_text()
+    assert [css for css, _ in _rows(page)] == ["failed", "ok"]
+    assert "<td class=num data-value=''>nan</td>" in page
+    assert "No images: " in (tmp_path / "pairs" / "a" / "report.html").read_text()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import html
 import logging
+import math
 import os
 import time
 from pathlib import Path
@@ -136,7 +137,8 @@ def write_report(out: str | os.PathLike[str]) -> Path:
     checks = sum(r.get("verdict", "").startswith("check") for r in rows)
     title = f"hyperreg batch: {done} registered, {checks} to check, {len(failures)} failed"
     page = (
-        f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{title}</title>"
+        f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}"
+        "</title>"
         f"<style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
         f"<p class=note>{html.escape(str(root.resolve()))}: summary.csv and failures.csv as of "
         f"{time.strftime('%Y-%m-%d %H:%M:%S')}. Pairs to check and failed pairs first; click a "
@@ -156,9 +158,11 @@ def _stale(folder: Path) -> bool:
 
 def _ordered(rows: list[dict[str, str]], failures: list[dict[str, str]]) -> list[dict[str, str]]:
     """Failed pairs, then pairs to check, then the others; by index within each group."""
-    failed = [{**f, "verdict": "failed: " + f.get("error", "").splitlines()[0]} for f in failures]
-    for row in failed:
-        row["_failed"] = "1"
+    failed = [
+        {**f, "verdict": "failed: " + "".join((f.get("error") or "").splitlines()[:1]),
+         "_failed": "1"}
+        for f in failures
+    ]  # fmt: skip
 
     def order(row: dict[str, str]) -> tuple[int, float]:
         group = 0 if row.get("_failed") else 1 if row.get("verdict", "").startswith("check") else 2
@@ -175,8 +179,10 @@ def _number(text: str) -> float | None:
         return None
 
 
-def _cell(row: dict[str, str], column: str, kind: str) -> str:
-    """One ``<td>``: numbers right-aligned with their value for sorting, files by name."""
+def _cell(row: dict[str, str], column: str, kind: str, link: bool = True) -> str:
+    """One ``<td>``: numbers right-aligned with their value for sorting (none for a missing or
+    non-finite one: it sorts last), files by name; the index links to the pair's page unless
+    ``link`` is False or the pair failed."""
     text = row.get(column, "") or ""
     tip = html.escape(text, quote=True)
     if kind == "file":
@@ -185,10 +191,10 @@ def _cell(row: dict[str, str], column: str, kind: str) -> str:
         css = "warn" if column == "warnings" and text else "small"
         return f"<td class={css} title='{tip}'>{html.escape(text)}</td>"
     value = _number(text)
-    if value is None:
-        return "<td class=num data-value=''></td>"
+    if value is None or not math.isfinite(value):
+        return f"<td class=num data-value=''>{html.escape(text)}</td>"
     shown = f"{value:.0f}" if kind == "int" else f"{value:.{kind}f}"
-    if kind == "int" and not row.get("_failed"):
+    if kind == "int" and link and not row.get("_failed"):
         link = f"pairs/{quote(row['name'])}/{REPORT}"
         shown = f"<a href='{html.escape(link, quote=True)}'>{shown}</a>"
     return f"<td class=num data-value='{value!r}'>{shown}</td>"
@@ -240,7 +246,7 @@ def pair_page(out: str | os.PathLike[str], row: dict[str, str]) -> Path:
         logger.warning("no images on the page of pair %s: %s", row["name"], err)
         figures = f"<p class=note>No images: {html.escape(str(err))}</p>"
     numbers = "".join(
-        f"<tr><th>{html.escape(header)}</th>{_cell({**row, '_failed': '1'}, column, kind)}</tr>"
+        f"<tr><th>{html.escape(header)}</th>{_cell(row, column, kind, link=False)}</tr>"
         for column, header, kind in _COLUMNS
     )
     title = f"hyperreg batch: pair {row['name']}"
