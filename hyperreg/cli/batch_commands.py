@@ -82,7 +82,7 @@ def _add_batch(sub: Any) -> None:
         "--report",
         action="store_true",
         help="also write OUT/report.html (one row per pair, pairs to check first, sortable; "
-        "opens from file://) and a page per pair with a fixed/moved flicker in three planes, "
+        "opens from file://) and a page per pair with a fixed/moved flicker (three planes in 3D), "
         "updated as pairs finish",
     )
     batch.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm bar")
