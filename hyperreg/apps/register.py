@@ -115,9 +115,11 @@ def register_files(
             (:func:`hyperreg.apps.models.pair_refinement`: a bundled model's card may ask for
             some steps, any other model runs none); a
             :class:`~hyperreg.apps.models.DefaultSteps`: those steps with its settings.
-        inverse_warp_out: Output for the inverse displacement field (``exp(−v)``, same grid,
-            affine and ``warp_format`` as ``warp_out``), or None. Needs a diffeomorphic model
-            and ``init="none"``.
+        inverse_warp_out: Output for the inverse of the whole transform (affine stage and field,
+            :meth:`~hyperreg.registration.transform_chain.TransformChain.inverse`), in
+            ``warp_format``, or None: defined on the moving image's grid (its affine), so that
+            warping the fixed image with it lands on the moving image (on the fixed grid when
+            the pair needs no chain). Needs a diffeomorphic model.
         init: ``"affine"`` (default), ``"rigid"`` or ``"none"``: the affine stage.
         affine_out: Output ITK transform file (``.mat``, ``.tfm`` or ``.txt``) of that stage,
             or None.
@@ -178,7 +180,7 @@ def register_files(
     if figure is not None and not str(figure).lower().endswith(".png"):
         raise InputError(fn, "{0} must end in .png, got '{figure}'", "figure", figure=figure)
     if inverse_warp_out is not None:
-        _check_inverse(fn, model, init, initial_affine)
+        _check_inverse(fn, model)
     if isinstance(refine, Refinement):
         check_refinement(fn, refine)
     refine = pair_refinement(model, refine)
@@ -229,31 +231,9 @@ def _prepare(
     return load_pair(moving, fixed_v, **read, **options)
 
 
-def _check_inverse(
-    fn: str, model: HyperMorph, init: str, initial_affine: AffineTransform | PathLike | None
-) -> None:
-    """An inverse field is asked for: the transform must be the field alone (no affine stage,
-    no initial affine) and the model must integrate a velocity field."""
-    if initial_affine is not None:
-        raise InputError(
-            fn,
-            "{0} inverts only the deformable field; with {1} the transform also holds that "
-            "affine: resample the moving image through it first (e.g. 'hyperreg affine'), then "
-            "register the result with {2} 'none' and without {1}",
-            "inverse_warp_out",
-            "initial_affine",
-            "init",
-        )
-    if init != "none":
-        raise InputError(
-            fn,
-            "{0} inverts only the deformable field; with {1} {init!r} the transform also holds "
-            "an affine: use {1} 'none' (for a pair that is already aligned, e.g. by 'hyperreg "
-            "affine')",
-            "inverse_warp_out",
-            "init",
-            init=init,
-        )
+def _check_inverse(fn: str, model: HyperMorph) -> None:
+    """An inverse field is asked for: the model must integrate a velocity field (the affine
+    stage, or an initial affine, is inverted with the field as one chain)."""
     if model.config.int_steps == 0:
         raise InputError(
             fn,
@@ -337,7 +317,8 @@ def write_result(
         transform = AffineTransform.identity() if headers else pair.transform
         jobs.append(partial(save_affine, affine_out, transform, fixed.ndim))
     if inverse_warp_out is not None and result.inverse_disp is not None:
-        inverse = partial(save_displacement, inverse_warp_out, result.inverse_disp, fixed)
+        grid = pair.moving if pair.chained else fixed  # the inverse chain's grid
+        inverse = partial(save_displacement, inverse_warp_out, result.inverse_disp, grid)
         jobs.append(partial(inverse, format=warp_format))
     if moved_seg is not None and result.moved_seg is not None:
         jobs.append(partial(save_volume, moved_seg, result.moved_seg, fixed, label=True))
