@@ -13,20 +13,16 @@ differing grids are an error. Applying or inspecting a saved field afterwards is
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from hyperreg._checks import check_option
 from hyperreg._errors import InputError, passed_as
 from hyperreg.apps.models import DefaultSteps, check_lambda, pair_lambda, pair_refinement
+from hyperreg.apps.outputs import OutputSpec, write_outputs
 from hyperreg.apps.transforms import check_transform_path
-from hyperreg.geometry.affine import AffineTransform, save_affine
-from hyperreg.geometry.fields import DISPLACEMENT_FORMATS, check_itk_grid, save_displacement
-from hyperreg.geometry.io import save_volume
+from hyperreg.geometry.affine import AffineTransform
+from hyperreg.geometry.fields import DISPLACEMENT_FORMATS, check_itk_grid
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.inputs import load_input
 from hyperreg.registration.pairs import PathLike, check_outputs
@@ -176,6 +172,7 @@ def register_files(
         field_out=field_out,
     )
     check_outputs(fn, (moving, fixed, moving_seg, fixed_seg), **outputs)
+    spec = OutputSpec(**outputs, affine_out=affine_out, warp_format=warp_format)
     check_transform_path(fn, "affine_out", affine_out)
     if figure is not None and not str(figure).lower().endswith(".png"):
         raise InputError(fn, "{0} must end in .png, got '{figure}'", "figure", figure=figure)
@@ -205,7 +202,7 @@ def register_files(
         model, [chosen.lam], refine, inverse=inverse, passes=passes, never_worse=never_worse
     )[0]
     result.lam_reason = chosen.reason
-    write_result(result, pair, **outputs, affine_out=affine_out, warp_format=warp_format)
+    write_outputs(spec, result, pair)
     if figure is not None:
         alignment_png(figure, pair, result)
     return result
@@ -298,36 +295,16 @@ def write_result(
     affine_out: PathLike | None = None,
     warp_format: str = "voxel",
 ) -> None:
-    """Write the outputs of one registration that are given, each atomically, on the fixed
-    grid with its affine and layout (see :func:`register_files` for their contents).
-
-    The files are written side by side, one thread per core: gzip compression of a 3D field
-    dominates the writing and zlib releases the GIL while it compresses. The first error is
-    raised after every write has ended."""
-    fixed = pair.fixed
-    jobs: list[Callable[[], object]] = []
-    if moved is not None:
-        jobs.append(partial(save_volume, moved, result.moved, fixed))
-    if warp_out is not None:
-        jobs.append(partial(save_displacement, warp_out, result.warp, fixed, format=warp_format))
-    if field_out is not None:
-        jobs.append(partial(save_displacement, field_out, result.disp, fixed, format=warp_format))
-    if affine_out is not None:  # the identity when the pair as it came was kept
-        headers = result.verdict is not None and result.verdict.kept == "headers"
-        transform = AffineTransform.identity() if headers else pair.transform
-        jobs.append(partial(save_affine, affine_out, transform, fixed.ndim))
-    if inverse_warp_out is not None and result.inverse_disp is not None:
-        grid = pair.moving if pair.chained else fixed  # the inverse chain's grid
-        inverse = partial(save_displacement, inverse_warp_out, result.inverse_disp, grid)
-        jobs.append(partial(inverse, format=warp_format))
-    if moved_seg is not None and result.moved_seg is not None:
-        jobs.append(partial(save_volume, moved_seg, result.moved_seg, fixed, label=True))
-    workers = min(len(jobs), os.cpu_count() or 1)
-    if workers <= 1:
-        for job in jobs:
-            job()
-        return
-    with ThreadPoolExecutor(workers) as pool:
-        futures = [pool.submit(job) for job in jobs]
-    for future in futures:
-        future.result()  # re-raises the first failure
+    """Write the outputs of one registration that are given, each atomically (see
+    :func:`register_files` for their contents): :func:`hyperreg.apps.outputs.write_outputs`
+    through the :class:`~hyperreg.apps.outputs.OutputSpec` of these keywords."""
+    spec = OutputSpec(
+        moved=moved,
+        warp_out=warp_out,
+        moved_seg=moved_seg,
+        inverse_warp_out=inverse_warp_out,
+        field_out=field_out,
+        affine_out=affine_out,
+        warp_format=warp_format,
+    )
+    write_outputs(spec, result, pair)
