@@ -22,7 +22,7 @@ from functools import partial
 from typing import Any
 
 from hyperreg.geometry.affine import AffineTransform, save_affine
-from hyperreg.geometry.fields import save_displacement
+from hyperreg.geometry.fields import check_itk_grid, save_displacement
 from hyperreg.geometry.io import save_volume
 from hyperreg.registration.pairs import PathLike
 from hyperreg.registration.pipeline import PairResult, PreparedPair
@@ -96,6 +96,8 @@ def _inverse(path: PathLike, result: PairResult, pair: PreparedPair, spec: Outpu
     if result.inverse_disp is None:
         return None
     grid = pair.moving if pair.chained else pair.fixed  # the inverse chain's grid
+    if spec.warp_format == "itk":
+        check_itk_grid(grid)  # before any file is written
     return partial(save_displacement, path, result.inverse_disp, grid, format=spec.warp_format)
 
 
