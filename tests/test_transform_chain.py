@@ -148,8 +148,8 @@ def test_real_2d_pair_round_trip_through_the_affine_stage(tmp_path) -> None:
     assert result.verdict is not None and result.verdict.kept == "registered"
     assert result.inverse_disp is not None
     assert result.inverse_disp.shape == (2, *pair.moving.spatial_shape)
-    chain = TransformChain(pair.transform, result.disp, pair.fixed, pair.moving, None)
-    moved_seg = chain.apply(pair.moving_seg, label=True)
+    moved_seg = pair.chain(result).apply(pair.moving_seg, label=True)
+    np.testing.assert_array_equal(moved_seg.data, result.moved_seg)  # the result's transform
     identity = AffineTransform.identity()
     back_chain = TransformChain(identity, None, pair.moving, pair.fixed)  # headers only
     inverse = np.asarray(result.inverse_disp)

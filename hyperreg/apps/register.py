@@ -251,15 +251,13 @@ def alignment_png(path: PathLike, pair: PreparedPair, result: PairResult) -> Non
 
     from hyperreg.figures.alignment import alignment_figure
     from hyperreg.geometry.intensity import intensity_window, normalize_intensity
-    from hyperreg.registration.chain import sample_volume
 
     raw = pair.aligned.data
     low, high = intensity_window(raw)
     spread = high - low if high > low else 1.0
     moving_seg = pair.aligned_seg.data if pair.aligned_seg is not None else None
     if pair.chained and pair.moving_seg is not None:
-        moving_seg = sample_volume(pair.moving_seg, pair.transform, None, pair.fixed, label=True)
-        moving_seg = moving_seg.data
+        moving_seg = pair.chain().apply(pair.moving_seg, label=True).data
     paths = [Path(str(v.path)) for v in (pair.moving, pair.fixed)]
     names = [p.name for p in paths]
     if names[0] == names[1]:  # e.g. two FreeSurfer norm.mgz: the folders tell them apart

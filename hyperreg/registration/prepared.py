@@ -213,6 +213,17 @@ class PreparedPair:
             moved_seg = chain.apply(self.moving_seg, label=True).data
         return moved, moved_seg, chain.displacement()
 
+    def chain(self, result: PairResult | None = None) -> TransformChain:
+        """The transform of ``result`` as one :class:`~hyperreg.registration.transform_chain.
+        TransformChain` (fixed grid -> moving file): the affine stage then ``result.disp``
+        None: the affine alone. The identity when the verdict kept the pair as it came."""
+        if result is None:
+            return TransformChain(self.transform, None, self.fixed, self.moving)
+        kept = "registered" if result.verdict is None else result.verdict.kept
+        transform = AffineTransform.identity() if kept == "headers" else self.transform
+        disp = result.disp if kept == "registered" else None
+        return TransformChain(transform, disp, self.fixed, self.moving)
+
     def _inverse(self, kept: str, raw: RegistrationResult) -> np.ndarray | None:
         """The inverse field of the kept transform: on the moving grid through the whole chain
         when ``chained`` (:meth:`TransformChain.inverse`), else ``raw.inverse_disp`` (fixed
