@@ -81,3 +81,29 @@ def test_a_new_output_kind_is_one_field_and_one_writer_entry(
     monkeypatch.setitem(outputs.WRITERS, "jacobian_out", write_jacobian)
     write_outputs(spec, result, pair)
     assert (tmp_path / "jac.nii.gz").is_file() and (tmp_path / "moved.nii.gz").is_file()
+
+
+def test_an_inverse_itk_field_the_moving_grid_cannot_hold_is_refused_before_any_write(
+    tmp_path: Path, registered
+) -> None:
+    """A moving slice stored (I, J) outside the world x-y plane: ITK cannot read its field."""
+    from types import SimpleNamespace
+
+    from hyperreg.geometry.io import Volume
+
+    pair, result = registered
+    coronal = np.array([[1.0, 0, 0, 0], [0, 0, 1, 0], [0, 1, 0, 0], [0, 0, 0, 1]])
+    shape = pair.fixed.data.shape
+    moving = Volume(np.zeros(shape, np.float32), coronal, shape)
+    fake = SimpleNamespace(fixed=pair.fixed, moving=moving, chained=True, transform=pair.transform)
+    inverse = np.zeros((2, *shape), np.float32)
+    out = tmp_path / "out"
+    out.mkdir()
+    spec = OutputSpec(
+        moved=out / "moved.nii.gz",
+        inverse_warp_out=out / "inverse.nii.gz",
+        warp_format="itk",
+    )
+    with pytest.raises(ValueError, match="x-y plane"):
+        write_outputs(spec, dataclasses.replace(result, inverse_disp=inverse), fake)
+    assert not any(out.iterdir())
