@@ -13,20 +13,16 @@ differing grids are an error. Applying or inspecting a saved field afterwards is
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from hyperreg._checks import check_option
 from hyperreg._errors import InputError, passed_as
 from hyperreg.apps.models import DefaultSteps, check_lambda, pair_lambda, pair_refinement
+from hyperreg.apps.outputs import OutputSpec, write_outputs
 from hyperreg.apps.transforms import check_transform_path
-from hyperreg.geometry.affine import AffineTransform, save_affine
-from hyperreg.geometry.fields import DISPLACEMENT_FORMATS, check_itk_grid, save_displacement
-from hyperreg.geometry.io import save_volume
+from hyperreg.geometry.affine import AffineTransform
+from hyperreg.geometry.fields import DISPLACEMENT_FORMATS, check_itk_grid
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.inputs import load_input
 from hyperreg.registration.pairs import PathLike, check_outputs
@@ -115,9 +111,11 @@ def register_files(
             (:func:`hyperreg.apps.models.pair_refinement`: a bundled model's card may ask for
             some steps, any other model runs none); a
             :class:`~hyperreg.apps.models.DefaultSteps`: those steps with its settings.
-        inverse_warp_out: Output for the inverse displacement field (``exp(−v)``, same grid,
-            affine and ``warp_format`` as ``warp_out``), or None. Needs a diffeomorphic model
-            and ``init="none"``.
+        inverse_warp_out: Output for the inverse of the whole transform (affine stage and field,
+            :meth:`~hyperreg.registration.transform_chain.TransformChain.inverse`), in
+            ``warp_format``, or None: defined on the moving image's grid (its affine), so that
+            warping the fixed image with it lands on the moving image (on the fixed grid when
+            the pair needs no chain). Needs a diffeomorphic model.
         init: ``"affine"`` (default), ``"rigid"`` or ``"none"``: the affine stage.
         affine_out: Output ITK transform file (``.mat``, ``.tfm`` or ``.txt``) of that stage,
             or None.
@@ -174,11 +172,12 @@ def register_files(
         field_out=field_out,
     )
     check_outputs(fn, (moving, fixed, moving_seg, fixed_seg), **outputs)
+    spec = OutputSpec(**outputs, affine_out=affine_out, warp_format=warp_format)
     check_transform_path(fn, "affine_out", affine_out)
     if figure is not None and not str(figure).lower().endswith(".png"):
         raise InputError(fn, "{0} must end in .png, got '{figure}'", "figure", figure=figure)
     if inverse_warp_out is not None:
-        _check_inverse(fn, model, init, initial_affine)
+        _check_inverse(fn, model)
     if isinstance(refine, Refinement):
         check_refinement(fn, refine)
     refine = pair_refinement(model, refine)
@@ -203,7 +202,7 @@ def register_files(
         model, [chosen.lam], refine, inverse=inverse, passes=passes, never_worse=never_worse
     )[0]
     result.lam_reason = chosen.reason
-    write_result(result, pair, **outputs, affine_out=affine_out, warp_format=warp_format)
+    write_outputs(spec, result, pair)
     if figure is not None:
         alignment_png(figure, pair, result)
     return result
@@ -229,31 +228,9 @@ def _prepare(
     return load_pair(moving, fixed_v, **read, **options)
 
 
-def _check_inverse(
-    fn: str, model: HyperMorph, init: str, initial_affine: AffineTransform | PathLike | None
-) -> None:
-    """An inverse field is asked for: the transform must be the field alone (no affine stage,
-    no initial affine) and the model must integrate a velocity field."""
-    if initial_affine is not None:
-        raise InputError(
-            fn,
-            "{0} inverts only the deformable field; with {1} the transform also holds that "
-            "affine: resample the moving image through it first (e.g. 'hyperreg affine'), then "
-            "register the result with {2} 'none' and without {1}",
-            "inverse_warp_out",
-            "initial_affine",
-            "init",
-        )
-    if init != "none":
-        raise InputError(
-            fn,
-            "{0} inverts only the deformable field; with {1} {init!r} the transform also holds "
-            "an affine: use {1} 'none' (for a pair that is already aligned, e.g. by 'hyperreg "
-            "affine')",
-            "inverse_warp_out",
-            "init",
-            init=init,
-        )
+def _check_inverse(fn: str, model: HyperMorph) -> None:
+    """An inverse field is asked for: the model must integrate a velocity field (the affine
+    stage, or an initial affine, is inverted with the field as one chain)."""
     if model.config.int_steps == 0:
         raise InputError(
             fn,
@@ -277,7 +254,6 @@ def alignment_png(path: PathLike, pair: PreparedPair, result: PairResult) -> Non
 
     from hyperreg.figures.alignment import alignment_figure
     from hyperreg.geometry.intensity import intensity_window, normalize_intensity
-    from hyperreg.registration.chain import sample_volume
 
     raw = pair.aligned.data
     low, high = intensity_window(pair.moving.data)
@@ -285,8 +261,7 @@ def alignment_png(path: PathLike, pair: PreparedPair, result: PairResult) -> Non
     reaches = bool(np.any(raw != 0)) or not np.any(result.moved != 0)
     moving_seg = pair.aligned_seg.data if pair.aligned_seg is not None else None
     if pair.chained and pair.moving_seg is not None:
-        moving_seg = sample_volume(pair.moving_seg, pair.transform, None, pair.fixed, label=True)
-        moving_seg = moving_seg.data
+        moving_seg = pair.chain().apply(pair.moving_seg, label=True).data
     paths = [Path(str(v.path)) for v in (pair.moving, pair.fixed)]
     names = [p.name for p in paths]
     if names[0] == names[1]:  # e.g. two FreeSurfer norm.mgz: the folders tell them apart
@@ -323,35 +298,16 @@ def write_result(
     affine_out: PathLike | None = None,
     warp_format: str = "voxel",
 ) -> None:
-    """Write the outputs of one registration that are given, each atomically, on the fixed
-    grid with its affine and layout (see :func:`register_files` for their contents).
-
-    The files are written side by side, one thread per core: gzip compression of a 3D field
-    dominates the writing and zlib releases the GIL while it compresses. The first error is
-    raised after every write has ended."""
-    fixed = pair.fixed
-    jobs: list[Callable[[], object]] = []
-    if moved is not None:
-        jobs.append(partial(save_volume, moved, result.moved, fixed))
-    if warp_out is not None:
-        jobs.append(partial(save_displacement, warp_out, result.warp, fixed, format=warp_format))
-    if field_out is not None:
-        jobs.append(partial(save_displacement, field_out, result.disp, fixed, format=warp_format))
-    if affine_out is not None:  # the identity when the pair as it came was kept
-        headers = result.verdict is not None and result.verdict.kept == "headers"
-        transform = AffineTransform.identity() if headers else pair.transform
-        jobs.append(partial(save_affine, affine_out, transform, fixed.ndim))
-    if inverse_warp_out is not None and result.inverse_disp is not None:
-        inverse = partial(save_displacement, inverse_warp_out, result.inverse_disp, fixed)
-        jobs.append(partial(inverse, format=warp_format))
-    if moved_seg is not None and result.moved_seg is not None:
-        jobs.append(partial(save_volume, moved_seg, result.moved_seg, fixed, label=True))
-    workers = min(len(jobs), os.cpu_count() or 1)
-    if workers <= 1:
-        for job in jobs:
-            job()
-        return
-    with ThreadPoolExecutor(workers) as pool:
-        futures = [pool.submit(job) for job in jobs]
-    for future in futures:
-        future.result()  # re-raises the first failure
+    """Write the outputs of one registration that are given, each atomically (see
+    :func:`register_files` for their contents): :func:`hyperreg.apps.outputs.write_outputs`
+    through the :class:`~hyperreg.apps.outputs.OutputSpec` of these keywords."""
+    spec = OutputSpec(
+        moved=moved,
+        warp_out=warp_out,
+        moved_seg=moved_seg,
+        inverse_warp_out=inverse_warp_out,
+        field_out=field_out,
+        affine_out=affine_out,
+        warp_format=warp_format,
+    )
+    write_outputs(spec, result, pair)

@@ -19,12 +19,11 @@ from typing import Any
 
 from hyperreg._files import write_csv
 from hyperreg.apps.models import ChosenLambda, check_lambda, pair_lambda
+from hyperreg.apps.outputs import OutputSpec, write_outputs
 from hyperreg.apps.sweep_figures import sweep_figures
 from hyperreg.apps.view_page import check_page_path, write_sweep_page
 from hyperreg.geometry.affine import AffineTransform
-from hyperreg.geometry.fields import save_displacement
 from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION
-from hyperreg.geometry.io import save_volume
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.lambdas import sweep_lambdas
 from hyperreg.registration.pairs import PathLike, check_outputs
@@ -289,9 +288,8 @@ def _save_fields(
         tag = f"lam{float(lam):.10g}"  # the λ as given (r.lam went through float32)
         paths = {"moved": out_dir / f"moved_{tag}.nii.gz", "warp": out_dir / f"warp_{tag}.nii.gz"}
         check_outputs("sweep_files", **paths)
-        files.append(save_volume(paths["moved"], r.moved, pair.fixed))
-        files.append(save_displacement(paths["warp"], r.warp, pair.fixed))
-        if r.moved_seg is not None:
-            seg_path = out_dir / f"moved_seg_{tag}.nii.gz"
-            files.append(save_volume(seg_path, r.moved_seg, pair.fixed, label=True))
+        seg_path = out_dir / f"moved_seg_{tag}.nii.gz" if r.moved_seg is not None else None
+        spec = OutputSpec(moved=paths["moved"], warp_out=paths["warp"], moved_seg=seg_path)
+        write_outputs(spec, r, pair)
+        files += [Path(p) for p in spec.paths().values() if p is not None]
     return files

@@ -6,7 +6,7 @@ with :meth:`~hyperreg.registration.pipeline.PreparedPair.register` (the network 
 refined with the model's default steps), keeps the latest results in a bounded cache, fills
 the curves against λ with a background sweep, builds the browser's volumes
 (:mod:`hyperreg.apps.view_volumes`) and saves a λ's outputs with
-:func:`hyperreg.apps.register.write_result`, as ``hyperreg register`` writes them. Only one
+:func:`hyperreg.apps.outputs.write_outputs`, as ``hyperreg register`` writes them. Only one
 registration runs at a time (a lock); a λ the page asks for goes before the background sweep.
 The HTTP side is :mod:`hyperreg.apps.view_server`. Must not import train or cli.
 """
@@ -27,7 +27,7 @@ import numpy as np
 
 from hyperreg._errors import InputError
 from hyperreg.apps.models import model_default_lambda, model_default_refine, pair_refinement
-from hyperreg.apps.register import write_result
+from hyperreg.apps.outputs import OutputSpec, write_outputs
 from hyperreg.apps.view_volumes import (
     JACOBIAN_SCALE,
     display_volumes,
@@ -358,7 +358,7 @@ class ViewSession:
 
     def save(self, lam: float | str, refined: bool = False) -> list[Path]:
         """Write the moved image, the displacement field of the whole transform (voxel format)
-        and the moved label map at ``lam`` with :func:`hyperreg.apps.register.write_result`,
+        and the moved label map at ``lam`` with :func:`hyperreg.apps.outputs.write_outputs`,
         exactly as ``hyperreg register --moved --warp --moved-seg`` writes them.
 
         Returns:
@@ -372,7 +372,7 @@ class ViewSession:
         check_outputs("ViewSession.save", inputs, **paths)
         result, _ = self.result(lam, refined)
         self.out.mkdir(parents=True, exist_ok=True)
-        write_result(result, self.pair, **paths)
+        write_outputs(OutputSpec(**paths), result, self.pair)
         return list(paths.values())
 
 

@@ -80,9 +80,9 @@ def _add_register(sub: Any) -> None:
     reg.add_argument(
         "--inverse-warp",
         dest="inverse_warp_out",
-        help="inverse displacement field (voxels, exp(-v) of the model's velocity), same "
-        "format (--warp-format), grid and fixed-image affine as --warp: warping the moved "
-        "image with it gives the moving image back; needs a model with a velocity field",
+        help="inverse of the whole transform (affine stage and field; exp(-v) of the model's "
+        "velocity), format --warp-format, on the moving image's grid and affine: warping the "
+        "fixed image with it lands on the moving image; needs a model with a velocity field",
     )
     reg.add_argument(
         "--figure",

@@ -29,13 +29,13 @@ from hyperreg.geometry.affine import AffineTransform
 from hyperreg.geometry.io import Volume
 from hyperreg.method.metrics import registration_dice
 from hyperreg.method.model import HyperMorph
-from hyperreg.registration.chain import composed_displacement, sample_volume
 from hyperreg.registration.lambdas import sweep_lambdas
 from hyperreg.registration.pairs import RegistrationResult
 from hyperreg.registration.passes import register_passes
 from hyperreg.registration.refine import Refinement, refine_objective, refine_pair
 from hyperreg.registration.results import AffineStage, PairResult
 from hyperreg.registration.similarity import network_input, network_similarity, on_fixed_grid
+from hyperreg.registration.transform_chain import TransformChain
 from hyperreg.registration.verdict import Verdict, decompose_affine, judge
 
 __all__ = ["PreparedPair", "ndim_error"]
@@ -118,8 +118,9 @@ class PreparedPair:
             model: A trained :class:`~hyperreg.method.model.HyperMorph` of the pair's ndim.
             lams: λ values in [0, 1], in any order.
             refinement: Test-time refinement of each λ's field, or None.
-            inverse: Also compute each field's inverse (a model with a velocity field, and a
-                pair without an affine to compose).
+            inverse: Also compute each field's inverse (a model with a velocity field): the
+                whole chain inverted (:meth:`~hyperreg.registration.transform_chain.
+                TransformChain.inverse`), on the moving grid when the pair is ``chained``.
             chunk, amp, ncc: See :func:`~hyperreg.registration.lambdas.sweep_lambdas`.
             passes: Network passes per λ, composed (:func:`~hyperreg.registration.passes.
                 register_passes`; refinement refines the last); None (default): the model's
@@ -136,19 +137,11 @@ class PreparedPair:
 
         Raises:
             ValueError: As ``sweep_lambdas`` and ``refine_pair`` (λ out of range, a model of
-                another dimensionality, ``inverse`` with an affine or without a velocity).
+                another dimensionality, ``inverse`` without a velocity).
         """
         fn = "PreparedPair.register"
         if model.config.ndim != self.fixed.ndim:
             raise ndim_error(fn, model, self.fixed)
-        if inverse and self.chained and self.affine is not None:
-            raise InputError(
-                fn,
-                "{0} inverts only the deformable field; this pair's transform also holds an "
-                "affine: prepare it with init 'none' (for a pair already aligned, e.g. by "
-                "'hyperreg affine')",
-                "inverse",
-            )
         # with an affine in the chain, _finish samples the original files through affine +
         # field: the model's own moved image, label map and Dice would be discarded
         inputs = dict(
@@ -213,11 +206,37 @@ class PreparedPair:
             return self.aligned.data, seg, np.zeros_like(raw.disp)
         if not self.chained:
             return raw.moved, raw.moved_seg, raw.disp
-        moved = sample_volume(self.moving, transform, disp, self.fixed).data
+        chain = TransformChain(transform, disp, self.fixed, self.moving)
+        moved = chain.apply(self.moving).data
         moved_seg = None
         if self.moving_seg is not None:
-            moved_seg = sample_volume(self.moving_seg, transform, disp, self.fixed, label=True).data
-        return moved, moved_seg, composed_displacement(transform, disp, self.fixed)
+            moved_seg = chain.apply(self.moving_seg, label=True).data
+        return moved, moved_seg, chain.displacement()
+
+    def chain(self, result: PairResult | None = None) -> TransformChain:
+        """The transform of ``result`` as one :class:`~hyperreg.registration.transform_chain.
+        TransformChain` (fixed grid -> moving file): the affine stage then ``result.disp``
+        None: the affine alone. The identity when the verdict kept the pair as it came."""
+        if result is None:
+            return TransformChain(self.transform, None, self.fixed, self.moving)
+        kept = "registered" if result.verdict is None else result.verdict.kept
+        transform = AffineTransform.identity() if kept == "headers" else self.transform
+        disp = result.disp if kept == "registered" else None
+        return TransformChain(transform, disp, self.fixed, self.moving)
+
+    def _inverse(self, kept: str, raw: RegistrationResult) -> np.ndarray | None:
+        """The inverse field of the kept transform: on the moving grid through the whole chain
+        when ``chained`` (:meth:`TransformChain.inverse`), else ``raw.inverse_disp`` (fixed
+        grid; zero when the field was not kept); None when not asked for."""
+        if raw.inverse_disp is None:
+            return None
+        if not self.chained:
+            registered = kept == "registered"
+            return raw.inverse_disp if registered else np.zeros_like(raw.inverse_disp)
+        transform = AffineTransform.identity() if kept == "headers" else self.transform
+        field, inverse = (raw.disp, raw.inverse_disp) if kept == "registered" else (None, None)
+        chain = TransformChain(transform, field, self.fixed, self.moving, inverse)
+        return chain.inverse().displacement()
 
     def _finish(
         self,
@@ -258,15 +277,13 @@ class PreparedPair:
             ncc=raw.ncc,
             affine=self.affine,
             refinement=stats,
-            inverse_disp=raw.inverse_disp,
+            inverse_disp=self._inverse(kept, raw),
             resampled=[*self.notes, *(n for n in raw.resampled if n not in self.notes)],
             verdict=verdict,
         )
         if kept != "registered":  # no field: its statistics are the identity's
             result.folding_fraction = result.log_jacobian_std = 0.0
             result.smoothness = 0.0 if result.smoothness is not None else None
-            if result.inverse_disp is not None:
-                result.inverse_disp = np.zeros_like(result.inverse_disp)
         return result
 
     def _verdict(
