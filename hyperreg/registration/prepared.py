@@ -30,10 +30,8 @@ from hyperreg.geometry.io import Volume
 from hyperreg.method.metrics import registration_dice
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.chain import composed_displacement, sample_volume
-from hyperreg.registration.lambdas import sweep_lambdas
 from hyperreg.registration.pairs import RegistrationResult
-from hyperreg.registration.passes import register_passes
-from hyperreg.registration.refine import Refinement, refine_objective, refine_pair
+from hyperreg.registration.refine import Refinement, refine_objective
 from hyperreg.registration.results import AffineStage, PairResult
 from hyperreg.registration.similarity import network_input, network_similarity, on_fixed_grid
 from hyperreg.registration.verdict import Verdict, decompose_affine, judge
@@ -100,7 +98,11 @@ class PreparedPair:
     ) -> list[PairResult]:
         """Register the pair at every λ of ``lams``; outputs through the chain.
 
-        Without refinement (or with 0 steps) and without ``inverse`` every λ runs in batched
+        The options are resolved into one
+        :class:`~hyperreg.registration.settings.RegistrationSettings`
+        (:func:`~hyperreg.registration.settings.resolve_settings`, checked before any work) and
+        the pair registered by the engine (:func:`hyperreg.registration.engine.run`). Without
+        refinement (or with 0 steps) and without ``inverse`` every λ runs in batched
         forward passes (:func:`~hyperreg.registration.lambdas.sweep_lambdas`); otherwise each
         λ is refined for the pair (:func:`~hyperreg.registration.refine.refine_pair`).
 
@@ -135,74 +137,28 @@ class PreparedPair:
             One :class:`PairResult` per λ, in the order given.
 
         Raises:
-            ValueError: As ``sweep_lambdas`` and ``refine_pair`` (λ out of range, a model of
-                another dimensionality, ``inverse`` with an affine or without a velocity).
+            InputError: As ``resolve_settings`` (an option the path cannot honour, e.g.
+                ``amp`` with refinement), a model of another dimensionality, or ``inverse``
+                with an affine.
+            ValueError: As ``refine_pair`` (``inverse`` without a velocity).
         """
-        fn = "PreparedPair.register"
-        if model.config.ndim != self.fixed.ndim:
-            raise ndim_error(fn, model, self.fixed)
-        if inverse and self.chained and self.affine is not None:
-            raise InputError(
-                fn,
-                "{0} inverts only the deformable field; this pair's transform also holds an "
-                "affine: prepare it with init 'none' (for a pair already aligned, e.g. by "
-                "'hyperreg affine')",
-                "inverse",
-            )
-        # with an affine in the chain, _finish samples the original files through affine +
-        # field: the model's own moved image, label map and Dice would be discarded
-        inputs = dict(
-            moving_seg=None if self.chained else self.aligned_seg,
-            fixed_seg=None if self.chained else self.fixed_seg,
-            images=not self.chained,
+        from hyperreg.registration.engine import run  # the engine imports this module
+        from hyperreg.registration.settings import resolve_settings
+
+        settings = resolve_settings(
+            model,
+            lams,
+            refinement,
+            passes=passes,
+            inverse=inverse,
+            chunk=chunk,
+            amp=amp,
+            ncc=ncc,
+            never_worse=never_worse,
+            judged=judged,
+            fn="PreparedPair.register",
         )
-        if passes is None:  # the model's own; an inverse field needs one pass
-            passes = 1 if inverse else model.config.passes
-        if passes != 1:
-            if inverse:
-                raise InputError(fn, "{0} needs a single network pass (passes 1)", "inverse")
-            raw = [
-                register_passes(
-                    model,
-                    self.aligned,
-                    self.fixed,
-                    float(lam),
-                    passes,
-                    refinement,
-                    labels=self.labels,
-                    normalization=self.normalization,
-                    ncc=ncc,
-                    **inputs,
-                )
-                for lam in lams
-            ]
-        elif (refinement is not None and refinement.steps > 0) or inverse:
-            raw = [
-                refine_pair(
-                    model,
-                    self.aligned,
-                    self.fixed,
-                    float(lam),
-                    refinement or Refinement(steps=0),
-                    normalization=self.normalization,
-                    inverse=inverse,
-                    **inputs,
-                )
-                for lam in lams
-            ]
-        else:
-            raw = sweep_lambdas(
-                model,
-                self.aligned,
-                self.fixed,
-                list(lams),
-                chunk=chunk,
-                amp=amp,
-                normalization=self.normalization,
-                ncc=ncc,
-                **inputs,
-            )
-        return [self._finish(r, refinement, model, never_worse, judged) for r in raw]
+        return run(self, model, settings)
 
     def _chain(
         self, transform: AffineTransform, disp: np.ndarray | None, raw: RegistrationResult
@@ -219,7 +175,7 @@ class PreparedPair:
             moved_seg = sample_volume(self.moving_seg, transform, disp, self.fixed, label=True).data
         return moved, moved_seg, composed_displacement(transform, disp, self.fixed)
 
-    def _finish(
+    def finish(
         self,
         raw: RegistrationResult,
         refinement: Refinement | None,
@@ -227,7 +183,8 @@ class PreparedPair:
         never_worse: bool,
         judged: bool = True,
     ) -> PairResult:
-        """The chain's outputs, typed statistics and verdict of one raw model result."""
+        """The chain's outputs, typed statistics and verdict of one raw model result (the
+        engine's last step, :func:`hyperreg.registration.engine.run`)."""
         moved, moved_seg, warp = self._chain(self.transform, raw.disp, raw)
         verdict = self._verdict(model, refinement, moved, raw, never_worse) if judged else None
         kept = "registered" if verdict is None else verdict.kept

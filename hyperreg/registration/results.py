@@ -13,11 +13,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from hyperreg.geometry.affine import AffineTransform
 from hyperreg.registration.verdict import Verdict
+
+if TYPE_CHECKING:  # settings imports refine, which imports this module
+    from hyperreg.registration.settings import RegistrationSettings
 
 __all__ = [
     "AffineStage",
@@ -172,6 +176,8 @@ class PairResult:
             ``check: <reason>``; what the result holds), or None when not judged. When it
             kept the affine alone or the pair as it came, ``disp`` is zero and the field
             statistics are the identity's.
+        settings: The :class:`~hyperreg.registration.settings.RegistrationSettings` it ran
+            with (set by :func:`hyperreg.registration.engine.run`), or None.
     """
 
     lam: float
@@ -192,6 +198,7 @@ class PairResult:
     resampled: list[str] = field(default_factory=list)
     lam_reason: str = ""
     verdict: Verdict | None = None
+    settings: RegistrationSettings | None = None
 
     @property
     def mean_dice(self) -> float | None:
