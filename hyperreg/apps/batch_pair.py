@@ -143,7 +143,8 @@ def stopped(err: OSError) -> OSError:
 
 def record_cells(pair: PairSpec, lam: float | str | None, result: Any, said: list[str]) -> dict:
     """A finished pair's record cells (beside its identity, time, rank and outputs): the λ used
-    and why, its scores, what was resampled, its warnings and its Dice per label."""
+    and why, its scores, what was resampled, its warnings, its Dice per label and the settings
+    it ran with (:class:`~hyperreg.registration.settings.RegistrationSettings`)."""
     return {
         "lambda_chosen": result.lam,
         "lambda_reason": _lambda_reason(pair, lam, result),
@@ -151,6 +152,7 @@ def record_cells(pair: PairSpec, lam: float | str | None, result: Any, said: lis
         "resampled": "; ".join(result.resampled),
         "warnings": "; ".join(said),
         "dice": {str(k): v for k, v in (result.dice or {}).items()},
+        "settings": None if result.settings is None else result.settings.as_dict(),
     }
 
 

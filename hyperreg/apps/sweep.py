@@ -40,6 +40,7 @@ from hyperreg.registration.pipeline import (
     load_pair,
 )
 from hyperreg.registration.refine import Refinement, check_refinement
+from hyperreg.registration.settings import resolve_settings
 
 __all__ = [
     "SweepReport",
@@ -349,6 +350,8 @@ def sweep_files(
 
     fn = "sweep_files"
     _check_sweep(fn, lambdas, save_fields=save_fields, refine=refine, lam=lam, html=html)
+    if lambdas:  # an option no path honours (e.g. amp with refinement): before the affine stage
+        resolve_settings(model, lambdas, refine, chunk=chunk, amp=amp, passes=passes, fn=fn)
     pair = load_pair(
         moving,
         fixed,

@@ -14,26 +14,25 @@ pair (outputs through the chain, Dice, the verdict and never-worse decision of
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 import torch
 
 from hyperreg._errors import InputError
 from hyperreg.method.losses import ncc_loss
+from hyperreg.geometry.io import Volume
 from hyperreg.method.model import HyperMorph, RegistrationOutput
 from hyperreg.method.spatial import compose_displacements, warp
 from hyperreg.registration.lambdas import sweep_lambdas
 from hyperreg.registration.pairs import network_inputs, result_from_output, smoothness_of
 from hyperreg.registration.passes import register_passes
-from hyperreg.registration.prepared import PreparedPair, ndim_error
 from hyperreg.registration.refine import Refinement, refine_pair
 from hyperreg.registration.results import PairResult, RegistrationResult
 from hyperreg.registration.settings import RegistrationSettings
 
-__all__ = ["run"]
+__all__ = ["ndim_error", "run"]
 
 
-def run(
-    prepared: PreparedPair, model: HyperMorph, settings: RegistrationSettings
-) -> list[PairResult]:
+def run(prepared: Any, model: HyperMorph, settings: RegistrationSettings) -> list[PairResult]:
     """Register ``prepared`` at every λ of ``settings``; one :class:`PairResult` per λ.
 
     Each result carries ``settings`` (``PairResult.settings``). Without refinement and without
@@ -41,7 +40,8 @@ def run(
     of a chunk before the next chunk); otherwise one λ at a time.
 
     Args:
-        prepared: The pair after its affine stage.
+        prepared: The :class:`~hyperreg.registration.prepared.PreparedPair` (the pair after
+            its affine stage; that module imports this one, hence no annotation here).
         model: A trained :class:`~hyperreg.method.model.HyperMorph` of the pair's ndim.
         settings: From :func:`~hyperreg.registration.settings.resolve_settings`.
 
@@ -74,7 +74,7 @@ def run(
 
 
 def _raw_results(
-    prepared: PreparedPair, model: HyperMorph, settings: RegistrationSettings
+    prepared: Any, model: HyperMorph, settings: RegistrationSettings
 ) -> list[RegistrationResult]:
     """The model's raw results (fields on the fixed grid) of every λ of ``settings``."""
     # with an affine in the chain, finish() samples the original files through affine + field:
@@ -132,7 +132,7 @@ def _raw_results(
 
 @torch.no_grad()
 def _batched_passes(
-    prepared: PreparedPair,
+    prepared: Any,
     model: HyperMorph,
     settings: RegistrationSettings,
     *,
@@ -189,3 +189,10 @@ def _batched_passes(
                 result.ncc = float(similarity[index])
             results.append(result)
     return results
+
+
+def ndim_error(fn: str, model: HyperMorph, fixed: Volume) -> InputError:
+    """The error for a model of another dimensionality than the pair (argument ``model``)."""
+    message = "the model is {m}D but '{path}' is {f}D with shape {shape}; use a {f}D model"
+    shape, m = fixed.spatial_shape, model.config.ndim
+    return InputError(fn, message, "model", m=m, path=fixed.path, f=fixed.ndim, shape=shape)

@@ -24,15 +24,16 @@ from typing import Any
 
 import numpy as np
 
-from hyperreg._errors import InputError
 from hyperreg.geometry.affine import AffineTransform
 from hyperreg.geometry.io import Volume
 from hyperreg.method.metrics import registration_dice
 from hyperreg.method.model import HyperMorph
+from hyperreg.registration.engine import ndim_error, run
 from hyperreg.registration.chain import composed_displacement, sample_volume
 from hyperreg.registration.pairs import RegistrationResult
 from hyperreg.registration.refine import Refinement, refine_objective
 from hyperreg.registration.results import AffineStage, PairResult
+from hyperreg.registration.settings import resolve_settings
 from hyperreg.registration.similarity import network_input, network_similarity, on_fixed_grid
 from hyperreg.registration.verdict import Verdict, decompose_affine, judge
 
@@ -142,9 +143,6 @@ class PreparedPair:
                 with an affine.
             ValueError: As ``refine_pair`` (``inverse`` without a velocity).
         """
-        from hyperreg.registration.engine import run  # the engine imports this module
-        from hyperreg.registration.settings import resolve_settings
-
         settings = resolve_settings(
             model,
             lams,
@@ -269,10 +267,3 @@ class PreparedPair:
             affine=shape,
             never_worse=never_worse,
         )
-
-
-def ndim_error(fn: str, model: HyperMorph, fixed: Volume) -> InputError:
-    """The error for a model of another dimensionality than the pair (argument ``model``)."""
-    message = "the model is {m}D but '{path}' is {f}D with shape {shape}; use a {f}D model"
-    shape, m = fixed.spatial_shape, model.config.ndim
-    return InputError(fn, message, "model", m=m, path=fixed.path, f=fixed.ndim, shape=shape)

@@ -13,15 +13,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
 from hyperreg.geometry.affine import AffineTransform
 from hyperreg.registration.verdict import Verdict
-
-if TYPE_CHECKING:  # settings imports refine, which imports this module
-    from hyperreg.registration.settings import RegistrationSettings
 
 __all__ = [
     "AffineStage",
@@ -198,7 +195,7 @@ class PairResult:
     resampled: list[str] = field(default_factory=list)
     lam_reason: str = ""
     verdict: Verdict | None = None
-    settings: RegistrationSettings | None = None
+    settings: Any = None  # RegistrationSettings (its module imports this one)
 
     @property
     def mean_dice(self) -> float | None:

@@ -154,12 +154,12 @@ def resolve_settings(
         check_refinement(fn, refinement)
         if refinement.steps == 0:
             refinement = None
+    if amp and refinement is not None:
+        message = "{0} applies to the network alone (refinement runs in float32): give {1} 0"
+        raise InputError(fn, message, "amp", "refine")
     if amp and device.type != "cuda":
         message = "{0} (bfloat16 autocast) needs a model on CUDA, got device '{device}'"
         raise InputError(fn, message, "amp", device=device)
-    if amp and refinement is not None:
-        message = "{0} applies to the network alone; refinement runs in float32: use refine 0"
-        raise InputError(fn, message, "amp")
     return RegistrationSettings(
         lams=tuple(values),
         lambda_source=lambda_source,
