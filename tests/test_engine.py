@@ -137,3 +137,31 @@ def test_register_sweep_and_batch_give_the_same_numbers(
     assert float(row["mean_dice"]) == pytest.approx(record["mean_dice"], abs=1e-5)
     assert float(row["folding_percent"]) == pytest.approx(record["folding_percent"], abs=1e-6)
     assert record["settings"]["lams"] == [0.3] and record["settings"]["passes"] == 1
+
+
+def test_training_validation_scores_as_register_does() -> None:
+    """Validation registers through the engine with the model's own passes and scores with
+    registration_dice: its Dice is register's for the same pair; its loss includes the label
+    term of a model trained with one."""
+    from hyperreg.training.holdout import ValidationPair
+    from hyperreg.training.validation import evaluate
+
+    model = tiny_model(2)
+    model.config = dataclasses.replace(model.config, passes=2)
+    pair = volume_pair()
+    held = ValidationPair(
+        "p", *(pair[k].data for k in ("moving", "fixed", "moving_seg", "fixed_seg"))
+    )
+    row = evaluate(model, [held], [0.3])
+    prepared = load_pair(
+        pair["moving"], pair["fixed"], moving_seg=pair["moving_seg"],
+        fixed_seg=pair["fixed_seg"], init="none", normalization="none",
+    )  # fmt: skip
+    (registered,) = prepared.register(model, [0.3], never_worse=False, judged=False)
+    assert registered.settings.passes == 2
+    assert row["dice_0.3"] == pytest.approx(registered.mean_dice, abs=1e-6)
+    assert row["folding_pct_0.3"] == pytest.approx(100 * registered.folding_fraction, abs=1e-9)
+    model.objective = dataclasses.replace(model.objective, label_loss="dice", label_weight=1.0)
+    labelled = evaluate(model, [held], [0.3])
+    assert labelled["dice_0.3"] == pytest.approx(row["dice_0.3"], abs=1e-9)
+    assert labelled["loss_0.3"] > row["loss_0.3"] + 1e-4  # the label term counts
