@@ -61,7 +61,8 @@ def test_settings_are_resolved_once_and_carried_by_every_result() -> None:
         settings = result.settings
         assert isinstance(settings, RegistrationSettings)
         assert settings.lams == (0.2, 0.6) and settings.passes == 2
-        assert settings.refinement == refine and settings.device == "cpu"
+        assert settings.refinement == dataclasses.replace(refine, sim="ncc")  # the model's
+        assert settings.device == "cpu"
         assert result.refinement is not None and result.refinement.steps > 0
     record = results[0].settings.as_dict()
     assert json.loads(json.dumps(record))["refinement"]["steps"] == 3
@@ -165,3 +166,28 @@ def test_training_validation_scores_as_register_does() -> None:
     labelled = evaluate(model, [held], [0.3])
     assert labelled["dice_0.3"] == pytest.approx(row["dice_0.3"], abs=1e-9)
     assert labelled["loss_0.3"] > row["loss_0.3"] + 1e-4  # the label term counts
+
+
+def test_an_mse_model_refines_with_mse_unless_told() -> None:
+    model, prepared = tiny_model(2), _prepared()
+    model.objective = dataclasses.replace(model.objective, similarity="mse")
+    raw = dict(never_worse=False)
+    (own,) = prepared.register(model, [0.3], Refinement(steps=3, lr=0.1), **raw)
+    assert own.settings.refinement.sim == "mse" and own.refinement.similarity == "mse"
+    told = Refinement(steps=3, lr=0.1, sim="ncc")
+    (ncc,) = prepared.register(model, [0.3], told, **raw)
+    assert ncc.settings.refinement.sim == "ncc" and ncc.refinement.similarity == "ncc"
+    assert np.abs(own.disp - ncc.disp).max() > 1e-4  # another objective, another field
+    assert resolve_settings(model, [0.3], Refinement(), refine_sim="mi").refinement.sim == "mi"
+
+
+def test_the_similarity_choices_come_from_one_registry() -> None:
+    from hyperreg.method.objective import SIMILARITIES
+    from hyperreg.method.similarities import REFINE_SIMILARITIES, TRAIN_SIMILARITIES
+    from hyperreg.training.train import SIMILARITIES as TRAINED
+
+    assert set(REFINE_SIMILARITIES) == set(SIMILARITIES) >= set(TRAIN_SIMILARITIES)
+    assert TRAINED == TRAIN_SIMILARITIES
+    with pytest.raises(InputError) as caught:
+        resolve_settings(tiny_model(2), [0.3], Refinement(sim="ssd"))
+    assert caught.value.argument == "sim"

@@ -32,6 +32,7 @@ from hyperreg.apps.batch_records import (
     read_record,
     scores,
 )
+from hyperreg.registration.refine import Refinement, with_model_similarity
 
 if TYPE_CHECKING:  # annotations only
     from hyperreg.apps.inputs import PairSpec
@@ -75,10 +76,13 @@ class PairRun:
         ``keep_worse`` when ``never_worse`` is off)."""
         options, config = self.options, self.model.config
         planned = pair.lam if pair.lam is not None else self.lam  # None: the model's default
+        refine = options["refine"]
+        if isinstance(refine, Refinement):  # the similarity it runs with (None: the model's)
+            refine = with_model_similarity(self.model, refine)
         identity = pair_identity(
             pair,
             self.default_lam if planned is None else planned,
-            options["refine"],
+            refine,
             options["init"],
             options["passes"] or config.passes,
             config.flip_average,

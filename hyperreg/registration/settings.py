@@ -19,7 +19,7 @@ from typing import Any
 from hyperreg._errors import InputError
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.passes import MAX_PASSES
-from hyperreg.registration.refine import Refinement, check_refinement
+from hyperreg.registration.refine import Refinement, check_refinement, with_model_similarity
 
 __all__ = ["RegistrationSettings", "refine_similarity", "resolve_settings"]
 
@@ -90,10 +90,9 @@ def refine_similarity(model: HyperMorph, asked: str | None) -> str:
     """The similarity a refinement of ``model`` minimises: ``asked`` when given, else the one
     the model was trained with (``model.objective.similarity``; an MSE-trained model is refined
     with MSE, not NCC). The one place where a rule choosing another similarity plugs in."""
-    if asked is not None:
-        return asked
-    objective = getattr(model, "objective", None)
-    return objective.similarity if objective is not None else "ncc"
+    sim = with_model_similarity(model, Refinement(sim=asked)).sim
+    assert sim is not None
+    return sim
 
 
 def resolve_settings(
@@ -118,8 +117,9 @@ def resolve_settings(
         model: The :class:`~hyperreg.method.model.HyperMorph` that registers (its device, its
             recorded ``passes`` and ``flip_average``, its objective's similarity).
         lams: λ values in [0, 1].
-        refinement: Refinement asked for, or None; 0 steps is none. Its ``sim`` is replaced
-            by ``refine_sim`` when that is given.
+        refinement: Refinement asked for, or None; 0 steps is none. Its ``sim`` becomes
+            ``refine_sim`` when that is given, and the model's own when neither names one
+            (:func:`refine_similarity`).
         lambda_source: Where the λ came from (recorded).
         refine_sim: The refinement's similarity, overriding ``refinement.sim``.
         passes: Network passes per λ; None: the model's own (1 with ``inverse``).
@@ -149,8 +149,8 @@ def resolve_settings(
         raise InputError(fn, "{0} must be a positive integer, got {got!r}", "chunk", got=chunk)
     device = next(model.parameters()).device
     if refinement is not None:
-        if refine_sim is not None:
-            refinement = dataclasses.replace(refinement, sim=refine_sim)
+        sim = refine_similarity(model, refine_sim or refinement.sim)
+        refinement = dataclasses.replace(refinement, sim=sim)
         check_refinement(fn, refinement)
         if refinement.steps == 0:
             refinement = None
