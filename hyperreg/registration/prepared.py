@@ -96,6 +96,7 @@ class PreparedPair:
         passes: int | None = None,
         never_worse: bool = True,
         judged: bool = True,
+        lambda_source: str = "given",
     ) -> list[PairResult]:
         """Register the pair at every λ of ``lams``; outputs through the chain.
 
@@ -133,6 +134,7 @@ class PreparedPair:
             judged: Give each result its verdict (default True); False: no verdict (None)
                 and no never-worse rule, the model's own fields as they are (a λ search
                 scoring the model, which saves the similarity evaluations).
+            lambda_source: Where the λ came from, recorded in the settings (default "given").
 
         Returns:
             One :class:`PairResult` per λ, in the order given.
@@ -154,6 +156,7 @@ class PreparedPair:
             ncc=ncc,
             never_worse=never_worse,
             judged=judged,
+            lambda_source=lambda_source,
             fn="PreparedPair.register",
         )
         return run(self, model, settings)
