@@ -325,8 +325,9 @@ def sweep_files(
         npz_geometry: Geometry of npz inputs (no header): ``"fixed"``, ``"identity"`` or None
             (an npz input is an error), see :func:`hyperreg.registration.inputs.load_input`.
         passes: Network passes per λ, composed (:func:`hyperreg.registration.passes.
-            register_passes`; one λ at a time when more than 1); None (default): the
-            model's own (``model.config.passes``).
+            register_passes`; batched over the λ pass by pass,
+            :func:`hyperreg.registration.engine.run`); None (default): the model's own
+            (``model.config.passes``).
         bias_correct: Remove each image's bias field (N4) before the affine stage and the
             network (:func:`hyperreg.registration.pipeline.model_image`); outputs are still
             sampled from the files as read.
