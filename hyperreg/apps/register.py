@@ -184,7 +184,9 @@ def register_files(
         check_refinement(fn, refine)
     refine = pair_refinement(model, refine)
     # the options, checked before the affine stage (λ is chosen for the pair after it)
-    resolve_settings(model, [0.0], refine, passes=passes, inverse=inverse_warp_out is not None)
+    resolve_settings(
+        model, [0.0], refine, passes=passes, inverse=inverse_warp_out is not None, fn=fn
+    )
     pair = _prepare(
         moving,
         fixed,
