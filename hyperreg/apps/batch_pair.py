@@ -32,6 +32,7 @@ from hyperreg.apps.batch_records import (
     read_record,
     scores,
 )
+from hyperreg.registration.refine import Refinement, with_model_similarity
 
 if TYPE_CHECKING:  # annotations only
     from hyperreg.apps.inputs import PairSpec
@@ -75,10 +76,13 @@ class PairRun:
         ``keep_worse`` when ``never_worse`` is off)."""
         options, config = self.options, self.model.config
         planned = pair.lam if pair.lam is not None else self.lam  # None: the model's default
+        refine = options["refine"]
+        if isinstance(refine, Refinement):  # the similarity it runs with (None: the model's)
+            refine = with_model_similarity(self.model, refine)
         identity = pair_identity(
             pair,
             self.default_lam if planned is None else planned,
-            options["refine"],
+            refine,
             options["init"],
             options["passes"] or config.passes,
             config.flip_average,
@@ -143,7 +147,8 @@ def stopped(err: OSError) -> OSError:
 
 def record_cells(pair: PairSpec, lam: float | str | None, result: Any, said: list[str]) -> dict:
     """A finished pair's record cells (beside its identity, time, rank and outputs): the λ used
-    and why, its scores, what was resampled, its warnings and its Dice per label."""
+    and why, its scores, what was resampled, its warnings, its Dice per label and the settings
+    it ran with (:class:`~hyperreg.registration.settings.RegistrationSettings`)."""
     return {
         "lambda_chosen": result.lam,
         "lambda_reason": _lambda_reason(pair, lam, result),
@@ -151,6 +156,7 @@ def record_cells(pair: PairSpec, lam: float | str | None, result: Any, said: lis
         "resampled": "; ".join(result.resampled),
         "warnings": "; ".join(said),
         "dice": {str(k): v for k, v in (result.dice or {}).items()},
+        "settings": None if result.settings is None else result.settings.as_dict(),
     }
 
 

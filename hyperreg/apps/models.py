@@ -137,11 +137,12 @@ class DefaultSteps:
     ``--refine-sim`` or ``--refine-lr`` without ``--refine`` asks for).
 
     Attributes:
-        sim: ``"ncc"`` or ``"mi"`` (:class:`~hyperreg.registration.refine.Refinement`).
+        sim: A refinement similarity, or None for the model's own
+            (:class:`~hyperreg.registration.refine.Refinement`).
         lr: Adam learning rate, or None for the library's.
     """
 
-    sim: str = "ncc"
+    sim: str | None = None
     lr: float | None = None
 
 

@@ -34,6 +34,7 @@ from hyperreg.registration.pipeline import (
     load_pair,
 )
 from hyperreg.registration.refine import Refinement, check_refinement
+from hyperreg.registration.settings import resolve_settings
 
 __all__ = [
     "alignment_png",
@@ -181,6 +182,10 @@ def register_files(
     if isinstance(refine, Refinement):
         check_refinement(fn, refine)
     refine = pair_refinement(model, refine)
+    # the options, checked before the affine stage (λ is chosen for the pair after it)
+    resolve_settings(
+        model, [0.0], refine, passes=passes, inverse=inverse_warp_out is not None, fn=fn
+    )
     pair = _prepare(
         moving,
         fixed,
@@ -199,8 +204,9 @@ def register_files(
     chosen = pair_lambda(pair, model, lam)
     inverse = inverse_warp_out is not None
     result = pair.register(
-        model, [chosen.lam], refine, inverse=inverse, passes=passes, never_worse=never_worse
-    )[0]
+        model, [chosen.lam], refine, inverse=inverse, passes=passes, never_worse=never_worse,
+        lambda_source=chosen.reason,
+    )[0]  # fmt: skip
     result.lam_reason = chosen.reason
     write_outputs(spec, result, pair)
     if figure is not None:

@@ -35,6 +35,7 @@ from hyperreg.registration.pipeline import (
     load_pair,
 )
 from hyperreg.registration.refine import Refinement, check_refinement
+from hyperreg.registration.settings import resolve_settings
 
 __all__ = [
     "SweepReport",
@@ -172,8 +173,9 @@ def sweep_files(
         npz_geometry: Geometry of npz inputs (no header): ``"fixed"``, ``"identity"`` or None
             (an npz input is an error), see :func:`hyperreg.registration.inputs.load_input`.
         passes: Network passes per λ, composed (:func:`hyperreg.registration.passes.
-            register_passes`; one λ at a time when more than 1); None (default): the
-            model's own (``model.config.passes``).
+            register_passes`; batched over the λ pass by pass,
+            :func:`hyperreg.registration.engine.run`); None (default): the model's own
+            (``model.config.passes``).
         bias_correct: Remove each image's bias field (N4) before the affine stage and the
             network (:func:`hyperreg.registration.pipeline.model_image`); outputs are still
             sampled from the files as read.
@@ -197,6 +199,8 @@ def sweep_files(
 
     fn = "sweep_files"
     _check_sweep(fn, lambdas, save_fields=save_fields, refine=refine, lam=lam, html=html)
+    if lambdas:  # an option no path honours (e.g. amp with refinement): before the affine stage
+        resolve_settings(model, lambdas, refine, chunk=chunk, amp=amp, passes=passes, fn=fn)
     pair = load_pair(
         moving,
         fixed,

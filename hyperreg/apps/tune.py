@@ -39,6 +39,7 @@ from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.pipeline import DEFAULT_INIT, PairResult, load_pair
 from hyperreg.registration.refine import Refinement
+from hyperreg.registration.settings import resolve_settings
 
 __all__ = [
     "DICE_NOISE_FLOOR",
@@ -279,6 +280,7 @@ def tune_lambda(
     fn = "tune_lambda"
     grid = _check_tune(fn, pairs, lambdas, max_folding, bracket_rounds, bracket_points)
     refine = refine if refine is not None and refine.steps > 0 else None
+    resolve_settings(model, grid, refine, chunk=chunk, amp=amp, fn=fn)  # before any pair's work
     options = dict(
         refine=refine,
         chunk=chunk,

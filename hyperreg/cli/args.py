@@ -25,6 +25,7 @@ from hyperreg.cli.arg_types import (
     positive_int,
     refine_steps,
 )
+from hyperreg.method.similarities import REFINE_SIMILARITIES  # the registry, no torch
 from hyperreg.registration.autolambda import AUTO_GAIN, AUTO_MAX_FOLDING  # constants only: fast
 
 __all__ = [
@@ -312,10 +313,11 @@ def add_refine_arguments(parser: argparse.ArgumentParser, model_default: bool = 
     )
     parser.add_argument(
         "--refine-sim",
-        choices=("ncc", "mi"),
-        default="ncc",
-        help="similarity for --refine: ncc (local NCC, window 9, as the model was trained; "
-        "default) or mi (mutual information, for pairs of different contrast, e.g. T1 to T2)",
+        choices=REFINE_SIMILARITIES,
+        default=None,
+        help="similarity for --refine (default: the one the model was trained with): ncc "
+        "(local NCC, window 9), mse, or mi (mutual information, for pairs of different "
+        "contrast, e.g. T1 to T2)",
     )
     parser.add_argument(
         "--refine-lr",
@@ -418,11 +420,12 @@ def refinement_from(args: Any, model_default: bool = False) -> Any:
             ``dest`` of the option that fed the field of ``Refinement``.
         ValueError: If ``--refine-sim`` or ``--refine-lr`` is given without ``--refine``.
     """
-    settings = getattr(args, "refine_sim", "ncc") != "ncc" or getattr(args, "refine_lr", None)
+    given_sim = getattr(args, "refine_sim", None) is not None
+    settings = given_sim or getattr(args, "refine_lr", None)
     if getattr(args, "refine", None) is None and not settings:
         return None
     if args.refine is None and not model_default:
-        option = "--refine-sim" if args.refine_sim != "ncc" else "--refine-lr"
+        option = "--refine-sim" if given_sim else "--refine-lr"
         raise ValueError(f"{option} needs --refine N (how many steps to refine with it)")
     from hyperreg._errors import passed_as
     from hyperreg.registration.refine import Refinement, check_refinement

@@ -351,6 +351,8 @@ def _report_stages(args: argparse.Namespace, model: Any, result: Any, passes: in
         print(f"the network's velocity averaged with the pair mirrored left-right{source}")
     if refine_text(result.refinement):
         print(_default_refine_note(args, model) + refine_text(result.refinement))
+    if result.settings is not None:
+        print(result.settings.text())
 
 
 def _default_refine_note(args: argparse.Namespace, model: Any) -> str:

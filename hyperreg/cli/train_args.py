@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hyperreg.cli import args as opts
+from hyperreg.method.similarities import TRAIN_SIMILARITIES  # the registry, no torch
 
 __all__ = ["add_train_parser", "train_settings"]
 
@@ -297,7 +298,7 @@ def _add_train_model(train: argparse.ArgumentParser) -> None:
     )
     train.add_argument(
         "--sim",
-        choices=("ncc", "mse"),
+        choices=TRAIN_SIMILARITIES,
         default=None,
         help="similarity: local NCC (window 9) or MSE scaled by 1/σ² (default: that of --init, "
         "else ncc)",

@@ -36,6 +36,7 @@ from torch import Tensor
 
 from hyperreg.method.losses import gradient_loss, mi_loss, mse_loss, ncc_loss
 from hyperreg.method.spatial import warp
+from hyperreg.method.similarities import SIMILARITIES as SIMILARITY_NAMES
 
 __all__ = [
     "LABEL_LOSSES",
@@ -46,7 +47,7 @@ __all__ = [
     "pooled_one_hot",
 ]
 
-SIMILARITIES = ("ncc", "mse", "mi")
+SIMILARITIES = tuple(SIMILARITY_NAMES)  # the registry, hyperreg.method.similarities
 LABEL_LOSSES = ("none", "dice", "mse")
 
 

@@ -6,8 +6,8 @@ convolutions (:func:`hyperreg.method.layers.conv`); ``chunk`` bounds memory by r
 that many λ per pass. On a CPU the default is one λ per pass: there a batch-1 convolution takes
 PyTorch's fastest (oneDNN) path and 16 passes of one λ ran 1.2–1.7× faster than one pass of 16
 (``benchmarks/RESULTS_hypernet.md``). Grids and label maps are handled as in
-:func:`hyperreg.registration.pairs.register_pair` (same helpers). Used by
-:mod:`hyperreg.apps.sweep`, :mod:`hyperreg.apps.tune` and :mod:`hyperreg.training.validation`.
+:func:`hyperreg.registration.pairs.register_pair` (same helpers). The engine
+(:func:`hyperreg.registration.engine.run`) runs a one-pass model's network-only λ through it.
 Must not import training, apps or cli.
 """
 

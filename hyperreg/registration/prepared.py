@@ -24,16 +24,15 @@ from typing import Any
 
 import numpy as np
 
-from hyperreg._errors import InputError
 from hyperreg.geometry.affine import AffineTransform
 from hyperreg.geometry.io import Volume
 from hyperreg.method.metrics import registration_dice
 from hyperreg.method.model import HyperMorph
-from hyperreg.registration.lambdas import sweep_lambdas
+from hyperreg.registration.engine import ndim_error, run
 from hyperreg.registration.pairs import RegistrationResult
-from hyperreg.registration.passes import register_passes
-from hyperreg.registration.refine import Refinement, refine_objective, refine_pair
+from hyperreg.registration.refine import Refinement, refine_objective
 from hyperreg.registration.results import AffineStage, PairResult
+from hyperreg.registration.settings import resolve_settings
 from hyperreg.registration.similarity import network_input, network_similarity, on_fixed_grid
 from hyperreg.registration.transform_chain import TransformChain
 from hyperreg.registration.verdict import Verdict, decompose_affine, judge
@@ -97,10 +96,15 @@ class PreparedPair:
         passes: int | None = None,
         never_worse: bool = True,
         judged: bool = True,
+        lambda_source: str = "given",
     ) -> list[PairResult]:
         """Register the pair at every λ of ``lams``; outputs through the chain.
 
-        Without refinement (or with 0 steps) and without ``inverse`` every λ runs in batched
+        The options are resolved into one
+        :class:`~hyperreg.registration.settings.RegistrationSettings`
+        (:func:`~hyperreg.registration.settings.resolve_settings`, checked before any work) and
+        the pair registered by the engine (:func:`hyperreg.registration.engine.run`). Without
+        refinement (or with 0 steps) and without ``inverse`` every λ runs in batched
         forward passes (:func:`~hyperreg.registration.lambdas.sweep_lambdas`); otherwise each
         λ is refined for the pair (:func:`~hyperreg.registration.refine.refine_pair`).
 
@@ -131,71 +135,31 @@ class PreparedPair:
             judged: Give each result its verdict (default True); False: no verdict (None)
                 and no never-worse rule, the model's own fields as they are (a λ search
                 scoring the model, which saves the similarity evaluations).
+            lambda_source: Where the λ came from, recorded in the settings (default "given").
 
         Returns:
             One :class:`PairResult` per λ, in the order given.
 
         Raises:
-            ValueError: As ``sweep_lambdas`` and ``refine_pair`` (λ out of range, a model of
-                another dimensionality, ``inverse`` without a velocity).
+            InputError: As ``resolve_settings`` (an option the path cannot honour, e.g.
+                ``amp`` with refinement), or a model of another dimensionality.
+            ValueError: As ``refine_pair`` (``inverse`` without a velocity).
         """
-        fn = "PreparedPair.register"
-        if model.config.ndim != self.fixed.ndim:
-            raise ndim_error(fn, model, self.fixed)
-        # with an affine in the chain, _finish samples the original files through affine +
-        # field: the model's own moved image, label map and Dice would be discarded
-        inputs = dict(
-            moving_seg=None if self.chained else self.aligned_seg,
-            fixed_seg=None if self.chained else self.fixed_seg,
-            images=not self.chained,
+        settings = resolve_settings(
+            model,
+            lams,
+            refinement,
+            passes=passes,
+            inverse=inverse,
+            chunk=chunk,
+            amp=amp,
+            ncc=ncc,
+            never_worse=never_worse,
+            judged=judged,
+            lambda_source=lambda_source,
+            fn="PreparedPair.register",
         )
-        if passes is None:  # the model's own; an inverse field needs one pass
-            passes = 1 if inverse else model.config.passes
-        if passes != 1:
-            if inverse:
-                raise InputError(fn, "{0} needs a single network pass (passes 1)", "inverse")
-            raw = [
-                register_passes(
-                    model,
-                    self.aligned,
-                    self.fixed,
-                    float(lam),
-                    passes,
-                    refinement,
-                    labels=self.labels,
-                    normalization=self.normalization,
-                    ncc=ncc,
-                    **inputs,
-                )
-                for lam in lams
-            ]
-        elif (refinement is not None and refinement.steps > 0) or inverse:
-            raw = [
-                refine_pair(
-                    model,
-                    self.aligned,
-                    self.fixed,
-                    float(lam),
-                    refinement or Refinement(steps=0),
-                    normalization=self.normalization,
-                    inverse=inverse,
-                    **inputs,
-                )
-                for lam in lams
-            ]
-        else:
-            raw = sweep_lambdas(
-                model,
-                self.aligned,
-                self.fixed,
-                list(lams),
-                chunk=chunk,
-                amp=amp,
-                normalization=self.normalization,
-                ncc=ncc,
-                **inputs,
-            )
-        return [self._finish(r, refinement, model, never_worse, judged) for r in raw]
+        return run(self, model, settings)
 
     def _chain(
         self, transform: AffineTransform, disp: np.ndarray | None, raw: RegistrationResult
@@ -238,7 +202,7 @@ class PreparedPair:
         chain = TransformChain(transform, field, self.fixed, self.moving, inverse)
         return chain.inverse().displacement()
 
-    def _finish(
+    def finish(
         self,
         raw: RegistrationResult,
         refinement: Refinement | None,
@@ -246,7 +210,8 @@ class PreparedPair:
         never_worse: bool,
         judged: bool = True,
     ) -> PairResult:
-        """The chain's outputs, typed statistics and verdict of one raw model result."""
+        """The chain's outputs, typed statistics and verdict of one raw model result (the
+        engine's last step, :func:`hyperreg.registration.engine.run`)."""
         moved, moved_seg, warp = self._chain(self.transform, raw.disp, raw)
         verdict = self._verdict(model, refinement, moved, raw, never_worse) if judged else None
         kept = "registered" if verdict is None else verdict.kept
@@ -329,10 +294,3 @@ class PreparedPair:
             affine=shape,
             never_worse=never_worse,
         )
-
-
-def ndim_error(fn: str, model: HyperMorph, fixed: Volume) -> InputError:
-    """The error for a model of another dimensionality than the pair (argument ``model``)."""
-    message = "the model is {m}D but '{path}' is {f}D with shape {shape}; use a {f}D model"
-    shape, m = fixed.spatial_shape, model.config.ndim
-    return InputError(fn, message, "model", m=m, path=fixed.path, f=fixed.ndim, shape=shape)

@@ -48,6 +48,7 @@ from hyperreg.method.losses import ncc_loss
 from hyperreg.method.metrics import mean_dice
 from hyperreg.method.model import HyperMorph, RegistrationOutput
 from hyperreg.method.objective import Objective
+from hyperreg.method.similarities import REFINE_SIMILARITIES
 from hyperreg.registration.pairs import (
     RegistrationResult,
     network_inputs,
@@ -69,11 +70,11 @@ __all__ = [
     "refine_flow",
     "refine_objective",
     "refine_pair",
+    "with_model_similarity",
 ]
 
 logger = logging.getLogger(__name__)
 
-REFINE_SIMILARITIES = ("ncc", "mi")
 MAX_REFINE_STEPS = 10000  # more than this is a typo, not a plan (a 2D step takes ~20 ms)
 
 
@@ -95,9 +96,11 @@ class Refinement:
         steps: Most Adam steps per level, 0 (no refinement) to :data:`MAX_REFINE_STEPS`
             (default 30). A level stops earlier when its loss has not improved by 0.02 % for 5
             steps.
-        sim: ``"ncc"`` (local NCC with the model's window, as the model was trained) or ``"mi"``
-            (global mutual information, :func:`~hyperreg.method.losses.mi_loss`, for pairs of
-            different contrast); every other setting is the model's objective.
+        sim: A name of :data:`~hyperreg.method.similarities.REFINE_SIMILARITIES`: ``"ncc"``
+            (local NCC with the model's window), ``"mse"``, or ``"mi"`` (global mutual
+            information, :func:`~hyperreg.method.losses.mi_loss`, for pairs of different
+            contrast); None (default): the similarity the model was trained with
+            (:func:`with_model_similarity`). Every other setting is the model's objective.
         lr: Adam learning rate at the fine level, in voxels of the flow's grid per step
             (default 0.15; it was 0.05 with 50-100 steps); the coarse level uses twice this.
         levels: ``1`` (default): the fine level only (the network's grid); ``2``: first a
@@ -112,7 +115,7 @@ class Refinement:
     """
 
     steps: int = 30
-    sim: str = "ncc"
+    sim: str | None = None
     lr: float = 0.15
     levels: int = 1
 
@@ -123,7 +126,8 @@ def check_refinement(fn: str, refinement: Refinement) -> None:
     if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= MAX_REFINE_STEPS:
         message = "{0} must be an integer in [0, {limit}], got {steps!r}"
         raise InputError(fn, message, "steps", limit=MAX_REFINE_STEPS, steps=steps)
-    check_option(fn, "sim", refinement.sim, REFINE_SIMILARITIES)
+    if refinement.sim is not None:
+        check_option(fn, "sim", refinement.sim, REFINE_SIMILARITIES)
     if not (isinstance(refinement.lr, (int, float)) and 0 < refinement.lr < 100):
         message = "{0} must lie in (0, 100) voxels per step, got {lr}"
         raise InputError(fn, message, "lr", lr=refinement.lr)
@@ -172,6 +176,16 @@ class RefinedFlow(NamedTuple):
         )
 
 
+def with_model_similarity(model: HyperMorph, refinement: Refinement) -> Refinement:
+    """``refinement`` with its similarity set: its own, else the one ``model`` was trained with
+    (``model.objective.similarity``; an MSE-trained model is refined with MSE)."""
+    if refinement.sim is not None:
+        return refinement
+    objective = getattr(model, "objective", None)
+    sim = objective.similarity if objective is not None else "ncc"
+    return dataclasses.replace(refinement, sim=sim)
+
+
 def refine_objective(model: HyperMorph, refinement: Refinement) -> Objective:
     """The objective a refinement minimises: the model's (``model.objective``, as trained),
     with the image similarity of ``refinement.sim`` and no label term (test-time pairs are
@@ -179,7 +193,8 @@ def refine_objective(model: HyperMorph, refinement: Refinement) -> Objective:
     objective: Objective = getattr(model, "objective", None) or Objective(
         int_downsize=model.config.int_downsize if model.config.int_steps > 0 else 1
     )
-    return dataclasses.replace(objective, similarity=refinement.sim, label_loss="none")
+    sim = refinement.sim or objective.similarity  # None: the model's own
+    return dataclasses.replace(objective, similarity=sim, label_loss="none")
 
 
 def _sync(device: torch.device) -> None:
@@ -274,6 +289,7 @@ def refine_flow(
     with torch.no_grad():
         start = model.predict_flow(moving, fixed, lam) if flow is None else flow
     start = start.detach().float()
+    refinement = with_model_similarity(model, refinement)  # its statistics name the similarity
     objective = refine_objective(model, refinement)
     _sync(moving.device)
     tic = time.perf_counter()
@@ -416,7 +432,7 @@ def refine_pair(
                 f"{fn}(): '{name}' must be a Volume (hyperreg.geometry.io.load_volume), got "
                 f"{type(volume).__name__}{hint}"
             )
-    refinement = refinement if refinement is not None else Refinement()
+    refinement = with_model_similarity(model, refinement or Refinement())
     check_refinement(fn, refinement)
     if inverse and model.config.int_steps == 0:
         inverse_displacement(model, torch.zeros(0), torch.zeros(0))  # raises the clear error

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -172,6 +173,8 @@ class PairResult:
             ``check: <reason>``; what the result holds), or None when not judged. When it
             kept the affine alone or the pair as it came, ``disp`` is zero and the field
             statistics are the identity's.
+        settings: The :class:`~hyperreg.registration.settings.RegistrationSettings` it ran
+            with (set by :func:`hyperreg.registration.engine.run`), or None.
     """
 
     lam: float
@@ -192,6 +195,7 @@ class PairResult:
     resampled: list[str] = field(default_factory=list)
     lam_reason: str = ""
     verdict: Verdict | None = None
+    settings: Any = None  # RegistrationSettings (its module imports this one)
 
     @property
     def mean_dice(self) -> float | None:

@@ -41,6 +41,7 @@ from hyperreg._files import write_json
 from hyperreg.config import TrainConfig, to_dict
 from hyperreg.method.model import RegistrationOutput, load_checkpoint
 from hyperreg.method.objective import LABEL_LOSSES, Objective
+from hyperreg.method.similarities import TRAIN_SIMILARITIES
 from hyperreg.training import distributed
 from hyperreg.training.checkpointing import init_from_model
 from hyperreg.training.holdout import ValidationPair
@@ -60,7 +61,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-SIMILARITIES = ("ncc", "mse")
+SIMILARITIES = TRAIN_SIMILARITIES  # the registry, hyperreg.method.similarities
 
 
 def training_objective(config: TrainConfig) -> Objective:

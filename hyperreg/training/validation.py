@@ -1,13 +1,15 @@
 """Validation during training: Dice, folding, similarity and loss on held-out pairs at a few λ.
 
-Each pair is registered at every λ in one batched pass with
-:func:`hyperreg.registration.lambdas.sweep_lambdas` (the inference code path, on
-already-normalised arrays), Dice and folding come from :mod:`hyperreg.method.metrics`. The
-validation loss at each λ is the HyperMorph training objective ``(1 − λ)·similarity +
-λ·smoothness``, with smoothness the :func:`~hyperreg.method.losses.gradient_loss` of the
-field training regularises (the velocity when the model integrates one, else the displacement).
-The score that picks the best checkpoint is the mean Dice over pairs and λ values, or, for pairs
-without label maps, minus the mean similarity loss. Must not import train or cli.
+Each pair is registered at every λ by the inference engine
+(:func:`hyperreg.registration.engine.run`, on already-normalised arrays) with the model's own
+passes and flip averaging, as ``hyperreg register`` runs it (no refinement, no verdict); Dice is
+:func:`~hyperreg.method.metrics.registration_dice` over the input maps' labels, as every command
+scores it. The validation loss at each λ is the model's training objective
+(:class:`~hyperreg.method.objective.Objective`): ``(1 − λ)·D + λ·k·R``, ``D`` the image term
+plus the label term the model trained with (when it has one and the pair has label maps), ``R``
+the smoothness of the field training regularises (the last pass's). The score that picks the
+best checkpoint is the mean Dice over pairs and λ values, or, for pairs without label maps,
+minus the mean similarity loss. Must not import train or cli.
 """
 
 from __future__ import annotations
@@ -19,12 +21,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from hyperreg.training.data import ValidationPair
-from hyperreg.registration.lambdas import sweep_lambdas
+from hyperreg.geometry.affine import AffineTransform
 from hyperreg.geometry.io import Volume
-from hyperreg.method.metrics import mean_dice
+from hyperreg.method.metrics import input_labels
 from hyperreg.method.model import HyperMorph
 from hyperreg.method.spatial import warp
+from hyperreg.registration.engine import run
+from hyperreg.registration.prepared import PreparedPair
+from hyperreg.registration.settings import resolve_settings
+from hyperreg.training.data import ValidationPair
 
 __all__ = ["evaluate", "validation_columns"]
 
@@ -51,6 +56,49 @@ def _volume(array: np.ndarray, spacing: float) -> Volume:
     return Volume(array, affine, array.shape)
 
 
+def _prepared(pair: ValidationPair, spacing: float) -> PreparedPair:
+    """A validation pair as the engine takes it: already on one grid, no affine stage."""
+    moving, fixed = _volume(pair.moving, spacing), _volume(pair.fixed, spacing)
+    has_seg = pair.moving_seg is not None and pair.fixed_seg is not None
+    moving_seg = _volume(pair.moving_seg, spacing) if has_seg else None
+    fixed_seg = _volume(pair.fixed_seg, spacing) if has_seg else None
+    labels = input_labels(pair.moving_seg, pair.fixed_seg) if has_seg else None
+    return PreparedPair(
+        moving=moving, fixed=fixed, moving_seg=moving_seg, fixed_seg=fixed_seg,
+        transform=AffineTransform.identity(), chained=False, aligned=moving,
+        aligned_seg=moving_seg, labels=labels, dice_before=None, dice_affine=None,
+        affine=None, normalization="none", notes=[],
+    )  # fmt: skip
+
+
+def _index_maps(pair: ValidationPair) -> tuple[torch.Tensor, torch.Tensor]:
+    """The pair's label maps as ``(1, 1, *S)`` index maps (0 background, 1.. the ids of
+    either map), as training's label term takes them."""
+    assert pair.moving_seg is not None and pair.fixed_seg is not None
+    ids = np.union1d(np.unique(pair.moving_seg), np.unique(pair.fixed_seg))
+    ids = np.union1d(ids, [0])
+    maps = [np.searchsorted(ids, seg).astype(np.int64) for seg in (pair.moving_seg, pair.fixed_seg)]
+    moving, fixed = (torch.from_numpy(m)[None, None] for m in maps)
+    return moving, fixed
+
+
+def _data_term(
+    model: HyperMorph, pair: ValidationPair, disp_array: np.ndarray, lam: float
+) -> tuple[float, float]:
+    """``(image term S, data term D)`` of the model's objective for one registered pair: the
+    moved image as training sees it (the model's warp, edge values outside; ``PairResult.moved``
+    pads with zeros as ANTs does), and the label term with label maps."""
+    disp = torch.from_numpy(disp_array)[None]
+    moved = warp(torch.from_numpy(pair.moving)[None, None], disp, exact=False)
+    fixed = torch.from_numpy(pair.fixed)[None, None]
+    labels: dict[str, Any] = {}
+    if pair.moving_seg is not None and pair.fixed_seg is not None:
+        moving_labels, fixed_labels = _index_maps(pair)
+        labels = dict(moving_labels=moving_labels, fixed_labels=fixed_labels)
+    terms = model.objective(moved, fixed, disp, lam, disp=disp, **labels)
+    return float(terms.image[0]), float(terms.similarity[0])
+
+
 @torch.no_grad()
 def evaluate(
     model: HyperMorph,
@@ -71,8 +119,8 @@ def evaluate(
         (``model.objective``, :mod:`hyperreg.method.objective`) for the moved image;
         ``smoothness_λ`` the pair mean of :func:`~hyperreg.method.losses.gradient_loss` of the
         velocity (of the displacement for a model without integration), in voxels²; ``loss_λ`` the
-        HyperMorph validation loss ``(1 − λ)·similarity_λ + λ·smoothness_λ`` (the training
-        objective on image pairs, averaged over pairs);
+        validation loss ``(1 − λ)·D_λ + λ·smoothness_λ``, ``D_λ`` the pair mean of the
+        objective's data term (the image term plus the label term the model trained with);
         ``val_loss`` the mean of ``loss_λ`` over ``lambdas``.
     """
     was_training = model.training
@@ -83,38 +131,24 @@ def evaluate(
     sim_all: list[float] = []
     loss_all: list[float] = []
     try:
-        # one batched pass per pair registers it at every λ (sweep_lambdas)
-        per_pair = []
-        for pair in pairs:
-            has_seg = pair.moving_seg is not None and pair.fixed_seg is not None
-            results = sweep_lambdas(
-                model,
-                _volume(pair.moving, spacing),
-                _volume(pair.fixed, spacing),
-                list(lambdas),
-                moving_seg=_volume(pair.moving_seg, spacing) if has_seg else None,
-                fixed_seg=_volume(pair.fixed_seg, spacing) if has_seg else None,
-                normalization="none",
-            )
-            per_pair.append((pair, has_seg, results))
+        # the engine registers each pair at every λ (batched λ, the model's passes and flips)
+        settings = resolve_settings(model, lambdas, judged=False, never_worse=False, fn="evaluate")
+        per_pair = [(pair, run(_prepared(pair, spacing), model, settings)) for pair in pairs]
         for index, lam in enumerate(lambdas):
-            dices, folds, sims, smooths = [], [], [], []
-            for pair, has_seg, results in per_pair:
+            dices, folds, sims, datas, smooths = [], [], [], [], []
+            for pair, results in per_pair:
                 result = results[index]
-                if has_seg:
-                    dices.append(mean_dice(result.moved_seg, pair.fixed_seg))
+                if result.dice is not None:
+                    dices.append(result.mean_dice)
                 folds.append(100.0 * result.folding_fraction)
-                # the moved image as training sees it (the model's warp, edge values outside;
-                # result.moved pads with zeros as ANTs does)
-                disp = torch.from_numpy(result.disp)[None]
-                moved = warp(torch.from_numpy(pair.moving)[None, None], disp, exact=False)
-                fixed = torch.from_numpy(pair.fixed)[None, None]
-                sims.append(float(model.objective.image_term(moved, fixed)[0]))
+                image, data = _data_term(model, pair, result.disp, float(lam))
+                sims.append(image)
+                datas.append(data)
                 smooths.append(result.smoothness)
             scored = [d for d in dices if not math.isnan(d)]  # NaN: the pair shares no label
             dice = float(np.mean(scored)) if scored else float("nan")
             similarity, smoothness = float(np.mean(sims)), float(np.mean(smooths))
-            loss = (1.0 - lam) * similarity + lam * smoothness
+            loss = (1.0 - lam) * float(np.mean(datas)) + lam * smoothness
             row[f"dice_{lam:g}"] = dice
             row[f"folding_pct_{lam:g}"] = float(np.mean(folds))
             row[f"similarity_{lam:g}"] = similarity
