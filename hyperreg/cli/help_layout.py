@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import copy
 import textwrap
-from pathlib import Path
 
 __all__ = [
     "DOCS",
@@ -28,7 +27,6 @@ __all__ = [
     "layout_help",
     "options_reference",
     "short_help",
-    "write_reference",
 ]
 
 DOCS = "docs/commands.md"
@@ -342,18 +340,3 @@ def options_reference(parser: argparse.ArgumentParser) -> str:
             text = " ".join(full._expand_help(action).split()) if action.help else ""
             lines.append(f"- `{invocation}`: {text}")
     return "\n".join(lines) + "\n"
-
-
-def write_reference(docs: Path) -> None:
-    """Replace the text between :data:`START` and :data:`END` of ``docs`` (appended when
-    missing) by :func:`options_reference` of ``hyperreg``'s parser."""
-    from hyperreg.cli.run import build_parser
-
-    text = docs.read_text(encoding="utf-8")
-    block = f"{START}\n{options_reference(build_parser())}{END}\n"
-    if START in text and END in text:
-        head, rest = text.split(START, 1)
-        text = head + block + rest.split(END, 1)[1].lstrip("\n")
-    else:
-        text = text.rstrip("\n") + "\n\n" + block
-    docs.write_text(text, encoding="utf-8")
