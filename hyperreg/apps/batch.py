@@ -173,7 +173,7 @@ def batch_register(
 
     Raises:
         ValueError: If ``lam`` is not a number in [0, 1], ``"auto"`` or None; or (an
-            :class:`~hyperreg._errors.InputError` of argument ``"overwrite"``) if pairs have
+            :class:`~hyperreg._errors.InputError` of argument ``"out"``) if pairs have
             finished records with other settings and ``overwrite`` is False (both checked
             before any work).
         OSError: If an output cannot be written for want of room (no space left, over quota,
