@@ -128,6 +128,34 @@ def test_an_interrupted_batch_has_a_summary_and_says_how_to_resume(
     assert len(_rows(job["out"] / "summary.csv")) == 3
 
 
+def test_an_interrupted_batch_counts_a_failed_pair_as_the_bar_does(
+    job: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Pair 1 registers, pair 2 fails, Ctrl-C during pair 3: two of three pairs were gone
+    through (the progress bar's 2/3), one of them failed."""
+    import hyperreg.apps.batch as batch
+
+    real, calls = batch._register_pair, []
+
+    def ok_fail_ctrl_c(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        if len(calls) == 2:
+            raise ValueError("a broken pair")
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(batch, "_register_pair", ok_fail_ctrl_c)
+    assert main(_args(job)) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        "hyperreg batch: interrupted after 2 of 3 pairs (1 failed, in failures.csv): rerun the "
+        "same command to resume"
+    )
+    assert len(_rows(job["out"] / "summary.csv")) == 1
+    assert len(_rows(job["out"] / "failures.csv")) == 1
+
+
 def test_a_rerun_with_another_lambda_is_refused_without_overwrite(
     job: dict[str, Path], capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -58,18 +58,23 @@ class BatchInterrupted(KeyboardInterrupt):
     """A batch stopped by Ctrl-C (``KeyboardInterrupt``) between or during pairs, after
     ``summary.csv`` and ``failures.csv`` were merged from the finished pairs.
 
-    ``str(err)``: ``"interrupted after N of M pairs: rerun the same command to resume"``.
+    ``str(err)``: ``"interrupted after N of M pairs: rerun the same command to resume"``, N
+    the pairs finished plus those failed (as the progress bar counts them), the failed ones
+    said: ``"after 3 of 4 pairs (1 failed, in failures.csv)"``.
 
     Attributes:
         finished: Pairs of the job finished with its settings (any rank, any earlier run).
         total: Pairs in the job.
         summary: The merged ``summary.csv``, or None if merging failed too.
+        failed: Pairs of the job recorded as failed (in ``failures.csv``).
     """
 
-    def __init__(self, finished: int, total: int, summary: Path | None) -> None:
-        self.finished, self.total, self.summary = finished, total, summary
+    def __init__(self, finished: int, total: int, summary: Path | None, failed: int = 0) -> None:
+        self.finished, self.total, self.summary, self.failed = finished, total, summary, failed
+        said = f" ({failed} failed, in failures.csv)" if failed else ""
         super().__init__(
-            f"interrupted after {finished} of {total} pairs: rerun the same command to resume"
+            f"interrupted after {finished + failed} of {total} pairs{said}: rerun the same "
+            "command to resume"
         )
 
 
@@ -248,14 +253,14 @@ def _interrupted(
     out: PathLike, root: Path, job: Sequence[PairSpec], identity_of: Any
 ) -> BatchInterrupted:
     """Ctrl-C: merge what finished and count the pairs finished with these settings."""
-    summary = None
+    summary, failed = None, 0
     with contextlib.suppress(OSError):
-        summary = merge_records(out, job)[0]
+        summary, _, _, failed = merge_records(out, job)
     done = 0
     for pair in job:
         folder = root / pair.name
         done += finished(folder, read_record(folder), identity_of(pair))
-    return BatchInterrupted(done, len(job), summary)
+    return BatchInterrupted(done, len(job), summary, failed)
 
 
 def _register_pair(
