@@ -156,6 +156,30 @@ def test_an_interrupted_batch_counts_a_failed_pair_as_the_bar_does(
     assert len(_rows(job["out"] / "failures.csv")) == 1
 
 
+def test_a_failed_pair_is_said_on_its_own_line_above_the_progress_bar(
+    job: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import hyperreg.apps.batch as batch
+
+    real, calls = batch._register_pair, []
+
+    def second_fails(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        if len(calls) == 2:
+            raise ValueError("a broken pair")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(batch, "_register_pair", second_fails)
+    with_bar = [a for a in _args(job) if a != "--no-progress"]
+    assert main(with_bar) == 1
+    err = capsys.readouterr().err
+    assert "1/3" in err  # the bar was drawn
+    said = [line for line in err.splitlines() if "a broken pair" in line]
+    assert len(said) == 1
+    # what the terminal shows of that line: after its last carriage return, the warning alone
+    assert said[0].split("\r")[-1].startswith("hyperreg batch: warning: "), repr(said[0])
+
+
 def test_a_rerun_with_another_lambda_is_refused_without_overwrite(
     job: dict[str, Path], capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:

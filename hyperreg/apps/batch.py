@@ -186,6 +186,7 @@ def batch_register(
         BatchInterrupted: On ``KeyboardInterrupt``, after merging the finished pairs.
     """
     from tqdm import tqdm
+    from tqdm.contrib.logging import logging_redirect_tqdm
 
     from hyperreg.apps.models import model_default_lambda
     from hyperreg.registration.pipeline import DEFAULT_INIT
@@ -213,12 +214,15 @@ def batch_register(
     run.root.mkdir(parents=True, exist_ok=True)
     warn_missing(pairs)
     bar = tqdm(pairs, desc=desc, unit="pair", disable=not progress, dynamic_ncols=True)
+    # with the bar, log lines (a failed pair, a verdict) go above it (tqdm.write), not onto it
+    redirect = logging_redirect_tqdm() if progress else contextlib.nullcontext()
     try:
-        for pair in bar:
-            outcome = run.run(pair)  # "done", "skipped" or "failed"
-            setattr(report, outcome, getattr(report, outcome) + 1)
-            if outcome != "skipped":
-                merge.soon()  # an interrupted run has its summary.csv
+        with redirect:
+            for pair in bar:
+                outcome = run.run(pair)  # "done", "skipped" or "failed"
+                setattr(report, outcome, getattr(report, outcome) + 1)
+                if outcome != "skipped":
+                    merge.soon()  # an interrupted run has its summary.csv
     except KeyboardInterrupt:
         raise _interrupted(out, run.root, job, run.identity) from None
     finally:
