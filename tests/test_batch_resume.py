@@ -173,7 +173,7 @@ def test_a_failed_pair_is_said_on_its_own_line_above_the_progress_bar(
     with_bar = [a for a in _args(job) if a != "--no-progress"]
     assert main(with_bar) == 1
     err = capsys.readouterr().err
-    assert "1/3" in err  # the bar was drawn
+    assert "3/3" in err  # the bar was drawn
     said = [line for line in err.splitlines() if "a broken pair" in line]
     assert len(said) == 1
     # what the terminal shows of that line: after its last carriage return, the warning alone
