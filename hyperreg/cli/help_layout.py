@@ -155,6 +155,13 @@ SHORT: dict[str | tuple[str, str], str] = {
     "--flip-average": "mirrored-pair averaging (default: the model's)",
     "--no-resample": "another grid is an error, not resampled",
     "--normalization": "intensity normalisation (default robust)",
+    ("sweep", "--lambda"): "a λ to mark: a number, 'auto' or a tune.json",
+    ("view", "--lambda"): "λ the page starts at (default: the model's)",
+    ("batch", "--lambda"): "λ for rows without one: [0,1], 'auto', tune.json",
+    ("warp", "--moved"): "one NIfTI per --moving, on the field's grid",
+    "--lambdas": "λ grid: start:stop:count or a comma list",
+    ("tune", "--lambdas"): "coarse λ grid: start:stop:count or a list",
+    "--overwrite": "redo the pairs --out holds with other settings",
 }
 # value names shown by --help and docs for options whose dest reads badly (WARP_OUT)
 METAVARS = {
@@ -195,6 +202,10 @@ METAVARS = {
         "N",
     ),
     **dict.fromkeys(("--val-fraction", "--test-fraction"), "FRACTION"),
+    **dict.fromkeys(("--bracket-rounds", "--bracket-points", "--chunk"), "N"),
+    "--max-folding": "PERCENT",
+    "--lambdas": "GRID",
+    "--fill": "VALUE",
     "--label-weight": "WEIGHT",
     "--val-lambdas": "LAMBDA",
     "--out": "DIR",
