@@ -87,6 +87,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "--npz-geometry",
     ),
     "run and device": (
+        "--help",
         "--device",
         "--seed",
         "--chunk",
@@ -289,7 +290,7 @@ def layout_help(parser: argparse.ArgumentParser) -> None:
         )
         moved: dict[str, list[argparse.Action]] = {}
         for action in list(sub._optionals._group_actions):
-            if isinstance(action, argparse._HelpAction) or not action.option_strings:
+            if not action.option_strings:
                 continue
             moved.setdefault(_group_of(command, action), []).append(action)
             _shorten(command, action)
