@@ -128,6 +128,58 @@ def test_an_interrupted_batch_has_a_summary_and_says_how_to_resume(
     assert len(_rows(job["out"] / "summary.csv")) == 3
 
 
+def test_an_interrupted_batch_counts_a_failed_pair_as_the_bar_does(
+    job: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Pair 1 registers, pair 2 fails, Ctrl-C during pair 3: two of three pairs were gone
+    through (the progress bar's 2/3), one of them failed."""
+    import hyperreg.apps.batch as batch
+
+    real, calls = batch._register_pair, []
+
+    def ok_fail_ctrl_c(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        if len(calls) == 2:
+            raise ValueError("a broken pair")
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(batch, "_register_pair", ok_fail_ctrl_c)
+    assert main(_args(job)) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        "hyperreg batch: interrupted after 2 of 3 pairs (1 failed, in failures.csv): rerun the "
+        "same command to resume"
+    )
+    assert len(_rows(job["out"] / "summary.csv")) == 1
+    assert len(_rows(job["out"] / "failures.csv")) == 1
+
+
+def test_a_failed_pair_is_said_on_its_own_line_above_the_progress_bar(
+    job: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import hyperreg.apps.batch as batch
+
+    real, calls = batch._register_pair, []
+
+    def second_fails(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        if len(calls) == 2:
+            raise ValueError("a broken pair")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(batch, "_register_pair", second_fails)
+    with_bar = [a for a in _args(job) if a != "--no-progress"]
+    assert main(with_bar) == 1
+    err = capsys.readouterr().err
+    assert "3/3" in err  # the bar was drawn
+    said = [line for line in err.splitlines() if "a broken pair" in line]
+    assert len(said) == 1
+    # what the terminal shows of that line: after its last carriage return, the warning alone
+    assert said[0].split("\r")[-1].startswith("hyperreg batch: warning: "), repr(said[0])
+
+
 def test_a_rerun_with_another_lambda_is_refused_without_overwrite(
     job: dict[str, Path], capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -138,8 +190,10 @@ def test_a_rerun_with_another_lambda_is_refused_without_overwrite(
     assert main(again) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
-    assert err.startswith("hyperreg batch: error: argument --overwrite: 3 of 3 pairs in")
-    assert "lambda 0.5 -> 0.3" in err and "s0_moving__to__s0_fixed" in err
+    out = job["out"]
+    assert err.startswith(f"hyperreg batch: error: argument --out: '{out}' holds 3 of 3 pairs")
+    assert "lambda 0.5 -> 0.3" in err and "--overwrite" in err and "another --out" in err
+    assert len(err) - len(str(out)) < 200, err  # short: the folder and what differs
     assert {p: p.stat().st_mtime_ns for p in job["out"].rglob("*") if p.is_file()} == stamps
     caplog.set_level("INFO")
     assert main([*again, "--overwrite"]) == 0

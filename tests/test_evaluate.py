@@ -149,6 +149,10 @@ def test_evaluate_csv_reports_a_missing_row_and_evaluates_the_rest(tmp_path: Pat
     assert structures[1].startswith("4,Left-Lateral-Ventricle,2,0.875")
     assert (tmp_path / "out" / "evaluation_boxplot.png").stat().st_size > 1000
     assert "missing.nii.gz" in (tmp_path / "out" / "failures.csv").read_text()
+    # a rerun where nothing fails writes no failures.csv and leaves none from the first run
+    csv.write_text("\n".join(csv.read_text().splitlines()[:2]) + "\n")
+    assert not evaluate_csv(csv, tmp_path / "out").failures
+    assert not (tmp_path / "out" / "failures.csv").exists()
 
 
 def test_cli_evaluate_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

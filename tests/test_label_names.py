@@ -122,3 +122,26 @@ def test_evaluate_with_a_bad_names_file_is_one_line_and_writes_nothing(
     missing = job["root"] / "none.txt"
     assert main([*args, "--label-names", str(missing)]) == 2
     assert f"argument --label-names: no such file: '{missing}'" in capsys.readouterr().err
+
+
+def test_freesurfer_names_on_other_ids_are_given_with_one_warning(
+    job: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The job's ids 1 and 2 are a renumbered map's: FreeSurfer's names (Left-Cerebral-Exterior,
+    Left-Cerebral-White-Matter) do not fit them, and evaluate says so in one line."""
+    args = ["evaluate", "--pairs", str(job["csv"]), "--out", str(job["out"])]
+    assert main([*args, "--label-names", "freesurfer"]) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if "freesurfer" in line]
+    assert len(warned) == 1 and "below 41 (1-2)" in warned[0], warned
+
+
+def test_freesurfer_misfit_tells_foreign_and_renumbered_ids_from_freesurfer_ones() -> None:
+    from hyperreg.geometry.structures import freesurfer_misfit
+
+    assert freesurfer_misfit([2, 4, 17, 41, 43, 53, 1035, 2035]) is None  # aseg + DKT
+    assert freesurfer_misfit([4, 43, 99]) is None  # mostly FreeSurfer's (99 is not)
+    muse = [4, 11, 23, 30, 31, 32, 36, 37, 38, 39, 40, 41, 47, 48, 49, 50, 51, 52, 55, 56]
+    muse += [100, 101, 102, 104, 105, 106, 107, 108, 109, 114, 115, 116, 117, 118, 119, 120]
+    assert "not FreeSurfer ids" in (freesurfer_misfit(muse) or "")
+    assert "below 41" in (freesurfer_misfit(range(1, 25)) or "")  # seg24
+    assert freesurfer_misfit([]) is None

@@ -519,7 +519,16 @@ def test_tune_cli_writes_json_and_figure(tmp_path: Path, capsys) -> None:
     assert lo <= report["lambda_star"] <= hi and report["dice_noise_tolerance"] >= 0.002
     assert 0.0 <= report["dice_before"] <= 1.0
     assert (out / "tune.png").read_bytes()[:4] == b"\x89PNG"
-    assert "λ* =" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "λ* =" in said
+    # λ counted once, not once per pair: the grid's 11 plus the bracketing rounds' new values
+    coarse = sum(row["stage"] == "coarse" for row in report["grid"])
+    total = len(report["grid"])
+    assert coarse == 11 and total > coarse
+    assert (
+        f"{total} λ ({coarse} on the grid, {total - coarse} in bracketing rounds) × 2 pair(s) "
+        f"= {2 * total} registrations"
+    ) in said
     # a validation CSV without label maps is bad input
     bad_csv = tmp_path / "val" / "nolabels.csv"
     bad_csv.write_text("moving,fixed\na_moving.nii.gz,a_fixed.nii.gz\n")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -264,8 +265,43 @@ def test_register_says_one_line_for_a_pair_to_check_and_none_for_a_good_one(
     assert main([*common, "--moving", fixed, "--moved", str(tmp_path / "same.nii.gz")]) == 0
     said = capsys.readouterr()
     checks = [line for line in (said.out + said.err).splitlines() if "check:" in line]
-    assert len(checks) == 1 and fixed in checks[0] and "kept the pair as it came" in checks[0]
+    short = "OASIS_OAS1_0001_MR1/slice_norm.nii.gz"  # folder and name, not the whole path
+    assert len(checks) == 1 and short in checks[0] and "kept the pair as it came" in checks[0]
     moving = str(two / "slice_norm.nii.gz")
     assert main([*common, "--moving", moving, "--moved", str(tmp_path / "other.nii.gz")]) == 0
     said = capsys.readouterr()
     assert "check:" not in said.out + said.err
+
+
+@needs_data("neurite-oasis")
+def test_register_says_the_verdict_last_with_short_file_names(tmp_path) -> None:
+    """A slice registered to itself: the 'check:' warning comes after the affine stage's line
+    and the other lines (stdout and stderr as a terminal interleaves them), and names the
+    files by folder and name, not by their absolute paths."""
+    import os
+    import subprocess
+    import sys
+
+    one = data_path("neurite-oasis") / "OASIS_OAS1_0001_MR1"
+    image = one / "slice_norm.nii.gz"
+    command = [sys.executable, "-m", "hyperreg", "register", "--moving", str(image)]
+    command += ["--fixed", str(image), "--moved", "moved.nii.gz", "--refine", "0"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
+    run = subprocess.run(
+        [*command, "--device", "cpu"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout
+    lines = run.stdout.strip().splitlines()
+    check = [i for i, line in enumerate(lines) if "check: " in line]
+    affine = [i for i, line in enumerate(lines) if "affine" in line and "check: " not in line]
+    assert len(check) == 1 and affine and check[0] == len(lines) - 1, lines
+    assert str(one) not in lines[check[0]]
+    assert "OASIS_OAS1_0001_MR1/slice_norm.nii.gz" in lines[check[0]]

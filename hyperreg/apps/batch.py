@@ -60,18 +60,23 @@ class BatchInterrupted(KeyboardInterrupt):
     """A batch stopped by Ctrl-C (``KeyboardInterrupt``) between or during pairs, after
     ``summary.csv`` and ``failures.csv`` were merged from the finished pairs.
 
-    ``str(err)``: ``"interrupted after N of M pairs: rerun the same command to resume"``.
+    ``str(err)``: ``"interrupted after N of M pairs: rerun the same command to resume"``, N
+    the pairs finished plus those failed (as the progress bar counts them), the failed ones
+    said: ``"after 3 of 4 pairs (1 failed, in failures.csv)"``.
 
     Attributes:
         finished: Pairs of the job finished with its settings (any rank, any earlier run).
         total: Pairs in the job.
         summary: The merged ``summary.csv``, or None if merging failed too.
+        failed: Pairs of the job recorded as failed (in ``failures.csv``).
     """
 
-    def __init__(self, finished: int, total: int, summary: Path | None) -> None:
-        self.finished, self.total, self.summary = finished, total, summary
+    def __init__(self, finished: int, total: int, summary: Path | None, failed: int = 0) -> None:
+        self.finished, self.total, self.summary, self.failed = finished, total, summary, failed
+        said = f" ({failed} failed, in failures.csv)" if failed else ""
         super().__init__(
-            f"interrupted after {finished} of {total} pairs: rerun the same command to resume"
+            f"interrupted after {finished + failed} of {total} pairs{said}: rerun the same "
+            "command to resume"
         )
 
 
@@ -179,7 +184,7 @@ def batch_register(
 
     Raises:
         ValueError: If ``lam`` is not a number in [0, 1], ``"auto"`` or None; or (an
-            :class:`~hyperreg._errors.InputError` of argument ``"overwrite"``) if pairs have
+            :class:`~hyperreg._errors.InputError` of argument ``"out"``) if pairs have
             finished records with other settings and ``overwrite`` is False (both checked
             before any work).
         OSError: If an output cannot be written for want of room (no space left, over quota,
@@ -187,6 +192,7 @@ def batch_register(
         BatchInterrupted: On ``KeyboardInterrupt``, after merging the finished pairs.
     """
     from tqdm import tqdm
+    from tqdm.contrib.logging import logging_redirect_tqdm
 
     from hyperreg.apps.models import model_default_lambda
     from hyperreg.registration.pipeline import DEFAULT_INIT
@@ -214,12 +220,15 @@ def batch_register(
     run.root.mkdir(parents=True, exist_ok=True)
     warn_missing(pairs)
     bar = tqdm(pairs, desc=desc, unit="pair", disable=not progress, dynamic_ncols=True)
+    # with the bar, log lines (a failed pair, a verdict) go above it (tqdm.write), not onto it
+    redirect = logging_redirect_tqdm() if progress else contextlib.nullcontext()
     try:
-        for pair in bar:
-            outcome = run.run(pair)  # "done", "skipped" or "failed"
-            setattr(report, outcome, getattr(report, outcome) + 1)
-            if outcome != "skipped":
-                merge.soon()  # an interrupted run has its summary.csv
+        with redirect:
+            for pair in bar:
+                outcome = run.run(pair)  # "done", "skipped" or "failed"
+                setattr(report, outcome, getattr(report, outcome) + 1)
+                if outcome != "skipped":
+                    merge.soon()  # an interrupted run has its summary.csv
     except KeyboardInterrupt:
         raise _interrupted(out, run.root, job, run.identity, html_report) from None
     finally:
@@ -259,9 +268,9 @@ def _interrupted(
 ) -> BatchInterrupted:
     """Ctrl-C: merge what finished (and write the report, with ``report``) and count the pairs
     finished with these settings."""
-    summary = None
+    summary, failed = None, 0
     with contextlib.suppress(OSError):
-        summary = merge_records(out, job)[0]
+        summary, _, _, failed = merge_records(out, job)
         if report:
             from hyperreg.apps.batch_report import write_report
 
@@ -270,7 +279,7 @@ def _interrupted(
     for pair in job:
         folder = root / pair.name
         done += finished(folder, read_record(folder), identity_of(pair))
-    return BatchInterrupted(done, len(job), summary)
+    return BatchInterrupted(done, len(job), summary, failed)
 
 
 def _register_pair(

@@ -44,9 +44,9 @@ def check_rerun(
     overwrite: bool,
 ) -> None:
     """Before any work: the pairs of ``job`` whose finished records (in ``root / <name>``) have
-    other settings than ``identity_of(pair)`` are refused (an :class:`InputError` of
-    ``"overwrite"``: their count, what changed, the first names) or, with ``overwrite``, logged
-    as registered again."""
+    other settings than ``identity_of(pair)`` are refused (one short :class:`InputError` of
+    ``"out"``, naming ``"overwrite"``: the folder, how many pairs, the first two changes) or,
+    with ``overwrite``, logged as registered again (with the first names)."""
     stale: dict[str, list[str]] = {}
     for pair in job:
         changed = changed_settings(read_record(root / pair.name), identity_of(pair))
@@ -66,17 +66,17 @@ def check_rerun(
             names,
         )
         return
+    shown = "; ".join(changes[:2]) + (f" and {len(changes) - 2} more" if len(changes) > 2 else "")
     raise InputError(
         fn,
-        "{count} of {total} pairs in '{out}' were registered with other settings ({what}: "
-        "{names}); rerun with the same settings to resume, with {0} to register them again "
-        "with these (their results are replaced), or use another output folder",
+        "'{out}' holds {count} of {total} pairs registered with other settings ({what}): use "
+        "{1} to redo them, another {0}, or the same settings to resume",
+        "out",
         "overwrite",
         count=len(stale),
         total=len(job),
         out=root.parent,
-        what=what,
-        names=names,
+        what=shown,
     )
 
 

@@ -11,8 +11,8 @@ deviation of ``log J``, and the non-diffeomorphic volume as the Learn2Reg LUMIR 
 reports it (NDV, %: :func:`hyperreg.method.diffeomorphism.non_diffeomorphic_volume`).
 :func:`evaluate_csv` runs every row. A row that fails (missing file, unreadable file, maps on
 different grids) is recorded and the rest are evaluated. It writes ``evaluation.csv``,
-``structures.csv``, ``failures.csv`` and ``evaluation_boxplot.png``. Must not import train or
-cli.
+``structures.csv``, ``evaluation_boxplot.png`` and, when a row failed, ``failures.csv``. Must
+not import train or cli.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from hyperreg._files import read_csv, write_csv
 from hyperreg.figures.structures import structure_boxplots
 from hyperreg.geometry.fields import load_displacement
 from hyperreg.geometry.io import load_volume
-from hyperreg.geometry.structures import read_label_names, structure_names
+from hyperreg.geometry.structures import freesurfer_misfit, read_label_names, structure_names
 from hyperreg.method.diffeomorphism import non_diffeomorphic_volume
 from hyperreg.method.metrics import (
     field_summary,
@@ -252,7 +252,8 @@ def evaluate_csv(
       ``hd95_<label>`` per structure (empty where a pair lacks it);
     * ``structures.csv``: one row per structure: ``label, structure, pairs, dice_mean,
       dice_std, hd95_mean, hd95_std`` (over pairs, NaN ignored);
-    * ``failures.csv``: ``index, name, error`` of rows that could not be evaluated;
+    * ``failures.csv``, only when a row could not be evaluated: ``index, name, error`` of each
+      (one from an earlier run into ``out`` is removed when none failed);
     * ``evaluation_boxplot.png``: Dice (left) and HD95 (right) per structure over the pairs,
       one named line each, sorted by median Dice; over 40 structures, the 20 lowest and the 20
       highest (:func:`hyperreg.figures.structures.structure_boxplots`).
@@ -265,6 +266,9 @@ def evaluate_csv(
         label_names: A file of structure names, a FreeSurfer LUT or an ``id,name`` CSV
             (:func:`hyperreg.geometry.structures.read_label_names`), read before any work; it
             replaces ``naming``. A label it lacks keeps its id (a warning lists them).
+            With ``naming="freesurfer"``, ids that do not look like FreeSurfer's
+            (:func:`hyperreg.geometry.structures.freesurfer_misfit`) are named anyway, with a
+            warning.
 
     Returns:
         An :class:`EvaluationReport`. Rows that failed are in ``failures``, never raised.
@@ -300,18 +304,24 @@ def evaluate_csv(
             logger.debug("evaluate_csv(): row %d (%s) failed: %s", row.index, row.name, err)
             failures.append((row.index, row.name, failure_text(err)))
     labels = sorted({label for p in pairs for label in p.dice})
+    misfit = freesurfer_misfit(labels) if naming == "freesurfer" and table is None else None
+    if misfit:
+        logger.warning(
+            "label names 'freesurfer': %s; check structures.csv, or give a names file", misfit
+        )
     names = structure_names(labels, naming) if table is None else _named(labels, table, label_names)
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     files = [
         _write_pairs(folder / "evaluation.csv", pairs, labels),
         _write_structures(folder / "structures.csv", pairs, labels, names),
-        write_csv(
-            folder / "failures.csv",
-            [{"index": i, "name": n, "error": e} for i, n, e in failures],
-            ["index", "name", "error"],
-        ),
     ]
+    failed = folder / "failures.csv"
+    if failures:
+        rows = [{"index": i, "name": n, "error": e} for i, n, e in failures]
+        files.append(write_csv(failed, rows, ["index", "name", "error"]))
+    else:  # none failed: no file, and none left from an earlier run into this folder
+        failed.unlink(missing_ok=True)
     if pairs and labels:
         files.append(_boxplot(folder / "evaluation_boxplot.png", pairs, labels, names))
     return EvaluationReport(pairs=pairs, failures=failures, names=names, files=files)

@@ -103,7 +103,8 @@ def _add_evaluate(sub: Any) -> None:
     )
     opts.add_out_argument(
         evaluate,
-        "evaluation.csv (per pair), structures.csv (per structure), failures.csv, "
+        "evaluation.csv (per pair), structures.csv (per structure), failures.csv (only when "
+        "a row failed), "
         "evaluation_boxplot.png (Dice and HD95 per structure)",
     )
     evaluate.add_argument(

@@ -201,7 +201,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     print(
         f"λ* = {result.lambda_star_text}: mean Dice {result.dice_at_star:.4f}, mean "
         f"{folding_text(result.folding_percent_at_star)} over {result.pairs} pair(s){limit}; "
-        f"{len(result.grid)} λ evaluated"
+        f"{_evaluated_text(result.grid, result.pairs)}"
     )
     if not result.constraint_met:
         print(f"{opts.PROG} tune: no λ met the folding limit; λ* has the least folding")
@@ -254,3 +254,12 @@ def _measured_text(model: Any, refine: Any, asked: int | None) -> str:
 
 
 COMMANDS = {"sweep": _cmd_sweep, "tune": _cmd_tune}
+
+
+def _evaluated_text(grid: list[dict[str, Any]], pairs: int) -> str:
+    """``"20 λ (5 on the grid, 15 in bracketing rounds) × 4 pairs = 80 registrations"``."""
+    coarse = sum(row["stage"] == "coarse" for row in grid)
+    where = f"{coarse} on the grid"
+    if len(grid) > coarse:
+        where += f", {len(grid) - coarse} in bracketing rounds"
+    return f"{len(grid)} λ ({where}) × {pairs} pair(s) = {len(grid) * pairs} registrations"

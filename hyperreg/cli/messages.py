@@ -11,8 +11,10 @@ import the library (the error class comes in lazily, when a command has failed).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import math
+from collections.abc import Iterator
 from typing import Any
 
 from hyperreg.cli.args import subparser
@@ -26,6 +28,7 @@ __all__ = [
     "one_line",
     "options_of",
     "refine_text",
+    "verdict_last",
 ]
 
 
@@ -131,3 +134,24 @@ def refine_text(stats: Any) -> str:
         f"{name} {stats.similarity_before:.4f} -> {stats.similarity_after:.4f} "
         f"(loss {stats.loss_before:.4f} -> {stats.loss_after:.4f})"
     )
+
+
+@contextlib.contextmanager
+def verdict_last(name: str = "hyperreg.registration.prepared") -> Iterator[None]:
+    """Hold back the warnings that logger ``name`` (the pair's verdict, ``check: …``) writes
+    inside the block and write them when it ends, after the lines the command printed in it:
+    the verdict comes last, whatever the order the stages are reported in."""
+    held: list[logging.LogRecord] = []
+
+    def hold(record: logging.LogRecord) -> bool:
+        held.append(record)
+        return False
+
+    logger = logging.getLogger(name)
+    logger.addFilter(hold)
+    try:
+        yield
+    finally:
+        logger.removeFilter(hold)
+        for record in held:
+            logger.handle(record)

@@ -21,7 +21,7 @@ from hyperreg.cli.inputs import (
     pair_options,
     tuned_lambda,
 )
-from hyperreg.cli.messages import affine_text, folding_text, mi_text, refine_text
+from hyperreg.cli.messages import affine_text, folding_text, mi_text, refine_text, verdict_last
 
 __all__ = ["COMMANDS", "add_parsers"]
 
@@ -226,8 +226,6 @@ def _add_jacobian(sub: Any) -> None:
 def _cmd_register(args: argparse.Namespace) -> int:
     outputs = (args.moved, args.warp_out, args.moved_seg, args.inverse_warp_out, args.affine_out)
     folders = new_folders(*outputs, args.field_out, args.figure)
-    from hyperreg.apps.register import register_files
-
     if not (
         args.moved
         or args.warp_out
@@ -252,6 +250,14 @@ def _cmd_register(args: argparse.Namespace) -> int:
     check_outputs("register", inputs, **paths)  # said before any model is read
     tuned_lambda(args)  # --lambda tune.json: its λ*, said with its source
     model = model_for(args)
+    with verdict_last():  # the pair's verdict after the lines on the stages that led to it
+        _register_and_report(args, model, folders)
+    return 0
+
+
+def _register_and_report(args: argparse.Namespace, model: Any, folders: list[Path]) -> None:
+    from hyperreg.apps.register import register_files
+
     result = register_files(
         model,
         args.moving,
@@ -274,7 +280,6 @@ def _cmd_register(args: argparse.Namespace) -> int:
         **pair_options(args),
     )
     _report(args, model, result, folders)
-    return 0
 
 
 def _report(args: argparse.Namespace, model: Any, result: Any, folders: list[Path]) -> None:

@@ -16,6 +16,7 @@ from difflib import get_close_matches
 from hyperreg.cli import batch_commands, lambda_commands, register_commands, train_commands
 from hyperreg.cli import view_commands
 from hyperreg.cli.args import PROG, Parser, option_strings, subparser
+from hyperreg.cli.help_layout import DOCS, layout_help
 from hyperreg.cli.messages import LogFormatter, error_text, one_line, options_of
 
 __all__ = ["build_parser", "main"]
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="HyperMorph deformable registration of brain MRI at any λ (regularisation "
         "weight) chosen at test time.",
+        epilog=f"'hyperreg COMMAND --help' lists a command's options; {DOCS} explains each.",
     )
     from hyperreg import __version__
 
@@ -39,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     for group in GROUPS:  # register, affine, warp, jacobian; sweep, tune; batch, evaluate;
         group.add_parsers(sub)  # train, models, demo
+    layout_help(parser)
     return parser
 
 

@@ -21,7 +21,13 @@ from pathlib import Path
 
 from hyperreg._errors import InputError, MissingInputError
 
-__all__ = ["FREESURFER_NAMES", "LABEL_NAMING", "read_label_names", "structure_names"]
+__all__ = [
+    "FREESURFER_NAMES",
+    "LABEL_NAMING",
+    "freesurfer_misfit",
+    "read_label_names",
+    "structure_names",
+]
 
 LABEL_NAMING = ("auto", "freesurfer", "none")
 
@@ -150,6 +156,37 @@ def structure_names(labels: Iterable[int], naming: str = "auto") -> dict[int, st
         and max(ids) >= 41
     )
     return {i: FREESURFER_NAMES.get(i, str(i)) if use else str(i) for i in ids}
+
+
+def freesurfer_misfit(labels: Iterable[int]) -> str | None:
+    """Why FreeSurfer's names may not fit ``labels``, or None when they do.
+
+    They fit when most ids (at least half) are in :data:`FREESURFER_NAMES` and at least one is
+    ``>= 41`` (a right-hemisphere or cortical id): the same evidence ``naming="auto"`` asks of
+    every id. Maps of another atlas (DLMUSE/MUSE ids, renumbered maps such as ``seg24`` or
+    ``seg35``) fail one of the two.
+
+    Args:
+        labels: Non-zero label ids.
+
+    Returns:
+        One clause naming what does not fit (how many ids are not FreeSurfer's, with up to five
+        of them, or that none is ``>= 41``), or None.
+    """
+    ids = sorted({int(label) for label in labels})
+    if not ids:
+        return None
+    foreign = [i for i in ids if i not in FREESURFER_NAMES]
+    if 2 * len(foreign) > len(ids):
+        more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        listed = ", ".join(map(str, foreign[:5]))
+        return f"{len(foreign)} of {len(ids)} label ids are not FreeSurfer ids ({listed}{more})"
+    if max(ids) < 41:
+        return (
+            f"every label id is below 41 ({ids[0]}-{ids[-1]}), as in a renumbered map (seg24, "
+            "seg35), where FreeSurfer's names do not fit"
+        )
+    return None
 
 
 def read_label_names(path: str | os.PathLike[str]) -> dict[int, str]:

@@ -20,6 +20,7 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -221,7 +222,7 @@ class PreparedPair:
             moved, moved_seg, warp = self._chain(transform, None, raw)
             disp = np.zeros_like(raw.disp)
         if verdict is not None and not verdict.ok:  # one line naming the pair (the CLI's only)
-            names = [str(v.path) if v.path else "<in-memory>" for v in (self.moving, self.fixed)]
+            names = [_shown(v.path) for v in (self.moving, self.fixed)]
             logger.warning("'%s' -> '%s' at λ %g: %s", *names, raw.lam, verdict.text)
         dice = None
         if moved_seg is not None and self.fixed_seg is not None:
@@ -294,3 +295,15 @@ class PreparedPair:
             affine=shape,
             never_worse=never_worse,
         )
+
+
+def _shown(path: Any) -> str:
+    """``path`` as a warning names it: relative to the working folder when inside it, else
+    its folder and file name (``sub-01/T1w.nii.gz``); ``<in-memory>`` without one."""
+    if not path:
+        return "<in-memory>"
+    path = Path(path).absolute()
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(Path(path.parent.name, path.name))
