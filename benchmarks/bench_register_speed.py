@@ -19,7 +19,11 @@ Stage times of ours: wall and CPU seconds (``time.process_time``, all threads) o
 exclusive of the stages nested in it (reading, affine stage, network forward passes,
 refinement, chain sampling, verdict, writing; the rest is "other"). Also, on the first pair:
 the network alone over 11 λ (one batched sweep, :func:`~hyperreg.registration.lambdas.
-sweep_lambdas`, no refinement) against one ``register --refine 0``.
+sweep_lambdas`, no refinement) against one ``register --refine 0`` (with ``--pairs 0``
+that first pair is the 256³ one: its 11-λ batch needs several GB).
+
+``--threads`` sets torch's, OpenMP's and ITK's thread counts of both tools; hyperreg's affine
+stage runs on one ITK thread whatever it says (its results repeat exactly that way).
 
 Usage: ``python benchmarks/bench_register_speed.py [--threads 1|2] [--pairs 3] [--no-native]
 [--no-ants] [--write benchmarks/RESULTS_register_speed.md]``; stdout is the Markdown section,
