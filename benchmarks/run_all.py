@@ -359,6 +359,16 @@ SUITE: dict[str, Bench] = {
         device=False,
         needs=("oasis1-freesurfer", "neurite-oasis"),
     ),
+    "register_speed": Bench(
+        "The default 3D register against ANTs SyN: time, Dice, peak memory",
+        "bench_register_speed.py",
+        {"smoke": ["--pairs", "1", "--no-native"], "small": ["--pairs", "1"], "full": []},
+        group="by-hand",
+        data="root",
+        device=False,
+        needs=("ixi-2mm", "oasis1-freesurfer"),
+        modules=("ants",),
+    ),
     "auto_lambda": Bench(
         "λ chosen per pair without labels against global λ* and the per-pair oracle",
         "bench_auto_lambda.py",

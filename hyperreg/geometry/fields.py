@@ -213,8 +213,10 @@ def save_displacement(
                 stacklevel=2,
             )
     else:
-        out = np.moveaxis(arr.astype(np.float32), 0, -1)
-        out = np.ascontiguousarray(out).reshape(like.disk_shape + (like.ndim,))
+        # a channel-last view, no copy: nibabel writes it channel by channel in NIfTI's
+        # Fortran order, one channel's bytes at a time (a 3 x 256³ field held once, not thrice)
+        out = np.moveaxis(arr.astype(np.float32, copy=False), 0, -1)
+        out = out.reshape(like.disk_shape + (like.ndim,))
         img = to_nifti(out, like)
         img.header["descrip"] = b"hyperreg displacement: voxels, i/j/k order, fixed grid"
     write_nifti(img, path)

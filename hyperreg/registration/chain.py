@@ -41,21 +41,34 @@ def _slabs(shape: tuple[int, ...]) -> list[slice]:
     return [slice(start, min(start + rows, shape[0])) for start in range(0, shape[0], rows)]
 
 
-def _slab_voxels(disp: np.ndarray | None, shape: tuple[int, ...], rows: slice) -> np.ndarray:
-    """``x + u(x)`` of the fixed voxels of one slab, ``(N, *S')`` float64."""
-    axes = [np.arange(shape[0], dtype=np.float64)[rows]] + [
-        np.arange(n, dtype=np.float64) for n in shape[1:]
-    ]
-    voxels = np.stack(np.meshgrid(*axes, indexing="ij"), 0)
-    if disp is not None:
-        voxels += disp[:, rows]
-    return voxels
+def _slab_points(
+    linear: np.ndarray,
+    offset: np.ndarray,
+    disp: np.ndarray | None,
+    shape: tuple[int, ...],
+    rows: slice,
+) -> np.ndarray:
+    """``linear @ (x + u(x)) + offset`` for the fixed voxels ``x`` of one slab, ``(R, *S')``
+    float64 (``R = len(linear)``).
 
-
-def _apply(linear: np.ndarray, offset: np.ndarray, voxels: np.ndarray) -> np.ndarray:
-    """``linear @ voxels + offset`` over the channel axis (float64)."""
-    out = np.einsum("rn,n...->r...", linear, voxels)
-    out += offset.reshape((-1,) + (1,) * (voxels.ndim - 1))
+    The grid part ``linear @ x`` is a sum of one broadcast axis per column, so no grid of
+    voxel coordinates is built: one float64 array per output row and a float64 temporary of
+    one slab axis of ``u``."""
+    axes = [np.arange(shape[0], dtype=np.float64)[rows]]
+    axes += [np.arange(n, dtype=np.float64) for n in shape[1:]]
+    slab = tuple(len(a) for a in axes)
+    out = np.empty((linear.shape[0], *slab), np.float64)
+    part = np.empty(slab, np.float64) if disp is not None else None
+    for r in range(linear.shape[0]):
+        row = out[r]
+        row.fill(offset[r])
+        for n, axis in enumerate(axes):
+            row += linear[r, n] * axis.reshape((-1,) + (1,) * (len(axes) - 1 - n))
+        if disp is None or part is None:
+            continue
+        for n in range(len(axes)):
+            np.multiply(disp[n, rows], linear[r, n], out=part, dtype=np.float64)
+            row += part
     return out
 
 
@@ -87,9 +100,10 @@ def composed_displacement(
     shape = fixed.spatial_shape
     out = np.empty((ndim, *shape), np.float32)
     for rows in _slabs(shape):
-        voxels = _slab_voxels(disp, shape, rows)
-        moved = _apply(linear, offset, voxels)
-        moved -= _slab_voxels(None, shape, rows)
+        moved = _slab_points(linear, offset, disp, shape, rows)
+        for n in range(ndim):  # minus x, one broadcast axis at a time
+            axis = np.arange(shape[n], dtype=np.float64)[rows if n == 0 else slice(None)]
+            moved[n] -= axis.reshape((-1,) + (1,) * (ndim - 1 - n))
         out[:, rows] = moved
     return out
 
@@ -137,13 +151,13 @@ def sample_volume(
         data = np.ascontiguousarray(volume.data)
         out = np.zeros(shape, np.int32)
         for rows in _slabs(shape):
-            points = _apply(linear, offset, _slab_voxels(disp, shape, rows))
+            points = _slab_points(linear, offset, disp, shape, rows)
             out[rows] = _nearest(data, points, padding)
     else:
         image = torch.from_numpy(volume.data.astype(np.float32))[None, None]
         out = np.empty(shape, np.float32)
         for rows in _slabs(shape):
-            points = torch.from_numpy(_apply(linear, offset, _slab_voxels(disp, shape, rows)))
+            points = torch.from_numpy(_slab_points(linear, offset, disp, shape, rows))
             rule = "itk" if padding == "zeros" else padding  # ITK's rule outside the image
             sampled = sample_at(image, points[None], "bilinear", rule, exact=False)
             out[rows] = sampled[0, 0].numpy()
