@@ -1,0 +1,174 @@
+"""Do the two images of a pair show the same contrast? (T1 to T1, or T2/FLAIR to T1.)
+
+:func:`compare_contrasts` looks at the pair on one grid (the moving image after the affine
+stage, the fixed image) and asks whether the moving intensity rises with the fixed one over
+the head. Where both images show the same contrast (T1 and T1, even of two people, or one image
+and a monotone change of it) the moving image's median intensity rises from the fixed image's
+darkest tissue to its brightest. Where they do not (a T2 or FLAIR to a T1) it does not: CSF is
+dark in T1 and bright in T2, grey matter is darker than white matter in T1 and brighter in T2
+and FLAIR. :func:`similarity_for` turns the answer into the refinement's and the verdict's
+similarity (``"ncc"`` for the same contrast, as the networks were trained; ``"mi"`` otherwise),
+:func:`contrast_note` into the one line the command line logs. Pure functions of numpy arrays;
+must not import the pipeline, training, apps or cli.
+
+The rule (:data:`RISE_THRESHOLD`, :data:`HEAD_FRACTION`, :data:`BINS`) was set on the shared
+data (``benchmarks/RESULTS_contrast.md``: every T1 to T1 pair there scored above it, every T2
+and FLAIR to T1 pair below).
+
+References:
+    Roche, Malandain, Pennec, Ayache. The correlation ratio as a new similarity measure for
+    multimodal image registration. MICCAI 1998 (intensities of one image as a function of the
+    other's, binned).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hyperreg._checks import check_option
+from hyperreg._errors import InputError
+
+__all__ = [
+    "BINS",
+    "CONTRAST_CHOICES",
+    "HEAD_FRACTION",
+    "MIN_OVERLAP",
+    "RISE_THRESHOLD",
+    "ContrastCheck",
+    "compare_contrasts",
+    "contrast_note",
+    "similarity_for",
+]
+
+CONTRAST_CHOICES = ("auto", "same", "different")
+BINS = 10  # quantile bins of the fixed intensities over the head overlap
+HEAD_FRACTION = 0.1  # a voxel is head when above this fraction of its image's 99.5th percentile
+MIN_OVERLAP = 500  # fewer head voxels in both images: too little to judge (the same contrast)
+RISE_THRESHOLD = 0.5  # rank correlation of the binned medians below this: contrasts differ
+
+
+@dataclass(frozen=True)
+class ContrastCheck:
+    """What :func:`compare_contrasts` found.
+
+    Attributes:
+        differ: True when the intensities do not correspond (e.g. T2 or FLAIR to T1).
+        rise: Spearman rank correlation, in [-1, 1], between the fixed image's intensity bins
+            (quantiles over the head overlap, darkest first) and the moving image's median in
+            each: near 1 for the same contrast, low or negative for another; NaN when not
+            measured.
+        correlation: Pearson correlation of the two images' intensities over the overlap
+            (reported, not used by the rule); NaN when not measured.
+        voxels: Voxels in the head overlap.
+        reason: One line: why.
+    """
+
+    differ: bool
+    rise: float
+    correlation: float
+    voxels: int
+    reason: str
+
+
+def compare_contrasts(moving: np.ndarray, fixed: np.ndarray) -> ContrastCheck:
+    """Whether ``moving`` and ``fixed`` (one grid, any intensity units) differ in contrast.
+
+    The head of each image is where it exceeds :data:`HEAD_FRACTION` of its own 99.5th
+    percentile (non-finite voxels are not head); their overlap's fixed intensities are cut into
+    :data:`BINS` quantile bins, and ``rise`` is the rank correlation of the moving image's
+    median in each bin with the bin's order. Contrasts differ when ``rise`` is below
+    :data:`RISE_THRESHOLD`. A monotone change of intensities (gamma, a window, a scanner's
+    scaling) keeps the medians' order, so it never counts as another contrast. Fewer than
+    :data:`MIN_OVERLAP` overlapping head voxels, or a fixed image with fewer than 3 distinct
+    levels there, is too little to judge: the same contrast.
+
+    Args:
+        moving: The moving image on the fixed grid (after the affine stage), shape ``S``.
+        fixed: The fixed image, shape ``S``.
+
+    Returns:
+        A :class:`ContrastCheck`.
+
+    Raises:
+        InputError: If the shapes differ.
+    """
+    fn = "compare_contrasts"
+    moving, fixed = np.asarray(moving), np.asarray(fixed)
+    if moving.shape != fixed.shape:
+        message = "{0} has shape {a} but {1} has shape {b}; give both on one grid"
+        raise InputError(fn, message, "moving", "fixed", a=moving.shape, b=fixed.shape)
+    overlap = _head(moving) & _head(fixed)
+    voxels = int(overlap.sum())
+    if voxels < MIN_OVERLAP:
+        reason = f"{voxels} head voxels overlap (fewer than {MIN_OVERLAP}): not judged"
+        return ContrastCheck(False, float("nan"), float("nan"), voxels, reason)
+    m = moving[overlap].astype(np.float64)
+    f = fixed[overlap].astype(np.float64)
+    edges = np.unique(np.quantile(f, np.linspace(0.0, 1.0, BINS + 1)))
+    if edges.size < 4:
+        reason = "the fixed image has too few intensity levels over the head: not judged"
+        return ContrastCheck(False, float("nan"), float("nan"), voxels, reason)
+    bins = np.clip(np.searchsorted(edges, f, side="right") - 1, 0, edges.size - 2)
+    medians = np.array([np.median(m[bins == b]) for b in np.unique(bins)])
+    rise = _rank_correlation(medians)
+    correlation = _pearson(m, f)
+    differ = rise < RISE_THRESHOLD
+    verb = "does not rise" if differ else "rises"
+    reason = (
+        f"the moving intensity {verb} with the fixed one over the head "
+        f"(rank correlation {rise:.2f}, threshold {RISE_THRESHOLD:g})"
+    )
+    return ContrastCheck(differ, rise, correlation, voxels, reason)
+
+
+def similarity_for(contrast: str, check: ContrastCheck | None) -> str:
+    """The similarity to refine and judge with: ``"mi"`` when ``contrast`` is
+    ``"different"``, or ``"auto"`` and ``check.differ``; else ``"ncc"``.
+
+    Raises:
+        InputError: If ``contrast`` is not one of :data:`CONTRAST_CHOICES`, or is ``"auto"``
+            without a check.
+    """
+    fn = "similarity_for"
+    check_option(fn, "contrast", contrast, CONTRAST_CHOICES)
+    if contrast == "auto" and check is None:
+        raise InputError(fn, "{0} 'auto' needs {1}", "contrast", "check")
+    if contrast == "different" or (contrast == "auto" and check is not None and check.differ):
+        return "mi"
+    return "ncc"
+
+
+def contrast_note(check: ContrastCheck) -> str:
+    """The one line logged when ``auto`` found other contrasts."""
+    return (
+        f"contrasts differ ({check.reason}): refinement and the verdict use mutual "
+        "information (--contrast same: local NCC)"
+    )
+
+
+def _head(image: np.ndarray) -> np.ndarray:
+    """Voxels above :data:`HEAD_FRACTION` of the image's 99.5th percentile (finite only)."""
+    finite = np.isfinite(image)
+    if not finite.any():
+        return finite
+    top = float(np.percentile(image[finite], 99.5))
+    with np.errstate(invalid="ignore"):
+        return finite & (image > HEAD_FRACTION * top) if top > 0 else finite & (image > top)
+
+
+def _rank_correlation(values: np.ndarray) -> float:
+    """Spearman correlation of ``values`` with their positions 0, 1, … (ties averaged)."""
+    order = np.argsort(np.argsort(values, kind="stable"), kind="stable").astype(np.float64)
+    for value in np.unique(values):  # average the ranks of ties
+        tied = values == value
+        order[tied] = order[tied].mean()
+    return _pearson(order, np.arange(values.size, dtype=np.float64))
+
+
+def _pearson(a: np.ndarray, b: np.ndarray) -> float:
+    """Pearson correlation; 0 when either is constant."""
+    a, b = a - a.mean(), b - b.mean()
+    denominator = float(np.sqrt((a * a).sum() * (b * b).sum()))
+    return float((a * b).sum() / denominator) if denominator > 0 else 0.0
