@@ -28,6 +28,12 @@ from hyperreg.geometry.affine import AffineTransform, save_affine
 from hyperreg.geometry.fields import DISPLACEMENT_FORMATS, check_itk_grid, save_displacement
 from hyperreg.geometry.io import save_volume
 from hyperreg.method.model import HyperMorph
+from hyperreg.registration.contrast import (
+    CONTRAST_CHOICES,
+    contrast_note,
+    pair_similarity,
+    refinement_for,
+)
 from hyperreg.registration.inputs import load_input
 from hyperreg.registration.pairs import PathLike, check_outputs
 from hyperreg.registration.pipeline import (
@@ -41,6 +47,7 @@ from hyperreg.registration.refine import Refinement, check_refinement
 
 __all__ = [
     "alignment_png",
+    "contrast_similarity",
     "register_files",
     "write_result",
 ]
@@ -74,6 +81,7 @@ def register_files(
     bias_correct: bool = False,
     never_worse: bool = True,
     replace_nonfinite: float | None = None,
+    contrast: str = "auto",
 ) -> PairResult:
     """Load, register and write one pair at one λ (``hyperreg register``).
 
@@ -145,6 +153,12 @@ def register_files(
             (:meth:`~hyperreg.registration.pipeline.PreparedPair.register`).
         replace_nonfinite: The value NaN/inf voxels of the images take (logged with their
             count; label maps must be finite); None (default): such an image is an error.
+        contrast: ``"auto"`` (default): after the affine stage, pairs whose intensities do
+            not correspond (a T2 or FLAIR to a T1;
+            :func:`hyperreg.registration.contrast.compare_contrasts`) are refined and judged by
+            mutual information, said in one INFO line; ``"same"``: the model's similarity
+            (local NCC) and ``refine`` as given; ``"different"``: mutual information without
+            asking. A ``refine`` that asks for MI keeps it.
 
     Returns:
         The :class:`~hyperreg.registration.pipeline.PairResult` (``resampled`` lists what was
@@ -163,6 +177,7 @@ def register_files(
     """
     fn = "register_files"
     check_lambda(fn, lam)
+    check_option(fn, "contrast", contrast, CONTRAST_CHOICES)
     if moved_seg is not None and moving_seg is None:
         raise InputError(fn, "{0} needs {1} (the label map to warp)", "moved_seg", "moving_seg")
     check_option(fn, "warp_format", warp_format, DISPLACEMENT_FORMATS)
@@ -197,16 +212,27 @@ def register_files(
         bias_correct=bias_correct,
         replace_nonfinite=replace_nonfinite,
     )
+    similarity = contrast_similarity(pair, contrast)
+    refine = refinement_for(refine, similarity)
     chosen = pair_lambda(pair, model, lam)
     inverse = inverse_warp_out is not None
-    result = pair.register(
-        model, [chosen.lam], refine, inverse=inverse, passes=passes, never_worse=never_worse
-    )[0]
+    judge = dict(never_worse=never_worse, similarity=similarity)
+    result = pair.register(model, [chosen.lam], refine, inverse=inverse, passes=passes, **judge)[0]
     result.lam_reason = chosen.reason
     write_result(result, pair, **outputs, affine_out=affine_out, warp_format=warp_format)
     if figure is not None:
         alignment_png(figure, pair, result)
     return result
+
+
+def contrast_similarity(pair: PreparedPair, contrast: str) -> str:
+    """The similarity ``pair`` is refined and judged by (``"ncc"`` or ``"mi"``,
+    :func:`hyperreg.registration.contrast.pair_similarity` on the moving image after the affine
+    stage and the fixed image); one INFO line when ``"auto"`` found other contrasts."""
+    similarity, check = pair_similarity(contrast, pair.aligned.data, pair.fixed.data)
+    if check is not None and check.differ:
+        logger.info("%s", contrast_note(check))
+    return similarity
 
 
 def _prepare(

@@ -38,6 +38,7 @@ __all__ = [
     "add_batching_arguments",
     "add_bias_correct_argument",
     "add_common",
+    "add_contrast_argument",
     "add_flip_argument",
     "add_init_argument",
     "add_input_arguments",
@@ -55,6 +56,7 @@ __all__ = [
     "add_refine_arguments",
     "add_resample_argument",
     "add_warp_format_argument",
+    "contrast_from",
     "fill_value",
     "fraction",
     "lambda_list",
@@ -313,9 +315,10 @@ def add_refine_arguments(parser: argparse.ArgumentParser, model_default: bool = 
     parser.add_argument(
         "--refine-sim",
         choices=("ncc", "mi"),
-        default="ncc",
-        help="similarity for --refine: ncc (local NCC, window 9, as the model was trained; "
-        "default) or mi (mutual information, for pairs of different contrast, e.g. T1 to T2)",
+        default=None,
+        help="similarity for --refine: ncc (local NCC, window 9, as the model was trained) or "
+        "mi (mutual information, for pairs of different contrast, e.g. T1 to T2); default: "
+        "as --contrast decides; given, it wins over --contrast auto",
     )
     parser.add_argument(
         "--refine-lr",
@@ -339,6 +342,29 @@ def add_passes_argument(parser: argparse.ArgumentParser) -> None:
         "'passes', 1 unless it records more; see its card). Each pass costs one more forward "
         "pass (seconds for a 3D pair on a CPU)",
     )
+
+
+def add_contrast_argument(parser: argparse.ArgumentParser) -> None:
+    """``--contrast {auto,same,different}``: which similarity refines and judges a pair."""
+    parser.add_argument(
+        "--contrast",
+        choices=("auto", "same", "different"),
+        default="auto",
+        help="do the images show the same contrast? auto (default): told from the pair after "
+        "the affine stage (a T2 or FLAIR to a T1 is not); same: refine and judge with local "
+        "NCC, as the model was trained; different: with mutual information. An explicit "
+        "--refine-sim wins over auto",
+    )
+
+
+def contrast_from(args: Any) -> str:
+    """The ``contrast`` of ``args``: ``--contrast``, except that with ``auto`` an explicit
+    ``--refine-sim`` decides (``ncc``: same, ``mi``: different)."""
+    contrast = getattr(args, "contrast", "auto")
+    sim = getattr(args, "refine_sim", None)
+    if contrast == "auto" and sim is not None:
+        return "same" if sim == "ncc" else "different"
+    return contrast
 
 
 def add_keep_worse_argument(parser: argparse.ArgumentParser) -> None:
@@ -418,22 +444,23 @@ def refinement_from(args: Any, model_default: bool = False) -> Any:
             ``dest`` of the option that fed the field of ``Refinement``.
         ValueError: If ``--refine-sim`` or ``--refine-lr`` is given without ``--refine``.
     """
-    settings = getattr(args, "refine_sim", "ncc") != "ncc" or getattr(args, "refine_lr", None)
+    sim = getattr(args, "refine_sim", None)
+    settings = sim is not None or getattr(args, "refine_lr", None)
     if getattr(args, "refine", None) is None and not settings:
         return None
     if args.refine is None and not model_default:
-        option = "--refine-sim" if args.refine_sim != "ncc" else "--refine-lr"
+        option = "--refine-sim" if sim is not None else "--refine-lr"
         raise ValueError(f"{option} needs --refine N (how many steps to refine with it)")
     from hyperreg._errors import passed_as
     from hyperreg.registration.refine import Refinement, check_refinement
 
     options = {} if args.refine_lr is None else {"lr": args.refine_lr}
     steps = 1 if args.refine is None else args.refine  # 1: checks the settings alone
-    refinement = Refinement(steps=steps, sim=args.refine_sim, **options)
+    refinement = Refinement(steps=steps, sim=sim or "ncc", **options)
     with passed_as(steps="refine", sim="refine_sim", lr="refine_lr"):  # field -> dest
         check_refinement("refine", refinement)
     if args.refine is None:
         from hyperreg.apps.models import DefaultSteps
 
-        return DefaultSteps(sim=args.refine_sim, lr=args.refine_lr)
+        return DefaultSteps(sim=sim or "ncc", lr=args.refine_lr)
     return refinement

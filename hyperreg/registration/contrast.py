@@ -23,12 +23,14 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from hyperreg._checks import check_option
 from hyperreg._errors import InputError
+from hyperreg.registration.refine import Refinement
 
 __all__ = [
     "BINS",
@@ -39,6 +41,8 @@ __all__ = [
     "ContrastCheck",
     "compare_contrasts",
     "contrast_note",
+    "pair_similarity",
+    "refinement_for",
     "similarity_for",
 ]
 
@@ -116,9 +120,10 @@ def compare_contrasts(moving: np.ndarray, fixed: np.ndarray) -> ContrastCheck:
     correlation = _pearson(m, f)
     differ = rise < RISE_THRESHOLD
     verb = "does not rise" if differ else "rises"
+    sign = "<" if differ else ">="
     reason = (
-        f"the moving intensity {verb} with the fixed one over the head "
-        f"(rank correlation {rise:.2f}, threshold {RISE_THRESHOLD:g})"
+        f"the moving intensity {verb} with the fixed one over the head: rank correlation "
+        f"{rise:.2f} {sign} {RISE_THRESHOLD:g}"
     )
     return ContrastCheck(differ, rise, correlation, voxels, reason)
 
@@ -140,10 +145,36 @@ def similarity_for(contrast: str, check: ContrastCheck | None) -> str:
     return "ncc"
 
 
+def pair_similarity(
+    contrast: str, moving: np.ndarray, fixed: np.ndarray
+) -> tuple[str, ContrastCheck | None]:
+    """The similarity of a pair (:func:`similarity_for`) and, with ``contrast="auto"``, the
+    :class:`ContrastCheck` it came from (None otherwise: nothing is measured).
+
+    Args:
+        contrast: One of :data:`CONTRAST_CHOICES`.
+        moving, fixed: The pair on one grid (the moving image after the affine stage).
+
+    Raises:
+        InputError: If ``contrast`` is unknown or the shapes differ.
+    """
+    check_option("pair_similarity", "contrast", contrast, CONTRAST_CHOICES)
+    check = compare_contrasts(moving, fixed) if contrast == "auto" else None
+    return similarity_for(contrast, check), check
+
+
+def refinement_for(refinement: Refinement | None, similarity: str) -> Refinement | None:
+    """``refinement`` refining with mutual information when ``similarity`` is ``"mi"``; as
+    given otherwise (a refinement asked to use MI keeps it), and None stays None."""
+    if refinement is None or similarity != "mi" or refinement.sim == "mi":
+        return refinement
+    return dataclasses.replace(refinement, sim="mi")
+
+
 def contrast_note(check: ContrastCheck) -> str:
     """The one line logged when ``auto`` found other contrasts."""
     return (
-        f"contrasts differ ({check.reason}): refinement and the verdict use mutual "
+        f"other contrasts ({check.reason}): refinement and the verdict use mutual "
         "information (--contrast same: local NCC)"
     )
 
