@@ -38,6 +38,7 @@ __all__ = [
     "HEAD_FRACTION",
     "MIN_OVERLAP",
     "RISE_THRESHOLD",
+    "TIE_FRACTION",
     "ContrastCheck",
     "compare_contrasts",
     "contrast_note",
@@ -50,7 +51,8 @@ CONTRAST_CHOICES = ("auto", "same", "different")
 BINS = 10  # quantile bins of the fixed intensities over the head overlap
 HEAD_FRACTION = 0.1  # a voxel is head when above this fraction of its image's 99.5th percentile
 MIN_OVERLAP = 500  # fewer head voxels in both images: too little to judge (the same contrast)
-RISE_THRESHOLD = 0.5  # rank correlation of the binned medians below this: contrasts differ
+TIE_FRACTION = 0.05  # binned medians within this fraction of the intensity range are ties
+RISE_THRESHOLD = 0.8  # the lower rank correlation of the binned medians below this: differ
 
 
 @dataclass(frozen=True)
@@ -59,10 +61,10 @@ class ContrastCheck:
 
     Attributes:
         differ: True when the intensities do not correspond (e.g. T2 or FLAIR to T1).
-        rise: Spearman rank correlation, in [-1, 1], between the fixed image's intensity bins
-            (quantiles over the head overlap, darkest first) and the moving image's median in
-            each: near 1 for the same contrast, low or negative for another; NaN when not
-            measured.
+        rise: Spearman rank correlation, in [-1, 1], between one image's intensity bins
+            (quantiles over the head overlap, darkest first) and the other image's median in
+            each, the lower of the two ways round: near 1 for the same contrast, low or
+            negative for another; NaN when not measured.
         correlation: Pearson correlation of the two images' intensities over the overlap
             (reported, not used by the rule); NaN when not measured.
         voxels: Voxels in the head overlap.
@@ -80,12 +82,16 @@ def compare_contrasts(moving: np.ndarray, fixed: np.ndarray) -> ContrastCheck:
     """Whether ``moving`` and ``fixed`` (one grid, any intensity units) differ in contrast.
 
     The head of each image is where it exceeds :data:`HEAD_FRACTION` of its own 99.5th
-    percentile (non-finite voxels are not head); their overlap's fixed intensities are cut into
-    :data:`BINS` quantile bins, and ``rise`` is the rank correlation of the moving image's
-    median in each bin with the bin's order. Contrasts differ when ``rise`` is below
-    :data:`RISE_THRESHOLD`. A monotone change of intensities (gamma, a window, a scanner's
+    percentile (non-finite voxels are not head); over their overlap the fixed intensities are
+    cut into :data:`BINS` quantile bins and the moving image's median in each bin is ranked
+    against the bins' order (Spearman), then the same with the roles swapped (a T2 head's
+    bright CSF shows as a fall even where scalp voxels, alike in both, fill the fixed image's
+    bins); ``rise`` is the lower of the two. Contrasts differ when ``rise`` is below
+    :data:`RISE_THRESHOLD`. Medians closer than :data:`TIE_FRACTION` of the image's intensity
+    range (0.5th to 99.5th percentile) rank as ties, so noise inside one tissue does not count
+    as a fall. A monotone change of intensities (gamma, a window, a scanner's
     scaling) keeps the medians' order, so it never counts as another contrast. Fewer than
-    :data:`MIN_OVERLAP` overlapping head voxels, or a fixed image with fewer than 3 distinct
+    :data:`MIN_OVERLAP` overlapping head voxels, or an image with fewer than 3 distinct
     levels there, is too little to judge: the same contrast.
 
     Args:
@@ -110,13 +116,11 @@ def compare_contrasts(moving: np.ndarray, fixed: np.ndarray) -> ContrastCheck:
         return ContrastCheck(False, float("nan"), float("nan"), voxels, reason)
     m = moving[overlap].astype(np.float64)
     f = fixed[overlap].astype(np.float64)
-    edges = np.unique(np.quantile(f, np.linspace(0.0, 1.0, BINS + 1)))
-    if edges.size < 4:
-        reason = "the fixed image has too few intensity levels over the head: not judged"
+    rises = [_rise(m, f), _rise(f, m)]  # each image's median over the other's bins
+    if any(r is None for r in rises):
+        reason = "an image has too few intensity levels over the head: not judged"
         return ContrastCheck(False, float("nan"), float("nan"), voxels, reason)
-    bins = np.clip(np.searchsorted(edges, f, side="right") - 1, 0, edges.size - 2)
-    medians = np.array([np.median(m[bins == b]) for b in np.unique(bins)])
-    rise = _rank_correlation(medians)
+    rise = min(r for r in rises if r is not None)
     correlation = _pearson(m, f)
     differ = rise < RISE_THRESHOLD
     verb = "does not rise" if differ else "rises"
@@ -177,6 +181,19 @@ def contrast_note(check: ContrastCheck) -> str:
         f"other contrasts ({check.reason}): refinement and the verdict use mutual "
         "information (--contrast same: local NCC)"
     )
+
+
+def _rise(values: np.ndarray, by: np.ndarray) -> float | None:
+    """Rank correlation of the median of ``values`` in each quantile bin of ``by`` (darkest
+    first) with the bins' order; None when ``by`` has fewer than 3 distinct bins."""
+    edges = np.unique(np.quantile(by, np.linspace(0.0, 1.0, BINS + 1)))
+    if edges.size < 4:
+        return None
+    bins = np.clip(np.searchsorted(edges, by, side="right") - 1, 0, edges.size - 2)
+    medians = np.array([np.median(values[bins == b]) for b in np.unique(bins)])
+    low, high = np.percentile(values, [0.5, 99.5])
+    step = TIE_FRACTION * float(high - low)  # medians closer than this are ties (noise)
+    return _rank_correlation(np.round(medians / step) if step > 0 else medians)
 
 
 def _head(image: np.ndarray) -> np.ndarray:
