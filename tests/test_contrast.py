@@ -129,3 +129,16 @@ def test_cli_contrast_and_explicit_refine_sim(t2_pair: dict[str, Path], capsys) 
         assert "other contrasts" not in said.out + said.err
     assert main([*base, "--contrast", "t2"]) != 0
     assert "--contrast" in capsys.readouterr().err
+
+
+def test_sweep_judges_other_contrasts_by_mi(t2_pair: dict[str, Path], capsys) -> None:
+    from hyperreg.cli import main
+
+    base = ["sweep", "--moving", str(t2_pair["moving"]), "--fixed", str(t2_pair["fixed"])]
+    base += ["--lambdas", "0.3", "--init", "none", "--device", "cpu"]
+    assert main([*base, "--out", str(t2_pair["out"] / "auto")]) == 0
+    said = capsys.readouterr()
+    assert sum("other contrasts" in t for t in (said.out + said.err).splitlines()) == 1
+    assert main([*base, "--out", str(t2_pair["out"] / "same"), "--contrast", "same"]) == 0
+    said = capsys.readouterr()
+    assert "other contrasts" not in said.out + said.err

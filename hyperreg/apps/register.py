@@ -28,12 +28,7 @@ from hyperreg.geometry.affine import AffineTransform, save_affine
 from hyperreg.geometry.fields import DISPLACEMENT_FORMATS, check_itk_grid, save_displacement
 from hyperreg.geometry.io import save_volume
 from hyperreg.method.model import HyperMorph
-from hyperreg.registration.contrast import (
-    CONTRAST_CHOICES,
-    contrast_note,
-    pair_similarity,
-    refinement_for,
-)
+from hyperreg.registration.contrast import CONTRAST_CHOICES, contrast_similarity, refinement_for
 from hyperreg.registration.inputs import load_input
 from hyperreg.registration.pairs import PathLike, check_outputs
 from hyperreg.registration.pipeline import (
@@ -47,7 +42,6 @@ from hyperreg.registration.refine import Refinement, check_refinement
 
 __all__ = [
     "alignment_png",
-    "contrast_similarity",
     "register_files",
     "write_result",
 ]
@@ -223,16 +217,6 @@ def register_files(
     if figure is not None:
         alignment_png(figure, pair, result)
     return result
-
-
-def contrast_similarity(pair: PreparedPair, contrast: str) -> str:
-    """The similarity ``pair`` is refined and judged by (``"ncc"`` or ``"mi"``,
-    :func:`hyperreg.registration.contrast.pair_similarity` on the moving image after the affine
-    stage and the fixed image); one INFO line when ``"auto"`` found other contrasts."""
-    similarity, check = pair_similarity(contrast, pair.aligned.data, pair.fixed.data)
-    if check is not None and check.differ:
-        logger.info("%s", contrast_note(check))
-    return similarity
 
 
 def _prepare(

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from hyperreg._checks import check_option
 from hyperreg._files import write_csv
 from hyperreg.apps.models import ChosenLambda, check_lambda, pair_lambda
 from hyperreg.apps.view_page import check_page_path, write_sweep_page
@@ -39,6 +40,7 @@ from hyperreg.registration.pipeline import (
     PreparedPair,
     load_pair,
 )
+from hyperreg.registration.contrast import CONTRAST_CHOICES, contrast_similarity, refinement_for
 from hyperreg.registration.refine import Refinement, check_refinement
 
 __all__ = [
@@ -277,6 +279,7 @@ def sweep_files(
     never_worse: bool = True,
     replace_nonfinite: float | None = None,
     html: PathLike | None = None,
+    contrast: str = "auto",
 ) -> SweepReport:
     """Load a pair, sweep λ (:func:`sweep_lambdas`) and write the report to ``out``.
 
@@ -337,6 +340,8 @@ def sweep_files(
             count); None (default): such an image is an error.
         html: Output HTML file of the self-contained sweep page
             (:func:`hyperreg.apps.view_page.write_sweep_page`), or None.
+        contrast: ``"auto"`` (default), ``"same"`` or ``"different"``: the similarity each λ
+            is refined and judged by, as in :func:`hyperreg.apps.register.register_files`.
 
     Returns:
         A :class:`SweepReport`.
@@ -348,6 +353,7 @@ def sweep_files(
     from hyperreg.geometry.intensity import intensity_window, normalize_intensity
 
     fn = "sweep_files"
+    check_option(fn, "contrast", contrast, CONTRAST_CHOICES)
     _check_sweep(fn, lambdas, save_fields=save_fields, refine=refine, lam=lam, html=html)
     pair = load_pair(
         moving,
@@ -363,6 +369,8 @@ def sweep_files(
         bias_correct=bias_correct,
         replace_nonfinite=replace_nonfinite,
     )
+    similarity = contrast_similarity(pair, contrast)
+    refine = refinement_for(refine, similarity)
     chosen = None if lam is None else pair_lambda(pair, model, lam)
     lambdas = list(lambdas)
     if chosen is not None and not any(_same_lambda(v, chosen) for v in lambdas):
@@ -376,6 +384,7 @@ def sweep_files(
         ncc=True,
         passes=passes,
         never_worse=never_worse,
+        similarity=similarity,
     )
     for given, r in zip(lambdas, results):
         if chosen is not None and _same_lambda(given, chosen):

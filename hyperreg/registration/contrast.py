@@ -24,7 +24,9 @@ References:
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -42,10 +44,13 @@ __all__ = [
     "ContrastCheck",
     "compare_contrasts",
     "contrast_note",
+    "contrast_similarity",
     "pair_similarity",
     "refinement_for",
     "similarity_for",
 ]
+
+logger = logging.getLogger(__name__)
 
 CONTRAST_CHOICES = ("auto", "same", "different")
 BINS = 10  # quantile bins of the fixed intensities over the head overlap
@@ -173,6 +178,21 @@ def refinement_for(refinement: Refinement | None, similarity: str) -> Refinement
     if refinement is None or similarity != "mi" or refinement.sim == "mi":
         return refinement
     return dataclasses.replace(refinement, sim="mi")
+
+
+def contrast_similarity(pair: Any, contrast: str) -> str:
+    """The similarity a prepared pair is refined and judged by (``"ncc"`` or ``"mi"``):
+    :func:`pair_similarity` on ``pair.aligned.data`` (the moving image after the affine stage)
+    and ``pair.fixed.data`` (a :class:`~hyperreg.registration.prepared.PreparedPair`); one
+    INFO line (:func:`contrast_note`) when ``"auto"`` found other contrasts.
+
+    Raises:
+        InputError: If ``contrast`` is not one of :data:`CONTRAST_CHOICES`.
+    """
+    similarity, check = pair_similarity(contrast, pair.aligned.data, pair.fixed.data)
+    if check is not None and check.differ:
+        logger.info("%s", contrast_note(check))
+    return similarity
 
 
 def contrast_note(check: ContrastCheck) -> str:
