@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from hyperreg._checks import check_option
 from hyperreg._files import write_csv
 from hyperreg.apps.models import ChosenLambda, check_lambda, pair_lambda
 from hyperreg.apps.view_page import check_page_path, write_sweep_page
@@ -40,7 +39,7 @@ from hyperreg.registration.pipeline import (
     PreparedPair,
     load_pair,
 )
-from hyperreg.registration.contrast import CONTRAST_CHOICES, contrast_similarity, refinement_for
+from hyperreg.registration.contrast import contrast_options
 from hyperreg.registration.refine import Refinement, check_refinement
 
 __all__ = [
@@ -353,7 +352,6 @@ def sweep_files(
     from hyperreg.geometry.intensity import intensity_window, normalize_intensity
 
     fn = "sweep_files"
-    check_option(fn, "contrast", contrast, CONTRAST_CHOICES)
     _check_sweep(fn, lambdas, save_fields=save_fields, refine=refine, lam=lam, html=html)
     pair = load_pair(
         moving,
@@ -369,8 +367,6 @@ def sweep_files(
         bias_correct=bias_correct,
         replace_nonfinite=replace_nonfinite,
     )
-    similarity = contrast_similarity(pair, contrast)
-    refine = refinement_for(refine, similarity)
     chosen = None if lam is None else pair_lambda(pair, model, lam)
     lambdas = list(lambdas)
     if chosen is not None and not any(_same_lambda(v, chosen) for v in lambdas):
@@ -378,13 +374,12 @@ def sweep_files(
     results = pair.register(
         model,
         lambdas,
-        refine,
         chunk=chunk,
         amp=amp,
         ncc=True,
         passes=passes,
         never_worse=never_worse,
-        similarity=similarity,
+        **contrast_options(pair, contrast, refine),
     )
     for given, r in zip(lambdas, results):
         if chosen is not None and _same_lambda(given, chosen):

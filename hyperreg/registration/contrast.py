@@ -44,6 +44,7 @@ __all__ = [
     "ContrastCheck",
     "compare_contrasts",
     "contrast_note",
+    "contrast_options",
     "contrast_similarity",
     "pair_similarity",
     "refinement_for",
@@ -193,6 +194,15 @@ def contrast_similarity(pair: Any, contrast: str) -> str:
     if check is not None and check.differ:
         logger.info("%s", contrast_note(check))
     return similarity
+
+
+def contrast_options(pair: Any, contrast: str, refinement: Refinement | None) -> dict[str, Any]:
+    """The keyword arguments ``refinement`` and ``similarity`` of
+    :meth:`~hyperreg.registration.prepared.PreparedPair.register` for ``pair``: the similarity
+    of :func:`contrast_similarity` and ``refinement`` switched to it
+    (:func:`refinement_for`)."""
+    similarity = contrast_similarity(pair, contrast)
+    return {"refinement": refinement_for(refinement, similarity), "similarity": similarity}
 
 
 def contrast_note(check: ContrastCheck) -> str:
