@@ -58,7 +58,7 @@ BINS = 10  # quantile bins of the fixed intensities over the head overlap
 HEAD_FRACTION = 0.1  # a voxel is head when above this fraction of its image's 99.5th percentile
 MIN_OVERLAP = 500  # fewer head voxels in both images: too little to judge (the same contrast)
 TIE_FRACTION = 0.05  # binned medians within this fraction of the intensity range are ties
-RISE_THRESHOLD = 0.8  # the lower rank correlation of the binned medians below this: differ
+RISE_THRESHOLD = 0.72  # the lower rank correlation below this: contrasts differ
 
 
 @dataclass(frozen=True)
