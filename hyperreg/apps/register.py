@@ -24,6 +24,7 @@ from hyperreg.apps.transforms import check_transform_path
 from hyperreg.geometry.affine import AffineTransform
 from hyperreg.geometry.fields import DISPLACEMENT_FORMATS, check_itk_grid
 from hyperreg.method.model import HyperMorph
+from hyperreg.registration.contrast import CONTRAST_CHOICES, contrast_similarity, refinement_for
 from hyperreg.registration.inputs import load_input
 from hyperreg.registration.pairs import PathLike, check_outputs
 from hyperreg.registration.pipeline import (
@@ -71,6 +72,7 @@ def register_files(
     bias_correct: bool = False,
     never_worse: bool = True,
     replace_nonfinite: float | None = None,
+    contrast: str = "auto",
 ) -> PairResult:
     """Load, register and write one pair at one λ (``hyperreg register``).
 
@@ -144,6 +146,12 @@ def register_files(
             (:meth:`~hyperreg.registration.pipeline.PreparedPair.register`).
         replace_nonfinite: The value NaN/inf voxels of the images take (logged with their
             count; label maps must be finite); None (default): such an image is an error.
+        contrast: ``"auto"`` (default): after the affine stage, pairs whose intensities do
+            not correspond (a T2 or FLAIR to a T1;
+            :func:`hyperreg.registration.contrast.compare_contrasts`) are refined and judged by
+            mutual information, said in one INFO line; ``"same"``: the model's similarity
+            (local NCC) and ``refine`` as given; ``"different"``: mutual information without
+            asking. A ``refine`` that asks for MI keeps it.
 
     Returns:
         The :class:`~hyperreg.registration.pipeline.PairResult` (``resampled`` lists what was
@@ -162,6 +170,7 @@ def register_files(
     """
     fn = "register_files"
     check_lambda(fn, lam)
+    check_option(fn, "contrast", contrast, CONTRAST_CHOICES)
     if moved_seg is not None and moving_seg is None:
         raise InputError(fn, "{0} needs {1} (the label map to warp)", "moved_seg", "moving_seg")
     check_option(fn, "warp_format", warp_format, DISPLACEMENT_FORMATS)
@@ -201,11 +210,13 @@ def register_files(
         bias_correct=bias_correct,
         replace_nonfinite=replace_nonfinite,
     )
+    similarity = contrast_similarity(pair, contrast)
+    refine = refinement_for(refine, similarity)
     chosen = pair_lambda(pair, model, lam)
     inverse = inverse_warp_out is not None
     result = pair.register(
         model, [chosen.lam], refine, inverse=inverse, passes=passes, never_worse=never_worse,
-        lambda_source=chosen.reason,
+        lambda_source=chosen.reason, similarity=similarity,
     )[0]  # fmt: skip
     result.lam_reason = chosen.reason
     write_outputs(spec, result, pair)

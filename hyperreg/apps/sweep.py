@@ -34,6 +34,7 @@ from hyperreg.registration.pipeline import (
     PreparedPair,
     load_pair,
 )
+from hyperreg.registration.contrast import contrast_options
 from hyperreg.registration.refine import Refinement, check_refinement
 from hyperreg.registration.settings import resolve_settings
 
@@ -124,6 +125,7 @@ def sweep_files(
     never_worse: bool = True,
     replace_nonfinite: float | None = None,
     html: PathLike | None = None,
+    contrast: str = "auto",
 ) -> SweepReport:
     """Load a pair, sweep λ (:func:`sweep_lambdas`) and write the report to ``out``.
 
@@ -187,6 +189,8 @@ def sweep_files(
             count); None (default): such an image is an error.
         html: Output HTML file of the self-contained sweep page
             (:func:`hyperreg.apps.view_page.write_sweep_page`), or None.
+        contrast: ``"auto"`` (default), ``"same"`` or ``"different"``: the similarity each λ
+            is refined and judged by, as in :func:`hyperreg.apps.register.register_files`.
 
     Returns:
         A :class:`SweepReport`.
@@ -222,12 +226,12 @@ def sweep_files(
     results = pair.register(
         model,
         lambdas,
-        refine,
         chunk=chunk,
         amp=amp,
         ncc=True,
         passes=passes,
         never_worse=never_worse,
+        **contrast_options(pair, contrast, refine),
     )
     for given, r in zip(lambdas, results):
         if chosen is not None and _same_lambda(given, chosen):

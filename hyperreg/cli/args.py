@@ -39,6 +39,7 @@ __all__ = [
     "add_batching_arguments",
     "add_bias_correct_argument",
     "add_common",
+    "add_contrast_argument",
     "add_flip_argument",
     "add_init_argument",
     "add_input_arguments",
@@ -56,6 +57,7 @@ __all__ = [
     "add_refine_arguments",
     "add_resample_argument",
     "add_warp_format_argument",
+    "contrast_from",
     "fill_value",
     "fraction",
     "lambda_list",
@@ -315,9 +317,9 @@ def add_refine_arguments(parser: argparse.ArgumentParser, model_default: bool = 
         "--refine-sim",
         choices=REFINE_SIMILARITIES,
         default=None,
-        help="similarity for --refine (default: the one the model was trained with): ncc "
-        "(local NCC, window 9), mse, or mi (mutual information, for pairs of different "
-        "contrast, e.g. T1 to T2)",
+        help="similarity for --refine: ncc (local NCC, window 9), mse, or mi (mutual "
+        "information, for pairs of different contrast, e.g. T1 to T2); default: the model's "
+        "own, or mi where --contrast finds the contrasts differ; given, it wins over --contrast",
     )
     parser.add_argument(
         "--refine-lr",
@@ -341,6 +343,29 @@ def add_passes_argument(parser: argparse.ArgumentParser) -> None:
         "'passes', 1 unless it records more; see its card). Each pass costs one more forward "
         "pass (seconds for a 3D pair on a CPU)",
     )
+
+
+def add_contrast_argument(parser: argparse.ArgumentParser) -> None:
+    """``--contrast {auto,same,different}``: which similarity refines and judges a pair."""
+    parser.add_argument(
+        "--contrast",
+        choices=("auto", "same", "different"),
+        default="auto",
+        help="do the images show the same contrast? auto (default): told from the pair after "
+        "the affine stage (a T2 or FLAIR to a T1 is not); same: refine and judge with local "
+        "NCC, as the model was trained; different: with mutual information. An explicit "
+        "--refine-sim wins over auto",
+    )
+
+
+def contrast_from(args: Any) -> str:
+    """The ``contrast`` of ``args``: ``--contrast``, except that with ``auto`` an explicit
+    ``--refine-sim`` decides (``mi``: different; ``ncc`` or ``mse``: same)."""
+    contrast = getattr(args, "contrast", "auto")
+    sim = getattr(args, "refine_sim", None)
+    if contrast == "auto" and sim is not None:
+        return "different" if sim == "mi" else "same"
+    return contrast
 
 
 def add_keep_worse_argument(parser: argparse.ArgumentParser) -> None:

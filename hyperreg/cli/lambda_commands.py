@@ -64,6 +64,7 @@ def _add_sweep(sub: Any) -> None:
     opts.add_refine_arguments(sweep)
     opts.add_passes_argument(sweep)
     opts.add_keep_worse_argument(sweep)
+    opts.add_contrast_argument(sweep)
     opts.add_flip_argument(sweep)
     opts.add_init_argument(sweep)
     opts.add_preprocessing_arguments(sweep)
@@ -139,6 +140,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         passes=args.passes,
         never_worse=not args.keep_worse,
         html=args.html,
+        contrast=opts.contrast_from(args),
         **pair_options(args),
     )
     first = report.results[0]

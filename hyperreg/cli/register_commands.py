@@ -94,6 +94,7 @@ def _add_register(sub: Any) -> None:
     )
     opts.add_keep_worse_argument(reg)
     opts.add_refine_arguments(reg, model_default=True)
+    opts.add_contrast_argument(reg)
     opts.add_passes_argument(reg)
     opts.add_flip_argument(reg)
     opts.add_preprocessing_arguments(reg)
@@ -277,6 +278,7 @@ def _register_and_report(args: argparse.Namespace, model: Any, folders: list[Pat
         figure=args.figure,
         passes=args.passes,
         never_worse=not args.keep_worse,
+        contrast=opts.contrast_from(args),
         **pair_options(args),
     )
     _report(args, model, result, folders)

@@ -56,7 +56,14 @@ def run(prepared: Any, model: HyperMorph, settings: RegistrationSettings) -> lis
         raise ndim_error(fn, model, prepared.fixed)
     raw = _raw_results(prepared, model, settings)
     results = [
-        prepared.finish(r, settings.refinement, model, settings.never_worse, settings.judged)
+        prepared.finish(
+            r,
+            settings.refinement,
+            model,
+            settings.never_worse,
+            settings.judged,
+            settings.similarity,
+        )
         for r in raw
     ]
     for result in results:

@@ -98,6 +98,7 @@ class PreparedPair:
         never_worse: bool = True,
         judged: bool = True,
         lambda_source: str = "given",
+        similarity: str | None = None,
     ) -> list[PairResult]:
         """Register the pair at every λ of ``lams``; outputs through the chain.
 
@@ -137,6 +138,10 @@ class PreparedPair:
                 and no never-worse rule, the model's own fields as they are (a λ search
                 scoring the model, which saves the similarity evaluations).
             lambda_source: Where the λ came from, recorded in the settings (default "given").
+            similarity: The similarity the verdict judges by (``"ncc"``, ``"mi"``: the
+                model's objective with that image term); None (default): the refinement's,
+                or the model's own without refinement. ``"mi"`` for a pair of other
+                contrasts (:func:`hyperreg.registration.contrast.pair_similarity`).
 
         Returns:
             One :class:`PairResult` per λ, in the order given.
@@ -158,6 +163,7 @@ class PreparedPair:
             never_worse=never_worse,
             judged=judged,
             lambda_source=lambda_source,
+            similarity=similarity,
             fn="PreparedPair.register",
         )
         return run(self, model, settings)
@@ -210,11 +216,14 @@ class PreparedPair:
         model: HyperMorph,
         never_worse: bool,
         judged: bool = True,
+        similarity: str | None = None,
     ) -> PairResult:
         """The chain's outputs, typed statistics and verdict of one raw model result (the
         engine's last step, :func:`hyperreg.registration.engine.run`)."""
         moved, moved_seg, warp = self._chain(self.transform, raw.disp, raw)
-        verdict = self._verdict(model, refinement, moved, raw, never_worse) if judged else None
+        verdict = None
+        if judged:
+            verdict = self._verdict(model, refinement, moved, raw, never_worse, similarity)
         kept = "registered" if verdict is None else verdict.kept
         disp = raw.disp
         if kept != "registered":  # the better of the pair as it came and the affine alone
@@ -259,11 +268,15 @@ class PreparedPair:
         moved: np.ndarray,
         raw: RegistrationResult,
         never_worse: bool,
+        similarity: str | None = None,
     ) -> Verdict:
-        """The verdict on one registration (:func:`~hyperreg.registration.verdict.judge`);
-        the similarities before and after the affine are scored once per pair."""
+        """The verdict on one registration (:func:`~hyperreg.registration.verdict.judge`), by
+        ``similarity`` when given (else the refinement's or the model's); the similarities
+        before and after the affine are scored once per pair and similarity."""
         refined = refinement is not None and refinement.steps > 0
         objective = refine_objective(model, refinement) if refined else model.objective
+        if similarity is not None and similarity != objective.similarity:
+            objective = refine_objective(model, Refinement(sim=similarity))
         cache, norm = self._similarity, self.normalization
         if "fixed" not in cache:
             cache["fixed"] = network_input(model, self.fixed, self.fixed, norm)

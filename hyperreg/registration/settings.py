@@ -44,6 +44,9 @@ class RegistrationSettings:
         never_worse: Keep the better of the pair as it came and the affine alone when the
             registration lowered the similarity.
         judged: Give each result its verdict (False: no verdict, no never-worse rule).
+        similarity: The similarity the verdict judges by (``"ncc"``, ``"mse"``, ``"mi"``);
+            None: the refinement's, or the model's own without refinement (``"mi"`` for a pair
+            of other contrasts, :func:`hyperreg.registration.contrast.pair_similarity`).
     """
 
     lams: tuple[float, ...]
@@ -58,6 +61,7 @@ class RegistrationSettings:
     ncc: bool = False
     never_worse: bool = True
     judged: bool = True
+    similarity: str | None = None
 
     @property
     def refined(self) -> bool:
@@ -109,6 +113,7 @@ def resolve_settings(
     ncc: bool = False,
     never_worse: bool = True,
     judged: bool = True,
+    similarity: str | None = None,
     fn: str = "resolve_settings",
 ) -> RegistrationSettings:
     """The :class:`RegistrationSettings` of one registration, checked before any work.
@@ -123,7 +128,8 @@ def resolve_settings(
         lambda_source: Where the λ came from (recorded).
         refine_sim: The refinement's similarity, overriding ``refinement.sim``.
         passes: Network passes per λ; None: the model's own (1 with ``inverse``).
-        inverse, chunk, amp, ncc, never_worse, judged: See :class:`RegistrationSettings`.
+        inverse, chunk, amp, ncc, never_worse, judged, similarity: See
+            :class:`RegistrationSettings`.
         fn: The public function named in errors.
 
     Returns:
@@ -173,4 +179,5 @@ def resolve_settings(
         ncc=bool(ncc),
         never_worse=bool(never_worse),
         judged=bool(judged),
+        similarity=similarity,
     )

@@ -1,0 +1,144 @@
+"""Other contrasts (T2/FLAIR to T1): detection, the automatic switch to mutual information in
+refinement and the verdict, ``--contrast`` and an explicit ``--refine-sim``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lambda_helpers import write_nifti
+from hyperreg._errors import InputError
+from hyperreg.registration.contrast import (
+    ContrastCheck,
+    compare_contrasts,
+    pair_similarity,
+    refinement_for,
+    similarity_for,
+)
+from hyperreg.registration.refine import Refinement
+
+T1 = (0.0, 0.25, 0.5, 0.85)  # background, CSF, grey matter, white matter
+T2 = (0.0, 1.0, 0.6, 0.35)  # CSF bright, grey above white: the T1 order inverted in the brain
+
+
+def phantom(values: tuple[float, ...], shift: float = 0.0, seed: int = 0) -> np.ndarray:
+    """A 64 x 64 head: nested ellipses of CSF, grey and white matter with ``values``, moved
+    ``shift`` voxels along the first axis, 2 % noise inside."""
+    i, j = np.meshgrid(np.arange(64.0), np.arange(64.0), indexing="ij")
+    r = np.sqrt(((i - 32 - shift) / 26) ** 2 + ((j - 32) / 22) ** 2)
+    classes = np.select([r < 0.45, r < 0.75, r < 1.0], [3, 2, 1], 0)
+    image = np.asarray(values)[classes]
+    noise = np.random.default_rng(seed).normal(0, 0.02, image.shape)
+    return (image + noise * (classes > 0)).astype(np.float32)
+
+
+def test_inverted_tissue_order_is_another_contrast() -> None:
+    found = compare_contrasts(phantom(T2, seed=1), phantom(T1))
+    assert found.differ and found.rise < 0
+    assert "does not rise" in found.reason
+    assert compare_contrasts(phantom(T1), phantom(T2, 1.5, seed=1)).differ  # T1 -> T2 too
+
+
+def test_t1_pairs_and_monotone_changes_are_the_same_contrast() -> None:
+    fixed = phantom(T1)
+    for moving in (phantom(T1, 2.0, seed=1), phantom(T1, seed=1) ** 2.0, 300 * phantom(T1) ** 0.5):
+        found = compare_contrasts(moving, fixed)
+        assert not found.differ and found.rise > 0.8, found
+
+
+def test_too_little_overlap_is_not_judged() -> None:
+    empty = np.zeros((64, 64), np.float32)
+    found = compare_contrasts(phantom(T2), empty)
+    assert not found.differ and found.voxels == 0 and np.isnan(found.rise)
+    with pytest.raises(InputError, match="shape"):
+        compare_contrasts(np.zeros((4, 4)), np.zeros((4, 5)))
+
+
+def test_similarity_choice() -> None:
+    differ = ContrastCheck(True, -0.9, -0.5, 1000, "a test")
+    same = ContrastCheck(False, 0.99, 0.8, 1000, "a test")
+    assert similarity_for("auto", differ) == "mi"
+    assert similarity_for("auto", same) is None  # the model's own
+    assert similarity_for("same", differ) is None
+    assert similarity_for("different", None) == "mi"
+    with pytest.raises(InputError, match="contrast"):
+        similarity_for("t2", None)
+    assert pair_similarity("same", phantom(T2), phantom(T1)) == (None, None)
+    assert pair_similarity("auto", phantom(T2), phantom(T1))[0] == "mi"
+    assert refinement_for(Refinement(steps=3), "mi") == Refinement(steps=3, sim="mi")
+    assert refinement_for(Refinement(steps=3, sim="mi"), None).sim == "mi"  # asked for: kept
+    assert refinement_for(None, "mi") is None
+
+
+@pytest.fixture()
+def t2_pair(tmp_path: Path) -> dict[str, Path]:
+    """A T2-like moving phantom and a T1-like fixed one, 1.5 voxels apart, as 2D NIfTI."""
+    return {
+        "moving": write_nifti(tmp_path / "t2.nii.gz", phantom(T2, 1.5, seed=1)),
+        "fixed": write_nifti(tmp_path / "t1.nii.gz", phantom(T1)),
+        "out": tmp_path,
+    }
+
+
+def test_register_switches_to_mi_and_judges_by_it(t2_pair: dict[str, Path], caplog) -> None:
+    from hyperreg.apps.models import resolve_model
+    from hyperreg.apps.register import register_files
+    from hyperreg.method.losses import mi_loss
+    from hyperreg.registration.similarity import network_input
+
+    model = resolve_model("hypermorph-2d").model
+    args = (model, t2_pair["moving"], t2_pair["fixed"], 0.3)
+    with caplog.at_level("INFO", logger="hyperreg"):
+        auto = register_files(*args, init="none", refine=Refinement(steps=2))
+    assert auto.refinement is not None and auto.refinement.similarity == "mi"
+    notes = [r.getMessage() for r in caplog.records if "other contrasts" in r.getMessage()]
+    assert len(notes) == 1 and "mutual information" in notes[0]
+    same = register_files(*args, init="none", refine=Refinement(steps=2), contrast="same")
+    assert same.refinement is not None and same.refinement.similarity == "ncc"
+    # the verdict scores the pair as it came by MI (in nats): the same number mi_loss gives
+    plain = register_files(*args, init="none", refine=Refinement(steps=0))
+    fixed = network_input(model, _volume(t2_pair["fixed"]), _volume(t2_pair["fixed"]), "robust")
+    moving = network_input(model, _volume(t2_pair["moving"]), _volume(t2_pair["fixed"]), "robust")
+    expected = -float(mi_loss(moving, fixed))
+    assert plain.verdict is not None
+    assert plain.verdict.similarity_before == pytest.approx(expected, rel=1e-5)
+    ncc = register_files(*args, init="none", refine=Refinement(steps=0), contrast="same")
+    assert ncc.verdict is not None and ncc.verdict.similarity_before != pytest.approx(expected)
+
+
+def _volume(path: Path):
+    from hyperreg.registration.inputs import load_input
+
+    return load_input(path)
+
+
+def test_cli_contrast_and_explicit_refine_sim(t2_pair: dict[str, Path], capsys) -> None:
+    from hyperreg.cli import main
+
+    base = ["register", "--moving", str(t2_pair["moving"]), "--fixed", str(t2_pair["fixed"])]
+    base += ["--moved", str(t2_pair["out"] / "moved.nii.gz"), "--init", "none"]
+    base += ["--device", "cpu", "--refine", "2", "-v"]
+    assert main(base) == 0
+    said = capsys.readouterr()
+    assert sum("other contrasts" in t for t in (said.out + said.err).splitlines()) == 1
+    for extra in (["--contrast", "same"], ["--refine-sim", "ncc"]):
+        assert main([*base, *extra]) == 0
+        said = capsys.readouterr()
+        assert "other contrasts" not in said.out + said.err
+    assert main([*base, "--contrast", "t2"]) != 0
+    assert "--contrast" in capsys.readouterr().err
+
+
+def test_sweep_judges_other_contrasts_by_mi(t2_pair: dict[str, Path], capsys) -> None:
+    from hyperreg.cli import main
+
+    base = ["sweep", "--moving", str(t2_pair["moving"]), "--fixed", str(t2_pair["fixed"])]
+    base += ["--lambdas", "0.3", "--init", "none", "--device", "cpu"]
+    assert main([*base, "--out", str(t2_pair["out"] / "auto")]) == 0
+    said = capsys.readouterr()
+    assert sum("other contrasts" in t for t in (said.out + said.err).splitlines()) == 1
+    assert main([*base, "--out", str(t2_pair["out"] / "same"), "--contrast", "same"]) == 0
+    said = capsys.readouterr()
+    assert "other contrasts" not in said.out + said.err
