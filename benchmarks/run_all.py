@@ -369,6 +369,26 @@ SUITE: dict[str, Bench] = {
         needs=("ixi-2mm", "oasis1-freesurfer"),
         modules=("ants",),
     ),
+    "contrast": Bench(
+        "Whether two images' contrasts differ: T1 pairs against T2, FLAIR and synthetic T2",
+        "bench_contrast.py",
+        {"smoke": ["--ixi", "2"], "small": ["--ixi", "4"], "full": []},
+        group="by-hand",
+        device=False,
+        needs=("multicontrast-2d", "ixi-2mm", "neurite-oasis"),
+    ),
+    "contrast_register": Bench(
+        "Default register on other-contrast pairs: aligned T2 -> T1, 2D and 3D synthetic T2",
+        "bench_contrast_register.py",
+        {
+            "smoke": ["aligned", "--work", "{work}"],
+            "small": ["aligned", "2d", "--work", "{work}"],
+            "full": ["aligned", "2d", "3d", "--work", "{work}"],
+        },
+        group="by-hand",
+        device=False,
+        needs=("multicontrast-2d", "ixi-2mm", "neurite-oasis"),
+    ),
     "auto_lambda": Bench(
         "λ chosen per pair without labels against global λ* and the per-pair oracle",
         "bench_auto_lambda.py",
