@@ -49,6 +49,7 @@ from hyperreg.registration.inputs import (
     initial_transform,
     load_input,
 )
+from hyperreg.registration.masks import load_masks, masked_image
 from hyperreg.registration.pairs import PathLike, onto_fixed_grid
 from hyperreg.registration.prepared import PreparedPair, ndim_error
 from hyperreg.registration.results import AffineStage, PairResult, RefineStats
@@ -87,6 +88,8 @@ def load_pair(
     npz_geometry: str | None = None,
     bias_correct: bool = False,
     replace_nonfinite: float | None = None,
+    fixed_mask: PathLike | Volume | None = None,
+    moving_mask: PathLike | Volume | None = None,
 ) -> PreparedPair:
     """Read and check a pair once, run its affine stage once: a :class:`PreparedPair`.
 
@@ -122,6 +125,12 @@ def load_pair(
             network (:func:`model_image`); outputs are still sampled from the files as read.
         replace_nonfinite: The value NaN/inf voxels of ``moving`` and ``fixed`` take (logged
             with their count); None (default): such an image is an error.
+        fixed_mask, moving_mask: Cost masks (files or Volumes holding 0 and 1; ANTs' ``-x``),
+            or None: the affine stage's metric counts only voxels inside them, and the network
+            sees the voxels outside as background (the image's minimum, before
+            normalisation). A mask on another grid than its image is resampled onto it
+            through the headers (nearest; a note), :func:`~hyperreg.registration.masks.
+            load_mask`. Kept on the result (``fixed_mask``, ``moving_mask``).
 
     Returns:
         A :class:`PreparedPair` whose ``fixed`` and ``aligned`` hold the intensities the
@@ -139,7 +148,9 @@ def load_pair(
         InputError: On 2D with 3D (the images, or a label map and its image), a model of
             another dimensionality (``argument`` "model"), a bad ``initial_affine`` file (not
             an affine of the pair's dimensionality, or off the fixed view; ``argument``
-            "initial_affine"), an unknown ``init``, an npz input without ``npz_geometry``
+            "initial_affine"), a bad mask (values other than 0 and 1, empty, or not
+            overlapping its image; ``argument`` "fixed_mask" or "moving_mask"), an unknown
+            ``init``, an npz input without ``npz_geometry``
             (``argument`` "npz_geometry"), an empty or constant image (``argument`` "moving"
             or "fixed"), or, with ``init="none"`` and no ``initial_affine``, images that do
             not overlap in world space (``argument`` "init"; the moved image would be empty).
@@ -171,20 +182,22 @@ def load_pair(
             if (note := label_grid_warning(segs[name], image)) is not None:
                 warnings.warn(note, stacklevel=2)
     moving_seg_v, fixed_seg_v = segs.values()
+    masks, mask_notes = load_masks(fn, (moving_mask, moving_v), (fixed_mask, fixed_v))
     if not resample:
         check_same_grid(moving_v, fixed_v)
     # the affine stage and the network see the same intensities (one rule, after the optional
     # bias correction); the outputs are sampled from the volumes as read
-    seen = [model_image(v, normalization, bias_correct) for v in (moving_v, fixed_v)]
+    seen = [model_image(masked_image(v, m), normalization, bias_correct) for v, m in masks]
+    metric_masks = dict(moving_mask=masks[0][1], fixed_mask=masks[1][1])
     if initial is not None and init == "none":
         transform, affine = initial, AffineStage.of(initial, "initial")
         chained = not _is_identity(transform, moving_v, fixed_v)
     elif initial is not None:
-        transform = register_affine(*seen, init, seed=seed, initial=initial)
+        transform = register_affine(*seen, init, seed=seed, initial=initial, **metric_masks)
         affine = AffineStage.of(transform)
         chained = not _is_identity(transform, moving_v, fixed_v)
     else:
-        transform = register_affine(*seen, init, seed=seed)
+        transform = register_affine(*seen, init, seed=seed, **metric_masks)
         affine = AffineStage.of(transform) if init != "none" else None
         chained = init != "none" and not _is_identity(transform, moving_v, fixed_v)
     if seen[0] is not moving_v:  # outputs from the moving file as read, not the model's copy
@@ -201,6 +214,8 @@ def load_pair(
     )
     if seen[0] is not moving_v:
         pair.moving = moving_v
+    pair.moving_mask, pair.fixed_mask = metric_masks["moving_mask"], metric_masks["fixed_mask"]
+    pair.notes.extend(mask_notes)
     if bias_correct:
         pair.notes.append("bias field corrected (N4) for the affine stage and the network")
     return pair

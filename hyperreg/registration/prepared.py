@@ -66,6 +66,8 @@ class PreparedPair:
         affine: The affine stage's statistics, or None.
         normalization: Intensity normalisation of the model inputs.
         notes: What was resampled onto which grid.
+        moving_mask: The moving cost mask on the moving image's grid (boolean), or None.
+        fixed_mask: The fixed cost mask on the fixed grid (boolean), or None.
     """
 
     moving: Volume
@@ -82,6 +84,8 @@ class PreparedPair:
     affine: AffineStage | None
     normalization: str
     notes: list[str]
+    moving_mask: Volume | None = None
+    fixed_mask: Volume | None = None
     _similarity: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def register(

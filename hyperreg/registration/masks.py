@@ -1,0 +1,117 @@
+"""Cost masks of a pair: which voxels the similarity counts (ANTs' ``-x``).
+
+:func:`load_mask` reads a mask (a NIfTI/MGZ file or a :class:`~hyperreg.geometry.io.Volume`
+holding only 0 and 1), checks it and brings it onto its image's grid; :func:`masked_image`
+sets the voxels outside a mask to the image's background value, which is how the network sees
+a masked pair. The affine stage counts only voxels inside both masks
+(:func:`hyperreg.geometry.affine.register_affine`'s ``fixed_mask``/``moving_mask``). Must not
+import training, apps or cli.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from hyperreg._errors import InputError, passed_as
+from hyperreg.geometry.io import Volume, check_same_ndim, same_grid
+from hyperreg.geometry.resample import resample_to
+from hyperreg.registration.inputs import load_input
+from hyperreg.registration.pairs import PathLike
+
+__all__ = ["load_mask", "load_masks", "masked_image"]
+
+
+def load_mask(
+    value: PathLike | Volume, image: Volume, *, argument: str = "mask", fn: str = "load_mask"
+) -> tuple[Volume, str | None]:
+    """Read a cost mask and bring it onto ``image``'s grid.
+
+    Args:
+        value: The mask: a file with a header (NIfTI, MGZ) or a Volume, 2D or 3D like
+            ``image``, holding only 0 (outside: not counted) and 1 (inside).
+        image: The image the mask belongs to (its grid is the mask's on return).
+        argument: The caller's name for the mask (errors name it: ``"moving_mask"``).
+        fn: The public function named in errors.
+
+    Returns:
+        ``(mask, note)``: the mask on ``image``'s grid as a boolean Volume (the mask's path
+        kept), and a one-line note when it was resampled onto that grid through the headers
+        (nearest neighbour), else None.
+
+    Raises:
+        FileNotFoundError: If the file is missing.
+        InputError: (``argument``) values other than 0 and 1, a mask with no voxel at 1, a
+            mask of another dimensionality than its image, or one on another grid that does
+            not overlap its image in world space (nothing of it left on the image's grid).
+    """
+    with passed_as(path=argument, value=argument):
+        volume = load_input(value, warn_constant=False)
+    with passed_as(moving=argument):
+        check_same_ndim(fn, volume, image)
+    values = np.unique(volume.data)
+    if not np.isin(values, (0, 1)).all():
+        shown = ", ".join(f"{v:g}" for v in values[~np.isin(values, (0, 1))][:3])
+        raise InputError(
+            fn, "{0} '{path}' holds values other than 0 and 1 ({shown})", argument,
+            path=volume.path or "<in-memory>", shown=shown,
+        )  # fmt: skip
+    if not values.any():
+        raise InputError(
+            fn, "{0} '{path}' is empty (no voxel at 1)", argument, path=volume.path or "<in-memory>"
+        )
+    data = volume.data.astype(np.int32)
+    note = None
+    if not same_grid(volume, image):
+        moved = resample_to(dataclasses.replace(volume, data=data), image, label=True).data
+        if not moved.any():
+            raise InputError(
+                fn,
+                "{0} '{path}' does not overlap its image '{image}' in world space",
+                argument,
+                path=volume.path or "<in-memory>",
+                image=image.path or "<in-memory>",
+            )
+        data = moved
+        note = (
+            f"{argument.replace('_', ' ')} '{volume.path}' resampled (nearest) onto the grid "
+            f"of '{image.path}' through the headers"
+        )
+    mask = Volume(
+        data=data.astype(bool),
+        affine=image.affine,
+        disk_shape=image.disk_shape,
+        path=volume.path,
+        codes=image.codes,
+    )
+    return mask, note
+
+
+def load_masks(
+    fn: str,
+    moving: tuple[PathLike | Volume | None, Volume],
+    fixed: tuple[PathLike | Volume | None, Volume],
+) -> tuple[list[tuple[Volume, Volume | None]], list[str]]:
+    """A pair's two masks, each ``(mask or None, image)`` (:func:`load_mask`, errors naming
+    ``"moving_mask"``/``"fixed_mask"``): ``([(moving image, moving mask on its grid or None),
+    (fixed image, fixed mask or None)], notes)``."""
+    found, notes = [], []
+    for name, (mask, image) in (("moving_mask", moving), ("fixed_mask", fixed)):
+        on_grid, note = (
+            (None, None) if mask is None else load_mask(mask, image, argument=name, fn=fn)
+        )
+        found.append((image, on_grid))
+        notes += [note] if note else []
+    return found, notes
+
+
+def masked_image(image: Volume, mask: Volume | None) -> Volume:
+    """``image`` with the voxels outside ``mask`` (a boolean Volume on its grid) set to its
+    background value (the image's minimum), so that the normalisation and the network see
+    them as background; ``image`` itself when ``mask`` is None."""
+    if mask is None:
+        return image
+    data = np.array(image.data, dtype=np.float32, copy=True)
+    data[~mask.data] = float(np.min(image.data))
+    return dataclasses.replace(image, data=data)
