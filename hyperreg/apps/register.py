@@ -74,6 +74,8 @@ def register_files(
     bias_correct: bool = False,
     never_worse: bool = True,
     replace_nonfinite: float | None = None,
+    fixed_mask: PathLike | None = None,
+    moving_mask: PathLike | None = None,
 ) -> PairResult:
     """Load, register and write one pair at one λ (``hyperreg register``).
 
@@ -145,6 +147,8 @@ def register_files(
             (:meth:`~hyperreg.registration.pipeline.PreparedPair.register`).
         replace_nonfinite: The value NaN/inf voxels of the images take (logged with their
             count; label maps must be finite); None (default): such an image is an error.
+        fixed_mask, moving_mask: Cost masks (0/1 files; ANTs' ``-x``), or None: see
+            :func:`~hyperreg.registration.pipeline.load_pair`.
 
     Returns:
         The :class:`~hyperreg.registration.pipeline.PairResult` (``resampled`` lists what was
@@ -196,6 +200,8 @@ def register_files(
         npz_geometry=npz_geometry,
         bias_correct=bias_correct,
         replace_nonfinite=replace_nonfinite,
+        fixed_mask=fixed_mask,
+        moving_mask=moving_mask,
     )
     chosen = pair_lambda(pair, model, lam)
     inverse = inverse_warp_out is not None

@@ -54,12 +54,15 @@ def load_mask(
     if not np.isin(values, (0, 1)).all():
         shown = ", ".join(f"{v:g}" for v in values[~np.isin(values, (0, 1))][:3])
         raise InputError(
-            fn, "{0} '{path}' holds values other than 0 and 1 ({shown})", argument,
+            fn, "the mask '{path}' holds values other than 0 and 1 ({shown})", argument,
             path=volume.path or "<in-memory>", shown=shown,
         )  # fmt: skip
     if not values.any():
         raise InputError(
-            fn, "{0} '{path}' is empty (no voxel at 1)", argument, path=volume.path or "<in-memory>"
+            fn,
+            "the mask '{path}' is empty (no voxel at 1)",
+            argument,
+            path=volume.path or "<in-memory>",
         )
     data = volume.data.astype(np.int32)
     note = None
@@ -68,15 +71,15 @@ def load_mask(
         if not moved.any():
             raise InputError(
                 fn,
-                "{0} '{path}' does not overlap its image '{image}' in world space",
+                "the mask '{path}' does not overlap its image '{image}' in world space",
                 argument,
                 path=volume.path or "<in-memory>",
                 image=image.path or "<in-memory>",
             )
         data = moved
         note = (
-            f"{argument.replace('_', ' ')} '{volume.path}' resampled (nearest) onto the grid "
-            f"of '{image.path}' through the headers"
+            f"resampled the {argument.replace('_', ' ')} '{volume.path}' onto the grid of "
+            f"'{image.path}' through the headers (nearest)"
         )
     mask = Volume(
         data=data.astype(bool),
