@@ -118,3 +118,19 @@ def test_masked_image_sets_the_outside_to_the_minimum() -> None:
     out = masked_image(_volume(data), _volume(mask)).data
     assert (out[~mask] == pytest.approx(float(data.min()))) and (out[mask] == data[mask]).all()
     assert masked_image(_volume(data), None).data is data
+
+
+def test_weighted_ncc_counts_only_voxels_inside() -> None:
+    torch = pytest.importorskip("torch")
+    from hyperreg.method.losses import ncc_loss
+
+    generator = torch.Generator().manual_seed(0)
+    fixed = torch.rand((1, 1, 40, 40), generator=generator)
+    moved = fixed.clone()
+    moved[..., 10:20, 10:20] = torch.rand((10, 10), generator=generator)  # a different patch
+    weight = torch.ones_like(fixed)
+    weight[..., 5:25, 5:25] = 0  # the patch and every window reaching it left out
+    plain = float(ncc_loss(moved, fixed, window=9))
+    masked = float(ncc_loss(moved, fixed, window=9, weight=weight))
+    assert masked == pytest.approx(float(ncc_loss(fixed, fixed, window=9, weight=weight)))
+    assert masked < plain - 0.05

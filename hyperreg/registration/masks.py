@@ -4,8 +4,10 @@
 holding only 0 and 1), checks it and brings it onto its image's grid; :func:`masked_image`
 sets the voxels outside a mask to the image's background value, which is how the network sees
 a masked pair. The affine stage counts only voxels inside both masks
-(:func:`hyperreg.geometry.affine.register_affine`'s ``fixed_mask``/``moving_mask``). Must not
-import training, apps or cli.
+(:func:`hyperreg.geometry.affine.register_affine`'s ``fixed_mask``/``moving_mask``), and
+refinement's similarity only voxels inside the fixed mask and the warped moving mask
+(:func:`masks_on_fixed_grid`, :func:`mask_tensors`, then
+:func:`hyperreg.registration.refine.refine_flow`). Must not import training, apps or cli.
 """
 
 from __future__ import annotations
@@ -13,14 +15,18 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import torch
 
 from hyperreg._errors import InputError, passed_as
+from hyperreg.geometry.affine import AffineTransform
 from hyperreg.geometry.io import Volume, check_same_ndim, same_grid
 from hyperreg.geometry.resample import resample_to
+from hyperreg.method.model import HyperMorph
+from hyperreg.registration.chain import sample_volume
 from hyperreg.registration.inputs import load_input
-from hyperreg.registration.pairs import PathLike
+from hyperreg.registration.pairs import PathLike, network_grid
 
-__all__ = ["load_mask", "load_masks", "masked_image"]
+__all__ = ["load_mask", "load_masks", "mask_tensors", "masked_image", "masks_on_fixed_grid"]
 
 
 def load_mask(
@@ -118,3 +124,53 @@ def masked_image(image: Volume, mask: Volume | None) -> Volume:
     data = np.array(image.data, dtype=np.float32, copy=True)
     data[~mask.data] = float(np.min(image.data))
     return dataclasses.replace(image, data=data)
+
+
+def masks_on_fixed_grid(
+    fixed: Volume,
+    fixed_mask: Volume | None,
+    moving_mask: Volume | None,
+    transform: AffineTransform,
+    chained: bool,
+) -> tuple[Volume | None, Volume | None] | None:
+    """A pair's cost masks on the fixed grid, as float32 Volumes in [0, 1]: the fixed mask as
+    it is, the moving mask sampled (linear) through ``transform`` when ``chained`` (the
+    affine stage's chain, :func:`~hyperreg.registration.chain.sample_volume`), else through
+    the headers; None without either mask."""
+    if fixed_mask is None and moving_mask is None:
+        return None
+    fixed_f = None
+    if fixed_mask is not None:
+        fixed_f = dataclasses.replace(fixed_mask, data=fixed_mask.data.astype(np.float32))
+    moving_f = None
+    if moving_mask is not None:
+        as_float = dataclasses.replace(moving_mask, data=moving_mask.data.astype(np.float32))
+        moving_f = (
+            sample_volume(as_float, transform, None, fixed)
+            if chained
+            else resample_to(as_float, fixed)
+        )
+    return fixed_f, moving_f
+
+
+def mask_tensors(
+    model: HyperMorph,
+    fixed: Volume,
+    masks: tuple[Volume | None, Volume | None] | None,
+    device: torch.device,
+) -> tuple[torch.Tensor | None, torch.Tensor | None] | None:
+    """:func:`masks_on_fixed_grid`'s masks as ``(1, 1, *S)`` float tensors on the network
+    grid (:func:`~hyperreg.registration.pairs.network_grid`, linear; the fixed grid for a
+    model without one), on ``device``; None for None."""
+    if masks is None:
+        return None
+    grid = network_grid(model, fixed)
+    found: list[torch.Tensor | None] = []
+    for mask in masks:
+        if mask is None:
+            found.append(None)
+            continue
+        on_grid = mask if grid is None else resample_to(mask, grid.grid)
+        data = torch.as_tensor(np.asarray(on_grid.data, dtype=np.float32), device=device)
+        found.append(data.clamp(0, 1)[None, None])
+    return found[0], found[1]

@@ -32,6 +32,7 @@ from hyperreg.method.model import HyperMorph
 from hyperreg.registration.chain import composed_displacement, sample_volume
 from hyperreg.registration.lambdas import sweep_lambdas
 from hyperreg.registration.pairs import RegistrationResult
+from hyperreg.registration.masks import masks_on_fixed_grid
 from hyperreg.registration.passes import register_passes
 from hyperreg.registration.refine import Refinement, refine_objective, refine_pair
 from hyperreg.registration.results import AffineStage, PairResult
@@ -160,6 +161,7 @@ class PreparedPair:
             fixed_seg=None if self.chained else self.fixed_seg,
             images=not self.chained,
         )
+        refining = dict(inputs, masks=self._cost_masks())  # the similarity's cost masks
         if passes is None:  # the model's own; an inverse field needs one pass
             passes = 1 if inverse else model.config.passes
         if passes != 1:
@@ -176,7 +178,7 @@ class PreparedPair:
                     labels=self.labels,
                     normalization=self.normalization,
                     ncc=ncc,
-                    **inputs,
+                    **refining,
                 )
                 for lam in lams
             ]
@@ -190,7 +192,7 @@ class PreparedPair:
                     refinement or Refinement(steps=0),
                     normalization=self.normalization,
                     inverse=inverse,
-                    **inputs,
+                    **refining,
                 )
                 for lam in lams
             ]
@@ -207,6 +209,14 @@ class PreparedPair:
                 **inputs,
             )
         return [self._finish(r, refinement, model, never_worse, judged) for r in raw]
+
+    def _cost_masks(self) -> tuple[Volume | None, Volume | None] | None:
+        """The cost masks on the fixed grid for refinement (computed once), or None."""
+        if "masks" not in self._similarity:
+            self._similarity["masks"] = masks_on_fixed_grid(
+                self.fixed, self.fixed_mask, self.moving_mask, self.transform, self.chained
+            )
+        return self._similarity["masks"]
 
     def _chain(
         self, transform: AffineTransform, disp: np.ndarray | None, raw: RegistrationResult
