@@ -8,11 +8,13 @@ bright block far from the head that drags an unmasked affine stage away.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 import pytest
 from lambda_helpers import blob, write_nifti
+from shared_paths import data_path, needs_data
 
 from hyperreg._errors import InputError
 from hyperreg.geometry.affine import register_affine
@@ -134,3 +136,28 @@ def test_weighted_ncc_counts_only_voxels_inside() -> None:
     masked = float(ncc_loss(moved, fixed, window=9, weight=weight))
     assert masked == pytest.approx(float(ncc_loss(fixed, fixed, window=9, weight=weight)))
     assert masked < plain - 0.05
+
+
+@needs_data("neurite-oasis")
+def test_cut_2d_moving_gets_the_field_of_view_note_and_verdict() -> None:
+    import hyperreg
+    from hyperreg.geometry.io import load_volume
+
+    oasis = data_path("neurite-oasis")
+    moving = load_volume(oasis / "OASIS_OAS1_0002_MR1" / "slice_norm.nii.gz")
+    fixed = load_volume(oasis / "OASIS_OAS1_0001_MR1" / "slice_norm.nii.gz")
+    model = hyperreg.load_pretrained(ndim=2)
+    intact = load_pair(moving, fixed, model=model)
+    assert intact.fov_fraction == pytest.approx(1.0, abs=0.02) and intact.moving_mask is None
+    # a smaller array: the first 55 % of the second axis kept, its header unchanged (a cut FOV)
+    keep = int(0.55 * moving.spatial_shape[1])
+    cut = dataclasses.replace(
+        moving, data=moving.data[:, :keep], disk_shape=(moving.spatial_shape[0], keep, 1)
+    )
+    with pytest.warns(UserWarning, match="partial field of view"):
+        pair = load_pair(cut, fixed, model=model)
+    assert pair.fov_fraction is not None and 0.3 < pair.fov_fraction < 0.8
+    assert pair.moving_mask is not None and pair.moving_mask.data.all()  # its array: the mask
+    result = pair.register(model, [0.05])[0]
+    assert result.verdict is not None and not result.verdict.ok
+    assert any("partial field of view" in r for r in result.verdict.reasons)

@@ -20,13 +20,25 @@ import torch
 from hyperreg._errors import InputError, passed_as
 from hyperreg.geometry.affine import AffineTransform
 from hyperreg.geometry.io import Volume, check_same_ndim, same_grid
-from hyperreg.geometry.resample import resample_to
+from hyperreg.geometry.resample import affine_3d, resample_to
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.chain import sample_volume
 from hyperreg.registration.inputs import load_input
 from hyperreg.registration.pairs import PathLike, network_grid
 
-__all__ = ["load_mask", "load_masks", "mask_tensors", "masked_image", "masks_on_fixed_grid"]
+FOV_PARTIAL = 0.98
+"""Below this share of the fixed head inside the moving image's field of view, the moving
+image's array is its cost mask by default (:func:`field_of_view`)."""
+
+__all__ = [
+    "FOV_PARTIAL",
+    "field_of_view",
+    "load_mask",
+    "load_masks",
+    "mask_tensors",
+    "masked_image",
+    "masks_on_fixed_grid",
+]
 
 
 def load_mask(
@@ -174,3 +186,32 @@ def mask_tensors(
         data = torch.as_tensor(np.asarray(on_grid.data, dtype=np.float32), device=device)
         found.append(data.clamp(0, 1)[None, None])
     return found[0], found[1]
+
+
+def field_of_view(moving: Volume, fixed: Volume, transform: AffineTransform) -> float:
+    """Share of the fixed head whose world points map inside the moving image's array.
+
+    "Has data" is decided by the array bounds: a cut field of view is a smaller array (a
+    zero-filled slab inside the array counts as data). The fixed head is its voxels above
+    10 % of its 99th intensity percentile (every second voxel per axis for images above a
+    million voxels); each maps through ``transform`` (fixed world -> moving world, RAS mm) and
+    counts when it lies within half a voxel of the moving array.
+
+    Returns:
+        The share in [0, 1]; 1.0 for a fixed image with no such voxel.
+    """
+    step = 2 if fixed.data.size > 1_000_000 else 1
+    data = np.asarray(fixed.data)[(slice(None, None, step),) * fixed.ndim]
+    head = data > 0.1 * float(np.percentile(data, 99))
+    if not head.any():
+        return 1.0
+    index = np.argwhere(head).astype(np.float64) * step
+    points = np.zeros((len(index), 4))
+    points[:, : fixed.ndim], points[:, 3] = index, 1.0
+    to_moving = np.linalg.inv(affine_3d(moving)) @ transform.matrix @ affine_3d(fixed)
+    voxels = points @ to_moving.T
+    shape = np.array(moving.spatial_shape[: moving.ndim], dtype=np.float64)
+    inside = np.all(
+        (voxels[:, : moving.ndim] >= -0.5) & (voxels[:, : moving.ndim] <= shape - 0.5), axis=1
+    )
+    return float(inside.mean())

@@ -49,10 +49,11 @@ from hyperreg.registration.inputs import (
     initial_transform,
     load_input,
 )
-from hyperreg.registration.masks import load_masks, masked_image
+from hyperreg.registration.masks import FOV_PARTIAL, field_of_view, load_masks, masked_image
 from hyperreg.registration.pairs import PathLike, onto_fixed_grid
 from hyperreg.registration.prepared import PreparedPair, ndim_error
 from hyperreg.registration.results import AffineStage, PairResult, RefineStats
+from hyperreg.registration.verdict import MIN_FIELD_OF_VIEW
 
 __all__ = [
     "DEFAULT_INIT",
@@ -214,8 +215,7 @@ def load_pair(
     )
     if seen[0] is not moving_v:
         pair.moving = moving_v
-    pair.moving_mask, pair.fixed_mask = metric_masks["moving_mask"], metric_masks["fixed_mask"]
-    pair.notes.extend(mask_notes)
+    _with_masks(pair, metric_masks, mask_notes, moving_v, fixed_v)
     if bias_correct:
         pair.notes.append("bias field corrected (N4) for the affine stage and the network")
     return pair
@@ -251,6 +251,29 @@ def _warn_about_contents(moving: Volume, fixed: Volume, model: HyperMorph | None
     for message in found:
         if message:
             warnings.warn(message, stacklevel=3)
+
+
+def _with_masks(
+    pair: PreparedPair, masks: dict, notes: list[str], moving: Volume, fixed: Volume
+) -> None:
+    """Give ``pair`` its cost masks and their notes, and its field-of-view share
+    (:func:`~hyperreg.registration.masks.field_of_view`): below :data:`FOV_PARTIAL` without a
+    moving mask, the moving image's array becomes its mask (refinement then counts only where
+    both images have data); below :data:`~hyperreg.registration.verdict.MIN_FIELD_OF_VIEW`, a
+    one-line warning."""
+    pair.moving_mask, pair.fixed_mask = masks["moving_mask"], masks["fixed_mask"]
+    pair.notes.extend(notes)
+    pair.fov_fraction = fraction = field_of_view(moving, fixed, pair.transform)
+    if fraction < FOV_PARTIAL and pair.moving_mask is None:
+        whole = np.ones(moving.spatial_shape, dtype=bool)
+        pair.moving_mask = dataclasses.replace(moving, data=whole)
+    if fraction < MIN_FIELD_OF_VIEW:
+        warnings.warn(
+            f"the moving image '{moving.path}' covers {100 * fraction:.0f} % of the fixed "
+            "head after the affine stage (a partial field of view); the similarity counts "
+            "only where both images have data",
+            stacklevel=3,
+        )
 
 
 def _is_identity(transform: AffineTransform, moving: Volume, fixed: Volume) -> bool:

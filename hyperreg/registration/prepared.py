@@ -69,6 +69,8 @@ class PreparedPair:
         notes: What was resampled onto which grid.
         moving_mask: The moving cost mask on the moving image's grid (boolean), or None.
         fixed_mask: The fixed cost mask on the fixed grid (boolean), or None.
+        fov_fraction: Share of the fixed head inside the moving image's field of view after
+            the affine stage (:func:`~hyperreg.registration.masks.field_of_view`), or None.
     """
 
     moving: Volume
@@ -87,6 +89,7 @@ class PreparedPair:
     notes: list[str]
     moving_mask: Volume | None = None
     fixed_mask: Volume | None = None
+    fov_fraction: float | None = None
     _similarity: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def register(
@@ -325,6 +328,7 @@ class PreparedPair:
             folding_fraction=raw.folding_fraction,
             affine=shape,
             never_worse=never_worse,
+            field_of_view=self.fov_fraction,
         )
 
 
