@@ -161,3 +161,25 @@ def test_cut_2d_moving_gets_the_field_of_view_note_and_verdict() -> None:
     result = pair.register(model, [0.05])[0]
     assert result.verdict is not None and not result.verdict.ok
     assert any("partial field of view" in r for r in result.verdict.reasons)
+
+
+@pytest.mark.parametrize("command", ["register", "affine"])
+def test_cli_bad_mask_is_one_line_naming_the_option(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hyperreg.cli import main
+
+    moving, fixed, _ = _bright_pair()
+    paths = {}
+    for name, data in (("moving", moving.data), ("fixed", fixed.data)):
+        paths[name] = str(write_nifti(tmp_path / f"{name}.nii.gz", data, AFFINE))
+    mask = np.zeros(SHAPE, dtype=np.int16)
+    mask[10:20, 10:20, 10:20] = 2
+    bad = str(write_nifti(tmp_path / "bad_mask.nii.gz", mask, AFFINE))
+    out = tmp_path / "out" / "moved.nii.gz"
+    args = [command, "--moving", paths["moving"], "--fixed", paths["fixed"], "--moved", str(out)]
+    assert main([*args, "--moving-mask", bad]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"hyperreg {command}: error: argument --moving-mask: ")
+    assert "bad_mask.nii.gz" in err and "\n" not in err
+    assert not out.exists()
