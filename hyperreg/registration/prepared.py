@@ -32,7 +32,7 @@ from hyperreg.method.model import HyperMorph
 from hyperreg.registration.chain import composed_displacement, sample_volume
 from hyperreg.registration.lambdas import sweep_lambdas
 from hyperreg.registration.pairs import RegistrationResult
-from hyperreg.registration.masks import masks_on_fixed_grid
+from hyperreg.registration.masks import mask_tensors, masks_on_fixed_grid
 from hyperreg.registration.passes import register_passes
 from hyperreg.registration.refine import Refinement, refine_objective, refine_pair
 from hyperreg.registration.results import AffineStage, PairResult
@@ -301,7 +301,10 @@ class PreparedPair:
         cache, norm = self._similarity, self.normalization
         if "fixed" not in cache:
             cache["fixed"] = network_input(model, self.fixed, self.fixed, norm)
-        fixed_t = cache["fixed"]
+            # every candidate scored inside the fixed mask and the affine-aligned moving mask
+            masks = mask_tensors(model, self.fixed, self._cost_masks(), _device(model))
+            cache["weight"] = None if masks is None else _product(*masks)
+        fixed_t, weight = cache["fixed"], cache["weight"]
         if objective.similarity not in cache:  # the pair as it came, and after the affine
             # as it came: the moving file straight onto the network grid through the headers
             # (NaN, not a candidate, for a 2D slice in another plane: it needs the affine)
@@ -309,17 +312,16 @@ class PreparedPair:
             with contextlib.suppress(ValueError):
                 before = self.moving if self.chained else self.aligned
                 before_t = network_input(model, before, self.fixed, norm)
-                before_score = network_similarity(objective, before_t, fixed_t)
+                before_score = network_similarity(objective, before_t, fixed_t, weight)
             affine = network_input(model, self.aligned, self.fixed, norm) if self.chained else None
             cache[objective.similarity] = (
                 before_score,
-                None if affine is None else network_similarity(objective, affine, fixed_t),
+                None if affine is None else network_similarity(objective, affine, fixed_t, weight),
             )
         before_score, affine_score = cache[objective.similarity]
         registered = on_fixed_grid(moved, self.fixed, self.moving)
-        after = network_similarity(
-            objective, network_input(model, registered, self.fixed, norm), fixed_t
-        )
+        registered_t = network_input(model, registered, self.fixed, norm)
+        after = network_similarity(objective, registered_t, fixed_t, weight)
         shape = None if self.affine is None else decompose_affine(self.transform.matrix)
         return judge(
             before_score,
@@ -330,6 +332,18 @@ class PreparedPair:
             never_worse=never_worse,
             field_of_view=self.fov_fraction,
         )
+
+
+def _device(model: HyperMorph) -> Any:
+    """The device of ``model``'s parameters."""
+    return next(model.parameters()).device
+
+
+def _product(fixed: Any, moving: Any) -> Any:
+    """The product of two optional weight tensors (None for none)."""
+    if fixed is None or moving is None:
+        return moving if fixed is None else fixed
+    return fixed * moving
 
 
 def ndim_error(fn: str, model: HyperMorph, fixed: Volume) -> InputError:
