@@ -26,7 +26,7 @@ from hyperreg.registration.chain import sample_volume
 from hyperreg.registration.inputs import load_input
 from hyperreg.registration.pairs import PathLike, network_grid
 
-FOV_PARTIAL = 0.98
+FOV_PARTIAL = 0.9
 """Below this share of the fixed head inside the moving image's field of view, the moving
 image's array is its cost mask by default (:func:`field_of_view`)."""
 
