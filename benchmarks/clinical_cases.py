@@ -5,7 +5,13 @@ voxels, or with a strong bias field, written to a work folder (never into the re
 inside the most superior head voxel (the scalp at the top of the head; head = above 10 % of
 the maximum), as metal or an electrode leaves. ``bias``: the scan times a smooth multiplicative
 field ``exp(0.35 x + 0.25 y - 0.2 z + 0.2 y^2)`` over array coordinates scaled to [-1, 1],
-normalised to a mean log of 0 (about 0.5x to 2.5x across the volume).
+normalised to a mean log of 0 (about 0.5x to 2.5x across the volume). ``cut``: the array
+cropped to the lowest 62 % of the head's superior-inferior extent (a smaller array, its affine
+moved with it, as a partial field of view is stored), with its DLMUSE map cropped alike.
+``cavity``: a 16 mm sphere set to 0 inside the brain (centred 25 mm to the right of the head's
+centre of mass, 10 mm above it), with ``<name>_cavity_keep.nii.gz`` (0 in the sphere, 1
+elsewhere: the ``--moving-mask``) and ``<name>_cavity_sphere.nii.gz`` (label 1 in the sphere:
+warped with ``--moving-seg`` it gives the cavity's volume after registration).
 
 Usage: ``python benchmarks/clinical_cases.py --out runs/clinical IXI012-HH-1211 IXI239-HH-2296``
 writes ``<out>/<name>_outlier.nii.gz`` and ``<out>/<name>_bias.nii.gz`` for each scan of
@@ -27,6 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DATA_ROOT
 
 OUTLIER_FACTOR = 50.0
+CUT_SHARE = 0.62
+CAVITY_MM = 16.0
 
 
 def with_outliers(image: nib.Nifti1Image) -> tuple[np.ndarray, tuple[int, ...]]:
@@ -49,6 +57,67 @@ def with_bias(image: nib.Nifti1Image) -> np.ndarray:
     x, y, z = np.meshgrid(*[np.linspace(-1, 1, s) for s in data.shape], indexing="ij")
     log_field = 0.35 * x + 0.25 * y - 0.2 * z + 0.2 * y**2
     return (data * np.exp(log_field - log_field.mean())).astype(np.float32)
+
+
+def cut_lower(image: nib.Nifti1Image, share: float = CUT_SHARE) -> tuple[slice, ...]:
+    """Array slices keeping the lowest ``share`` of the head's superior-inferior extent (head
+    = above 10 % of the maximum; the array axis closest to superior)."""
+    data = np.asarray(image.dataobj, dtype=np.float32)
+    axis = int(np.argmax(np.abs(image.affine[2, :3])))
+    up = image.affine[2, axis] > 0
+    head = np.argwhere(data > 0.1 * data.max())[:, axis]
+    low, high = int(head.min()), int(head.max())
+    keep = round(share * (high - low + 1))
+    cut = slice(low, low + keep) if up else slice(high + 1 - keep, high + 1)
+    index = [slice(None)] * 3
+    # keep the inferior part and everything below it in the array
+    index[axis] = slice(0, cut.stop) if up else slice(cut.start, data.shape[axis])
+    return tuple(index)
+
+
+def cropped(image: nib.Nifti1Image, index: tuple[slice, ...], dtype=np.float32) -> nib.Nifti1Image:
+    """``image`` cropped to ``index`` with its affine moved to the new first voxel."""
+    data = np.asarray(image.dataobj)[index].astype(dtype)
+    start = np.array([s.start or 0 for s in index] + [1.0])
+    affine = image.affine.copy()
+    affine[:, 3] = image.affine @ start
+    header = image.header.copy()
+    header.set_data_dtype(dtype)
+    return nib.Nifti1Image(data, affine, header)
+
+
+def with_cavity(image: nib.Nifti1Image) -> tuple[np.ndarray, np.ndarray]:
+    """The image's data with a 16 mm sphere at 0, and the sphere (bool)."""
+    data = np.asarray(image.dataobj, dtype=np.float32)
+    head = np.argwhere(data > 0.1 * data.max())
+    centre_world = head.mean(0) @ image.affine[:3, :3].T + image.affine[:3, 3]
+    centre_world += np.array([25.0, 0.0, 10.0])  # RAS: right and up
+    grid = np.stack(np.meshgrid(*[np.arange(n) for n in data.shape], indexing="ij"), -1)
+    world = grid @ image.affine[:3, :3].T + image.affine[:3, 3]
+    sphere = np.linalg.norm(world - centre_world, axis=-1) <= CAVITY_MM / 2
+    out = data.copy()
+    out[sphere] = 0.0
+    return out, sphere
+
+
+def write_cut_and_cavity(data_dir: Path, out_dir: Path, name: str) -> None:
+    """``<name>_cut.nii.gz`` with ``<name>_cut_DLMUSE.nii.gz``, and the cavity files."""
+    image = nib.load(data_dir / f"{name}_T1.nii.gz")
+    index = cut_lower(image)
+    nib.save(cropped(image, index), out_dir / f"{name}_cut.nii.gz")
+    labels = nib.load(data_dir / f"{name}_DLMUSE.nii.gz")
+    nib.save(cropped(labels, index, np.int32), out_dir / f"{name}_cut_DLMUSE.nii.gz")
+    data, sphere = with_cavity(image)
+    header = image.header.copy()
+    header.set_data_dtype(np.float32)
+    nib.save(nib.Nifti1Image(data, image.affine, header), out_dir / f"{name}_cavity.nii.gz")
+    for kind, values in (("keep", ~sphere), ("sphere", sphere)):
+        mask = nib.Nifti1Image(values.astype(np.uint8), image.affine)
+        nib.save(mask, out_dir / f"{name}_cavity_{kind}.nii.gz")
+    print(
+        f"{name}: cut to {data.shape} -> {nib.load(out_dir / f'{name}_cut.nii.gz').shape}; "
+        f"cavity of {int(sphere.sum())} voxels"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -75,6 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             out = nib.Nifti1Image(data, image.affine, header)
             nib.save(out, args.out / f"{name}_{kind}.nii.gz")
         print(f"{name}: 27 voxels at {OUTLIER_FACTOR:g}x the maximum around voxel {centre}; bias")
+        write_cut_and_cavity(args.data, args.out, name)
         if args.n4:
             n4_report(args.data / f"{name}_T1.nii.gz", args.out / f"{name}_bias.nii.gz")
     return 0

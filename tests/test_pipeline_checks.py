@@ -33,8 +33,10 @@ def images(tmp_path: Path) -> dict[str, Path]:
         "coarse": _save(
             tmp_path / "c.nii.gz", blob(shape, (30, 34), 8.0).astype(np.float32), (1.0, 3.0)
         ),
-        "fine": _save(
-            tmp_path / "fine.nii.gz", blob(shape, (30, 34), 8.0).astype(np.float32), (0.5, 0.5)
+        "fine": _save(  # 0.5 mm voxels over the same field of view as the others
+            tmp_path / "fine.nii.gz",
+            blob((128, 128), (60, 68), 16.0).astype(np.float32),
+            (0.5, 0.5),
         ),
     }
 

@@ -73,6 +73,8 @@ def register_files(
     never_worse: bool = True,
     replace_nonfinite: float | None = None,
     contrast: str = "auto",
+    fixed_mask: PathLike | None = None,
+    moving_mask: PathLike | None = None,
 ) -> PairResult:
     """Load, register and write one pair at one λ (``hyperreg register``).
 
@@ -152,6 +154,8 @@ def register_files(
             mutual information, said in one INFO line; ``"same"``: the model's similarity
             (local NCC) and ``refine`` as given; ``"different"``: mutual information without
             asking. A ``refine`` that asks for MI keeps it.
+        fixed_mask, moving_mask: Cost masks (0/1 files; ANTs' ``-x``), or None: see
+            :func:`~hyperreg.registration.pipeline.load_pair`.
 
     Returns:
         The :class:`~hyperreg.registration.pipeline.PairResult` (``resampled`` lists what was
@@ -209,6 +213,8 @@ def register_files(
         npz_geometry=npz_geometry,
         bias_correct=bias_correct,
         replace_nonfinite=replace_nonfinite,
+        fixed_mask=fixed_mask,
+        moving_mask=moving_mask,
     )
     similarity = contrast_similarity(pair, contrast)
     refine = refinement_for(refine, similarity)

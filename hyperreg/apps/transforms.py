@@ -43,6 +43,7 @@ from hyperreg.registration.chain import sample_volume
 from hyperreg.registration.pairs import PathLike, check_outputs
 from hyperreg._errors import InputError, passed_as
 from hyperreg.registration.inputs import check_registrable, initial_transform, load_input
+from hyperreg.registration.masks import load_masks, masked_image
 from hyperreg.registration.pipeline import model_image
 
 __all__ = [
@@ -106,6 +107,8 @@ def affine_files(
     initial_affine: PathLike | None = None,
     bias_correct: bool = False,
     replace_nonfinite: float | None = None,
+    fixed_mask: PathLike | None = None,
+    moving_mask: PathLike | None = None,
 ) -> AffineResult:
     """Run only the affine stage on two files and write its outputs (``hyperreg affine``).
 
@@ -136,6 +139,9 @@ def affine_files(
             the files as read.
         replace_nonfinite: The value NaN/inf voxels of the images take (logged with their
             count; label maps must be finite); None (default): such an image is an error.
+        fixed_mask, moving_mask: Cost masks (0/1 files; ANTs' ``-x``), or None: the metric
+            counts only voxels inside them (:func:`~hyperreg.registration.masks.load_mask`;
+            a mask on another grid is resampled onto its image's, with a logged note).
 
     Returns:
         An :class:`AffineResult`.
@@ -180,11 +186,12 @@ def affine_files(
     initial = initial_transform(initial_affine, moving_v, fixed_v)
     check_registrable(fn, moving_v, fixed_v, init=init, initial=initial)
     # the intensities the affine stage of 'register' sees; outputs sampled from the files as read
-    seen = (
-        model_image(moving_v, bias_correct=bias_correct),
-        model_image(fixed_v, bias_correct=bias_correct),
-    )
-    transform = register_affine(*seen, init, seed=seed, initial=initial)
+    masks, notes = load_masks(fn, (moving_mask, moving_v), (fixed_mask, fixed_v))
+    for note in notes:  # the command line shows warnings, one line each
+        logger.warning("%s", note)
+    seen = [model_image(masked_image(v, m), bias_correct=bias_correct) for v, m in masks]
+    metric_masks = dict(moving_mask=masks[0][1], fixed_mask=masks[1][1])
+    transform = register_affine(*seen, init, seed=seed, initial=initial, **metric_masks)
     moved_v = sample_volume(moving_v, transform, None, fixed_v)
     moved_seg_v = None
     dice = dice_before = None

@@ -45,6 +45,7 @@ __all__ = [
     "add_input_arguments",
     "add_label_arguments",
     "add_lambda_grid_argument",
+    "add_mask_arguments",
     "add_model_argument",
     "add_nonfinite_argument",
     "add_normalization_argument",
@@ -199,6 +200,20 @@ def add_bias_correct_argument(parser: argparse.ArgumentParser) -> None:
         "shrunk copy inside an Otsu head mask) before the affine stage and the network; the "
         "outputs are still sampled from the files as read. Costs seconds per image",
     )
+
+
+def add_mask_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--fixed-mask`` and ``--moving-mask`` (``dest`` ``fixed_mask``/``moving_mask``): cost
+    masks, :func:`hyperreg.registration.masks.load_mask`."""
+    for role in ("fixed", "moving"):
+        parser.add_argument(
+            f"--{role}-mask",
+            metavar="FILE",
+            help=f"cost mask of the {role} image (NIfTI/MGZ of 0 and 1, as ANTs' -x): the "
+            "affine stage's similarity counts only voxels at 1 and the network sees the rest "
+            "as background, e.g. a lesion or resection cavity at 0. Another grid than the "
+            "image's is resampled through the headers (nearest)",
+        )
 
 
 def add_nonfinite_argument(parser: argparse.ArgumentParser) -> None:

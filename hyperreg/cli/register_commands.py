@@ -98,6 +98,7 @@ def _add_register(sub: Any) -> None:
     opts.add_passes_argument(reg)
     opts.add_flip_argument(reg)
     opts.add_preprocessing_arguments(reg)
+    opts.add_mask_arguments(reg)
     opts.add_npz_geometry_argument(reg)
     opts.add_common(reg)
 
@@ -135,6 +136,7 @@ def _add_affine(sub: Any) -> None:
     )
     opts.add_npz_geometry_argument(affine)
     opts.add_bias_correct_argument(affine)
+    opts.add_mask_arguments(affine)
     opts.add_nonfinite_argument(affine)
     opts.add_common(affine, device=False, seed=True)
 
@@ -279,6 +281,8 @@ def _register_and_report(args: argparse.Namespace, model: Any, folders: list[Pat
         passes=args.passes,
         never_worse=not args.keep_worse,
         contrast=opts.contrast_from(args),
+        fixed_mask=args.fixed_mask,
+        moving_mask=args.moving_mask,
         **pair_options(args),
     )
     _report(args, model, result, folders)
@@ -442,6 +446,8 @@ def _cmd_affine(args: argparse.Namespace) -> int:
         npz_geometry=args.npz_geometry,
         bias_correct=args.bias_correct,
         replace_nonfinite=args.replace_nonfinite,
+        fixed_mask=args.fixed_mask,
+        moving_mask=args.moving_mask,
     )
     from hyperreg.registration.pipeline import AffineStage
 

@@ -58,6 +58,7 @@ TRANSFORM_SUFFIXES = (".mat", ".tfm", ".txt")
 # metric samples per resolution level, whatever the image size (ANTs' affine default samples
 # 25 % of the voxels at every level; 10 000 - 20 000 points hold a 32-bin joint histogram well)
 _SAMPLES = (10_000, 20_000)
+_Masks = tuple["sitk.Image | None", "sitk.Image | None"]
 _LEVELS_MM = (4.0, 2.0)  # voxel size of each resolution level, coarse first
 _LEVEL_VOXELS = (32, 64)  # at least this many voxels across the smallest extent per level
 _SEARCH_VOXELS = 16  # the rotation search's level: SEARCH_MM voxels, at least this many across
@@ -174,9 +175,12 @@ def _search_level(frame: Frame) -> tuple[sitk.Image, sitk.Image]:
     return _shrink(frame.fixed, spacing), _shrink(frame.moving, spacing)
 
 
-def _mattes(fixed: sitk.Image, seed: int, level: int) -> sitk.ImageRegistrationMethod:
+def _mattes(
+    fixed: sitk.Image, seed: int, level: int, masks: _Masks = (None, None)
+) -> sitk.ImageRegistrationMethod:
     """A registration method with Mattes MI (32 bins, linear interpolation) on at most
-    ``_SAMPLES[level]`` random voxels of ``fixed`` drawn from ``seed``.
+    ``_SAMPLES[level]`` random voxels of ``fixed`` drawn from ``seed``; samples outside
+    ``masks`` (fixed, moving: :func:`_metric_masks`) do not count.
 
     Image gradients are taken at the samples (central differences) instead of from gradient
     images of both whole volumes, which ITK otherwise recomputes for every run and every
@@ -192,11 +196,15 @@ def _mattes(fixed: sitk.Image, seed: int, level: int) -> sitk.ImageRegistrationM
     method.SetMetricSamplingStrategy(method.RANDOM)
     method.SetMetricSamplingPercentage(min(1.0, _SAMPLES[level] / voxels), seed)
     method.SetInterpolator(sitk.sitkLinear)
+    if masks[0] is not None:
+        method.SetMetricFixedMask(masks[0])
+    if masks[1] is not None:
+        method.SetMetricMovingMask(masks[1])
     return method
 
 
 def _method(
-    fixed: sitk.Image, seed: int, iterations: int, level: int, rigid: bool
+    fixed: sitk.Image, seed: int, iterations: int, level: int, rigid: bool, masks: _Masks
 ) -> sitk.ImageRegistrationMethod:
     """Mattes MI (32 bins) on at most ``_SAMPLES[level]`` jittered random voxels of ``fixed``
     with physical-shift scales, on one resolution (the images are already shrunk by
@@ -207,7 +215,7 @@ def _method(
     along the ill-conditioned rotation/shear directions of a 12-parameter affine and stopped
     10° short on the test phantom; regular steps on the affine left the aligned brain pair
     for MI 4x worse before coming back."""
-    method = _mattes(fixed, seed + 1 + level, level)
+    method = _mattes(fixed, seed + 1 + level, level, masks)
     # random samples are jittered inside their voxels: off-grid points avoid the interpolation
     # artefact of MI on a regular grid, which favours a few percent of shrinking (Pluim et al.)
     if rigid:
@@ -242,12 +250,13 @@ def _run(
     seed: int,
     iterations: int,
     index: int,
+    masks: _Masks = (None, None),
 ) -> int:
     """Optimise ``transform`` in place on one level (after ``start``, the moving initial
     transform, when given); returns the number of iterations run."""
     fixed, moving = level
     rigid = transform.GetName().startswith("Euler")
-    method = _method(fixed, seed, iterations, index, rigid)
+    method = _method(fixed, seed, iterations, index, rigid, masks)
     if start is not None:
         method.SetMovingInitialTransform(start)
     method.SetInitialTransform(transform, inPlace=True)
@@ -289,6 +298,8 @@ def register_affine(
     iterations: int = 200,
     seed: int = 0,
     initial: AffineTransform | None = None,
+    fixed_mask: Volume | None = None,
+    moving_mask: Volume | None = None,
 ) -> AffineTransform:
     """Find the rigid or affine world transform that best aligns ``moving`` to ``fixed``.
 
@@ -335,6 +346,11 @@ def register_affine(
         seed: Seed of the random (voxel-jittered) metric sampling; ITK gets ``seed + 1``
             (its 0 means the wall clock).
         initial: Start transform (fixed world point -> moving world point, RAS mm), or None.
+        fixed_mask, moving_mask: Cost masks (boolean Volumes on their image's grid), or None:
+            the metric counts only samples inside the fixed mask whose mapped point lies
+            inside the moving mask (ANTs' ``-x``; SimpleITK's metric masks); for the centres
+            of mass and the 8 mm orientation search, which score every voxel, the voxels
+            outside are set to their image's minimum.
 
     Returns:
         An :class:`AffineTransform` (fixed world point -> moving world point, RAS mm) whose
@@ -390,7 +406,7 @@ def register_affine(
     threads = sitk.ProcessObject.GetGlobalDefaultNumberOfThreads()
     sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(1)
     try:
-        return _register(moving, fixed, kind, iterations, seed, initial)
+        return _register(moving, fixed, kind, iterations, seed, initial, (fixed_mask, moving_mask))
     finally:
         sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(threads)
 
@@ -402,11 +418,13 @@ def _register(
     iterations: int,
     seed: int,
     initial: AffineTransform | None,
+    mask_volumes: tuple[Volume | None, Volume | None] = (None, None),
 ) -> AffineTransform:
     """:func:`register_affine` after its checks."""
     fn = "register_affine"
     tic = time.perf_counter()
     frame = Frame(moving, fixed, _name(moving, "moving"))
+    masks = _metric_masks(frame, *mask_volumes)
     levels = _pyramid(frame)
     ndim = frame.fixed.GetDimension()
     rigid: sitk.Transform = sitk.Euler2DTransform() if ndim == 2 else sitk.Euler3DTransform()
@@ -430,13 +448,15 @@ def _register(
     centred = rigid.__class__(rigid)  # the centres-of-mass start, kept for the search
     search = _search_level(frame)  # 8 mm copies for the search (and the early test's probe)
     # 4 mm: a rigid run (the early test), then the affine; 2 mm: the transform of ``kind``
-    steps = [_run(levels[0], rigid, start_itk, seed, iterations, 0)]
+    steps = [_run(levels[0], rigid, start_itk, seed, iterations, 0, masks)]
     matrix = frame.to_world(*_linear_of(rigid, start, ndim))
     motion = _motion(matrix, start_matrix, fixed)
     early = False
     if motion < threshold:  # early test: did the coarse rigid run find anything to correct?
-        coarse_before = _mutual_information(*levels[0], frame.from_world(start_matrix), seed, 0)
-        coarse_after = _mutual_information(*levels[0], frame.from_world(matrix), seed, 0)
+        coarse_before = _mutual_information(
+            *levels[0], frame.from_world(start_matrix), seed, 0, masks
+        )
+        coarse_after = _mutual_information(*levels[0], frame.from_world(matrix), seed, 0, masks)
         early = not coarse_after < coarse_before * (1 + _EARLY_GAIN)
         if early and initial is None:  # unless a 20° turn of the start scores better at 8 mm
             early = not looks_turned(*search, centred)
@@ -444,19 +464,22 @@ def _register(
     if not early:
         if initial is None:  # a global start: the best of a rotation search and the run above
             rigid = transform = _global_start(
-                frame.ndim, levels[0], search, centred, rigid, seed, iterations, steps
+                frame.ndim, levels[0], search, centred, rigid, seed, iterations, steps, masks
             )
-        steps.append(_run(levels[-1], rigid, start_itk, seed, iterations, len(levels) - 1))
+        last = len(levels) - 1
+        steps.append(_run(levels[-1], rigid, start_itk, seed, iterations, last, masks))
         if kind == "affine":
             transform = _as_affine(rigid, ndim)
             for index, level in enumerate(levels):
-                steps.append(_run(level, transform, start_itk, seed, iterations, index))
+                steps.append(_run(level, transform, start_itk, seed, iterations, index, masks))
         matrix = frame.to_world(*_linear_of(transform, start, ndim))
         motion = _motion(matrix, start_matrix, fixed)
     _check_matrix(fn, matrix, moving, fixed)
     finest = levels[-1]
-    before = _mutual_information(*finest, frame.from_world(start_matrix), seed)
-    after = before if early else _mutual_information(*finest, frame.from_world(matrix), seed)
+    before = _mutual_information(*finest, frame.from_world(start_matrix), seed, -1, masks)
+    after = (
+        before if early else _mutual_information(*finest, frame.from_world(matrix), seed, -1, masks)
+    )
     seconds = time.perf_counter() - tic
     logger.debug(
         "%s(): %s in %.2f s (%s iterations per run), MI %.4f -> %.4f",
@@ -486,6 +509,25 @@ def _register(
     return AffineTransform(matrix, kind, before, after, seconds)
 
 
+def _metric_masks(frame: Frame, fixed: Volume | None, moving: Volume | None) -> _Masks:
+    """The cost masks as SimpleITK ``uint8`` images in ``frame`` (None where not given); the
+    frame's voxels outside them are set to their image's minimum, so that the centres of mass
+    and the orientation search (which score every voxel) ignore them too."""
+    found: list[sitk.Image | None] = []
+    for mask, role in ((fixed, "fixed"), (moving, "moving")):
+        image = getattr(frame, role)
+        if mask is None:
+            found.append(None)
+            continue
+        # the mask is on its image's grid: same pixels, so the image's geometry in the frame
+        as_image = sitk.GetImageFromArray(np.ascontiguousarray(mask.data.astype(np.uint8).T))
+        as_image.CopyInformation(image)
+        low = float(sitk.GetArrayViewFromImage(image).min())
+        setattr(frame, role, sitk.Mask(image, as_image, outsideValue=low))
+        found.append(as_image)
+    return found[0], found[1]
+
+
 def _global_start(
     ndim: int,
     coarse: tuple[sitk.Image, sitk.Image],
@@ -495,6 +537,7 @@ def _global_start(
     seed: int,
     iterations: int,
     steps: list[int],
+    masks: _Masks = (None, None),
 ) -> sitk.Transform:
     """The best rigid start for the rest of the stage: ``found`` (the coarse rigid run from the
     centres of mass) or one of the other orientations :func:`search_rotations` ranks best at
@@ -502,14 +545,14 @@ def _global_start(
     run; the winner has the lowest MI on the coarse level's samples, and a searched one must
     beat ``found`` by more than :data:`_SEARCH_GAIN` of it. Appends the iterations of each run
     to ``steps``."""
-    found_value = _mutual_information(*coarse, matrix_offset(found, ndim), seed, 0)
+    found_value = _mutual_information(*coarse, matrix_offset(found, ndim), seed, 0, masks)
     best, best_value = found, found_value * (1 + _SEARCH_GAIN)
     values = []
     for candidate in search_rotations(*search, centred, extra=(found,), keep=_SEARCH_KEEP):
         if candidate is found:
             continue
-        steps.append(_run(coarse, candidate, None, seed, iterations, 0))
-        value = _mutual_information(*coarse, matrix_offset(candidate, ndim), seed, 0)
+        steps.append(_run(coarse, candidate, None, seed, iterations, 0, masks))
+        value = _mutual_information(*coarse, matrix_offset(candidate, ndim), seed, 0, masks)
         values.append(value)
         if value < best_value or (math.isnan(best_value) and not math.isnan(value)):
             best, best_value = candidate, value
@@ -544,11 +587,12 @@ def _mutual_information(
     linear_offset: tuple[np.ndarray, np.ndarray],
     seed: int,
     level: int = -1,
+    masks: _Masks = (None, None),
 ) -> float:
     """Mattes MI (negative, lower is better) of the pair through the frame map ``(A, b)``, at
     most ``_SAMPLES[level]`` random voxels drawn from ``seed`` (the same for every transform);
     NaN when too few samples land in the moving image (no overlap)."""
-    method = _mattes(fixed, seed + 1, level)  # jittered samples, as in the registration
+    method = _mattes(fixed, seed + 1, level, masks)  # jittered samples, as in the registration
     method.SetInitialTransform(sitk_affine(*linear_offset), inPlace=False)
     try:
         return float(method.MetricEvaluate(fixed, moving))

@@ -85,7 +85,13 @@ def _unit_scale(image: Tensor) -> Tensor:
     return image / scale.view(-1, *([1] * (image.ndim - 1)))
 
 
-def ncc_loss(moved: Tensor, fixed: Tensor, window: int = 9, reduction: str = "mean") -> Tensor:
+def ncc_loss(
+    moved: Tensor,
+    fixed: Tensor,
+    window: int = 9,
+    reduction: str = "mean",
+    weight: Tensor | None = None,
+) -> Tensor:
     """Negative local (windowed) normalised cross-correlation.
 
     For each voxel, ``cc = cov(I, J)² / (var(I) · var(J) + ε)`` over a ``window``-wide box; the
@@ -108,6 +114,8 @@ def ncc_loss(moved: Tensor, fixed: Tensor, window: int = 9, reduction: str = "me
         fixed: Fixed image, same shape.
         window: Odd box width per axis (default 9).
         reduction: ``"mean"`` (scalar) or ``"none"`` (shape ``(B,)``).
+        weight: Per-voxel weights ``(B, 1, *S)`` in [0, 1] (a cost mask: 0 leaves a voxel out),
+            or None: the loss is ``−Σ w·cc / Σ w`` instead of the mean (0 where ``Σ w = 0``).
 
     Returns:
         The loss, a scalar or ``(B,)`` tensor (float32, or float64 for float64 inputs).
@@ -138,6 +146,10 @@ def ncc_loss(moved: Tensor, fixed: Tensor, window: int = 9, reduction: str = "me
     var_i = (ii - mu_i * mu_i).clamp_min(0)
     var_j = (jj - mu_j * mu_j).clamp_min(0)
     cc = cross * cross / (var_i * var_j + eps)
+    if weight is not None:
+        w = weight.to(cc.dtype).expand_as(cc).flatten(1)
+        weighted = (cc.clamp(max=1.0).flatten(1) * w).sum(1) / w.sum(1).clamp_min(1e-6)
+        return _reduce(-weighted, reduction)
     return _reduce(-cc.clamp(max=1.0).flatten(1).mean(1), reduction)
 
 

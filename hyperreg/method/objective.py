@@ -183,10 +183,12 @@ class Objective:
         """Plain dict of the settings (what checkpoints store)."""
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
-    def image_term(self, moved: Tensor, fixed: Tensor) -> Tensor:
-        """``(B,)`` image dissimilarity of ``moved`` against ``fixed`` (``(B, C, *S)``)."""
+    def image_term(self, moved: Tensor, fixed: Tensor, weight: Tensor | None = None) -> Tensor:
+        """``(B,)`` image dissimilarity of ``moved`` against ``fixed`` (``(B, C, *S)``);
+        ``weight`` (``(B, 1, *S)``, a cost mask) weighs the voxels of local NCC (the other
+        similarities ignore it)."""
         if self.similarity == "ncc":
-            return ncc_loss(moved, fixed, window=self.ncc_window, reduction="none")
+            return ncc_loss(moved, fixed, window=self.ncc_window, reduction="none", weight=weight)
         if self.similarity == "mse":
             return mse_loss(moved, fixed, sigma=self.mse_sigma, reduction="none")
         return mi_loss(moved, fixed, reduction="none")

@@ -84,6 +84,7 @@ def _raw_results(
     )
     lams = list(settings.lams)
     if settings.refined or settings.inverse:
+        inputs["masks"] = prepared.cost_masks()  # the refinement similarity's cost masks
         if settings.passes != 1:
             return [
                 register_passes(

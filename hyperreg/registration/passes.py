@@ -28,6 +28,7 @@ from hyperreg.method.losses import ncc_loss
 from hyperreg.method.model import HyperMorph, RegistrationOutput
 from hyperreg.method.spatial import compose_displacements, warp
 from hyperreg.registration.pairs import network_inputs, result_from_output, smoothness_of
+from hyperreg.registration.masks import mask_tensors
 from hyperreg.registration.refine import Refinement, refine_flow
 from hyperreg.registration.results import RegistrationResult
 
@@ -51,6 +52,7 @@ def register_passes(
     normalization: str = DEFAULT_NORMALIZATION,
     images: bool = True,
     ncc: bool = False,
+    masks: tuple[Volume | None, Volume | None] | None = None,
 ) -> RegistrationResult:
     """Register ``moving`` to ``fixed`` at λ with ``passes`` network passes, composed.
 
@@ -73,6 +75,8 @@ def register_passes(
         normalization: Intensity normalisation of the inputs.
         images: False returns the field and its statistics only.
         ncc: Also compute the local NCC of the moved and the fixed image (``result.ncc``).
+        masks: Cost masks ``(fixed, moving)`` on the fixed grid for the refinement's
+            similarity (:func:`~hyperreg.registration.refine.refine_pair`), or None.
 
     Returns:
         A :class:`~hyperreg.registration.results.RegistrationResult` with the composed field
@@ -94,7 +98,10 @@ def register_passes(
     current, stats = moving_t, None
     for index in range(passes):
         if index == passes - 1 and refinement is not None and refinement.steps > 0:
-            refined = refine_flow(model, current, fixed_t, float(lam), refinement)
+            masks_t = mask_tensors(model, fixed, masks, device)
+            if masks_t is not None and masks_t[1] is not None and total is not None:
+                masks_t = (masks_t[0], warp(masks_t[1], total))  # as the moving image so far
+            refined = refine_flow(model, current, fixed_t, float(lam), refinement, masks=masks_t)
             out, stats = refined.output, refined.stats(refinement)
         else:
             with torch.no_grad():

@@ -49,9 +49,11 @@ from hyperreg.registration.inputs import (
     initial_transform,
     load_input,
 )
+from hyperreg.registration.masks import FOV_PARTIAL, field_of_view, load_masks, masked_image
 from hyperreg.registration.pairs import PathLike, onto_fixed_grid
 from hyperreg.registration.prepared import PreparedPair, ndim_error
 from hyperreg.registration.results import AffineStage, PairResult, RefineStats
+from hyperreg.registration.verdict import MIN_FIELD_OF_VIEW
 
 __all__ = [
     "DEFAULT_INIT",
@@ -87,6 +89,8 @@ def load_pair(
     npz_geometry: str | None = None,
     bias_correct: bool = False,
     replace_nonfinite: float | None = None,
+    fixed_mask: PathLike | Volume | None = None,
+    moving_mask: PathLike | Volume | None = None,
 ) -> PreparedPair:
     """Read and check a pair once, run its affine stage once: a :class:`PreparedPair`.
 
@@ -122,6 +126,12 @@ def load_pair(
             network (:func:`model_image`); outputs are still sampled from the files as read.
         replace_nonfinite: The value NaN/inf voxels of ``moving`` and ``fixed`` take (logged
             with their count); None (default): such an image is an error.
+        fixed_mask, moving_mask: Cost masks (files or Volumes holding 0 and 1; ANTs' ``-x``),
+            or None: the affine stage's metric counts only voxels inside them, and the network
+            sees the voxels outside as background (the image's minimum, before
+            normalisation). A mask on another grid than its image is resampled onto it
+            through the headers (nearest; a note), :func:`~hyperreg.registration.masks.
+            load_mask`. Kept on the result (``fixed_mask``, ``moving_mask``).
 
     Returns:
         A :class:`PreparedPair` whose ``fixed`` and ``aligned`` hold the intensities the
@@ -139,7 +149,9 @@ def load_pair(
         InputError: On 2D with 3D (the images, or a label map and its image), a model of
             another dimensionality (``argument`` "model"), a bad ``initial_affine`` file (not
             an affine of the pair's dimensionality, or off the fixed view; ``argument``
-            "initial_affine"), an unknown ``init``, an npz input without ``npz_geometry``
+            "initial_affine"), a bad mask (values other than 0 and 1, empty, or not
+            overlapping its image; ``argument`` "fixed_mask" or "moving_mask"), an unknown
+            ``init``, an npz input without ``npz_geometry``
             (``argument`` "npz_geometry"), an empty or constant image (``argument`` "moving"
             or "fixed"), or, with ``init="none"`` and no ``initial_affine``, images that do
             not overlap in world space (``argument`` "init"; the moved image would be empty).
@@ -171,20 +183,22 @@ def load_pair(
             if (note := label_grid_warning(segs[name], image)) is not None:
                 warnings.warn(note, stacklevel=2)
     moving_seg_v, fixed_seg_v = segs.values()
+    masks, mask_notes = load_masks(fn, (moving_mask, moving_v), (fixed_mask, fixed_v))
     if not resample:
         check_same_grid(moving_v, fixed_v)
     # the affine stage and the network see the same intensities (one rule, after the optional
     # bias correction); the outputs are sampled from the volumes as read
-    seen = [model_image(v, normalization, bias_correct) for v in (moving_v, fixed_v)]
+    seen = [model_image(masked_image(v, m), normalization, bias_correct) for v, m in masks]
+    metric_masks = dict(moving_mask=masks[0][1], fixed_mask=masks[1][1])
     if initial is not None and init == "none":
         transform, affine = initial, AffineStage.of(initial, "initial")
         chained = not _is_identity(transform, moving_v, fixed_v)
     elif initial is not None:
-        transform = register_affine(*seen, init, seed=seed, initial=initial)
+        transform = register_affine(*seen, init, seed=seed, initial=initial, **metric_masks)
         affine = AffineStage.of(transform)
         chained = not _is_identity(transform, moving_v, fixed_v)
     else:
-        transform = register_affine(*seen, init, seed=seed)
+        transform = register_affine(*seen, init, seed=seed, **metric_masks)
         affine = AffineStage.of(transform) if init != "none" else None
         chained = init != "none" and not _is_identity(transform, moving_v, fixed_v)
     if seen[0] is not moving_v:  # outputs from the moving file as read, not the model's copy
@@ -201,6 +215,7 @@ def load_pair(
     )
     if seen[0] is not moving_v:
         pair.moving = moving_v
+    _with_masks(pair, metric_masks, mask_notes, moving_v, fixed_v)
     if bias_correct:
         pair.notes.append("bias field corrected (N4) for the affine stage and the network")
     return pair
@@ -236,6 +251,29 @@ def _warn_about_contents(moving: Volume, fixed: Volume, model: HyperMorph | None
     for message in found:
         if message:
             warnings.warn(message, stacklevel=3)
+
+
+def _with_masks(
+    pair: PreparedPair, masks: dict, notes: list[str], moving: Volume, fixed: Volume
+) -> None:
+    """Give ``pair`` its cost masks and their notes, and its field-of-view share
+    (:func:`~hyperreg.registration.masks.field_of_view`): below :data:`FOV_PARTIAL` without a
+    moving mask, the moving image's array becomes its mask (refinement then counts only where
+    both images have data); below :data:`~hyperreg.registration.verdict.MIN_FIELD_OF_VIEW`, a
+    one-line warning."""
+    pair.moving_mask, pair.fixed_mask = masks["moving_mask"], masks["fixed_mask"]
+    pair.notes.extend(notes)
+    pair.fov_fraction = fraction = field_of_view(moving, fixed, pair.transform)
+    if fraction < FOV_PARTIAL and pair.moving_mask is None:
+        whole = np.ones(moving.spatial_shape, dtype=bool)
+        pair.moving_mask = dataclasses.replace(moving, data=whole)
+    if fraction < MIN_FIELD_OF_VIEW:
+        warnings.warn(
+            f"the moving image '{moving.path}' covers {100 * fraction:.0f} % of the fixed "
+            "head after the affine stage (a partial field of view); the similarity counts "
+            "only where both images have data",
+            stacklevel=3,
+        )
 
 
 def _is_identity(transform: AffineTransform, moving: Volume, fixed: Volume) -> bool:

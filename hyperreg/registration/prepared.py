@@ -32,6 +32,7 @@ from hyperreg.method.model import HyperMorph
 from hyperreg.registration.engine import ndim_error, run
 from hyperreg.registration.pairs import RegistrationResult
 from hyperreg.registration.refine import Refinement, refine_objective
+from hyperreg.registration.masks import mask_tensors, masks_on_fixed_grid
 from hyperreg.registration.results import AffineStage, PairResult
 from hyperreg.registration.settings import resolve_settings
 from hyperreg.registration.similarity import network_input, network_similarity, on_fixed_grid
@@ -66,6 +67,10 @@ class PreparedPair:
         affine: The affine stage's statistics, or None.
         normalization: Intensity normalisation of the model inputs.
         notes: What was resampled onto which grid.
+        moving_mask: The moving cost mask on the moving image's grid (boolean), or None.
+        fixed_mask: The fixed cost mask on the fixed grid (boolean), or None.
+        fov_fraction: Share of the fixed head inside the moving image's field of view after
+            the affine stage (:func:`~hyperreg.registration.masks.field_of_view`), or None.
     """
 
     moving: Volume
@@ -82,6 +87,9 @@ class PreparedPair:
     affine: AffineStage | None
     normalization: str
     notes: list[str]
+    moving_mask: Volume | None = None
+    fixed_mask: Volume | None = None
+    fov_fraction: float | None = None
     _similarity: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def register(
@@ -167,6 +175,14 @@ class PreparedPair:
             fn="PreparedPair.register",
         )
         return run(self, model, settings)
+
+    def cost_masks(self) -> tuple[Volume | None, Volume | None] | None:
+        """The cost masks on the fixed grid for refinement (computed once), or None."""
+        if "masks" not in self._similarity:
+            self._similarity["masks"] = masks_on_fixed_grid(
+                self.fixed, self.fixed_mask, self.moving_mask, self.transform, self.chained
+            )
+        return self._similarity["masks"]
 
     def _chain(
         self, transform: AffineTransform, disp: np.ndarray | None, raw: RegistrationResult
@@ -280,7 +296,10 @@ class PreparedPair:
         cache, norm = self._similarity, self.normalization
         if "fixed" not in cache:
             cache["fixed"] = network_input(model, self.fixed, self.fixed, norm)
-        fixed_t = cache["fixed"]
+            # every candidate scored inside the fixed mask and the affine-aligned moving mask
+            masks = mask_tensors(model, self.fixed, self.cost_masks(), _device(model))
+            cache["weight"] = None if masks is None else _product(*masks)
+        fixed_t, weight = cache["fixed"], cache["weight"]
         if objective.similarity not in cache:  # the pair as it came, and after the affine
             # as it came: the moving file straight onto the network grid through the headers
             # (NaN, not a candidate, for a 2D slice in another plane: it needs the affine)
@@ -288,17 +307,16 @@ class PreparedPair:
             with contextlib.suppress(ValueError):
                 before = self.moving if self.chained else self.aligned
                 before_t = network_input(model, before, self.fixed, norm)
-                before_score = network_similarity(objective, before_t, fixed_t)
+                before_score = network_similarity(objective, before_t, fixed_t, weight)
             affine = network_input(model, self.aligned, self.fixed, norm) if self.chained else None
             cache[objective.similarity] = (
                 before_score,
-                None if affine is None else network_similarity(objective, affine, fixed_t),
+                None if affine is None else network_similarity(objective, affine, fixed_t, weight),
             )
         before_score, affine_score = cache[objective.similarity]
         registered = on_fixed_grid(moved, self.fixed, self.moving)
-        after = network_similarity(
-            objective, network_input(model, registered, self.fixed, norm), fixed_t
-        )
+        registered_t = network_input(model, registered, self.fixed, norm)
+        after = network_similarity(objective, registered_t, fixed_t, weight)
         shape = None if self.affine is None else decompose_affine(self.transform.matrix)
         return judge(
             before_score,
@@ -307,6 +325,7 @@ class PreparedPair:
             folding_fraction=raw.folding_fraction,
             affine=shape,
             never_worse=never_worse,
+            field_of_view=self.fov_fraction,
         )
 
 
@@ -320,3 +339,15 @@ def _shown(path: Any) -> str:
         return str(path.relative_to(Path.cwd()))
     except ValueError:
         return str(Path(path.parent.name, path.name))
+
+
+def _device(model: HyperMorph) -> Any:
+    """The device of ``model``'s parameters."""
+    return next(model.parameters()).device
+
+
+def _product(fixed: Any, moving: Any) -> Any:
+    """The product of two optional weight tensors (None for none)."""
+    if fixed is None or moving is None:
+        return moving if fixed is None else fixed
+    return fixed * moving

@@ -56,6 +56,7 @@ from hyperreg.registration.pairs import (
     result_from_output,
     smoothness_of,
 )
+from hyperreg.registration.masks import mask_tensors
 from hyperreg.registration.refine_levels import RefineLevel, foreground_box, optimise_level
 from hyperreg.registration.results import RefineStats
 
@@ -212,7 +213,9 @@ def _coarse_to_fine(
     current, steps, diverged = start, [0, 0], False
     coarse = refinement.levels == 2 and model.config.int_steps > 0 and model.half_res
     if refinement.steps > 0 and coarse:
-        level = RefineLevel(model, fine.objective, fine.moving, fine.fixed, fine.lam, coarse=True)
+        level = RefineLevel(
+            model, fine.objective, fine.moving, fine.fixed, fine.lam, True, fine.masks
+        )
         current, _, steps[0], diverged = optimise_level(
             level, current, _COARSE_LR * refinement.lr, refinement.steps
         )
@@ -230,6 +233,7 @@ def refine_flow(
     lam: float,
     refinement: Refinement,
     flow: Tensor | None = None,
+    masks: tuple[Tensor | None, Tensor | None] | None = None,
 ) -> RefinedFlow:
     """Optimise one pair's raw flow on the model's objective, coarse to fine, starting from the
     network's prediction.
@@ -254,6 +258,10 @@ def refine_flow(
         lam: λ in [0, 1], the loss weight (and the network's conditioning).
         refinement: Steps, similarity, learning rate, levels (:class:`Refinement`).
         flow: Starting flow; default ``model.predict_flow(moving, fixed, lam)``.
+        masks: Cost masks ``(fixed, moving)`` like the images (``(1, 1, *S)``, 1 inside, 0
+            outside; either None), or None: the similarity counts only voxels inside the fixed
+            mask and the warped moving mask (:class:`~hyperreg.registration.refine_levels.
+            RefineLevel`); the regulariser counts everywhere.
 
     Returns:
         A :class:`RefinedFlow`. With ``steps == 0`` the flow is the network's and the
@@ -298,7 +306,7 @@ def refine_flow(
     box = foreground_box(model, moving, fixed, objective.ncc_window)
     batch = (slice(None), slice(None))
     fine = RefineLevel(
-        model, objective, moving[batch + box.image], fixed[batch + box.image], lam, coarse=False
+        model, objective, box.crop(moving), box.crop(fixed), lam, False, box.crop_masks(masks)
     )
     with torch.no_grad():
         loss0, image0 = fine(start[batch + box.flow])
@@ -389,6 +397,7 @@ def refine_pair(
     inverse: bool = False,
     labels: Sequence[int] | None = None,
     images: bool = True,
+    masks: tuple[Volume | None, Volume | None] | None = None,
 ) -> RegistrationResult:
     """Register ``moving`` to ``fixed`` at λ, refining the network's field for this pair.
 
@@ -405,6 +414,9 @@ def refine_pair(
         labels: Label ids scored for Dice; default those in both the moved and fixed maps.
         images: False returns the field and its statistics only (see
             :func:`~hyperreg.registration.pairs.result_from_output`).
+        masks: Cost masks ``(fixed, moving)`` on the fixed grid (float in [0, 1], the moving
+            one where ``moving`` is; :func:`~hyperreg.registration.masks.masks_on_fixed_grid`),
+            or None: the similarity refined counts only voxels inside.
 
     Returns:
         A :class:`~hyperreg.registration.results.RegistrationResult` whose ``refinement`` holds
@@ -441,7 +453,8 @@ def refine_pair(
     )
     device = next(model.parameters()).device
     moving_t, fixed_t, grid = network_inputs(model, moving, fixed, normalization, device, notes)
-    refined = refine_flow(model, moving_t, fixed_t, lam, refinement)
+    masks_t = mask_tensors(model, fixed, masks, device)
+    refined = refine_flow(model, moving_t, fixed_t, lam, refinement, masks=masks_t)
     out = refined.output
     result = result_from_output(
         out, 0, float(lam), moving_seg, fixed_seg, notes, labels, moving=moving, grid=grid,

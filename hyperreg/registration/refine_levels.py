@@ -35,11 +35,18 @@ _BOX_MARGIN = 8  # fine-grid voxels of background kept around the foreground, pl
 
 
 def _terms(
-    objective: Objective, moved: Tensor, fixed: Tensor, field: Tensor, lam: float, shape
+    objective: Objective,
+    moved: Tensor,
+    fixed: Tensor,
+    field: Tensor,
+    lam: float,
+    shape,
+    weight: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """``(loss, image dissimilarity)`` of one evaluation; ``shape`` is the fine image grid (it
-    sets the regulariser's ``k``, so both levels weigh smoothness alike)."""
-    image = objective.image_term(moved, fixed).float()
+    sets the regulariser's ``k``, so both levels weigh smoothness alike); ``weight`` (cost
+    masks) weighs the similarity's voxels, the regulariser counts everywhere."""
+    image = objective.image_term(moved, fixed, weight).float()
     smooth = objective.smoothness(field, shape).float()
     return ((1 - lam) * image + lam * smooth).mean(), image.mean()
 
@@ -66,6 +73,9 @@ class RefineLevel:
         coarse: The coarse level: images average-pooled by 2 to the velocity's grid, the
             velocity integrated there (no upsampling), NCC window halved (odd, at least 3) so
             it spans the same millimetres.
+        masks: ``(fixed mask, moving mask)`` tensors ``(1, 1, *S)`` like the images (1 inside,
+            0 outside; either None), or None: the similarity counts each voxel by the fixed
+            mask times the moving mask warped with the moving image (ANTs' ``-x``).
     """
 
     def __init__(
@@ -76,11 +86,15 @@ class RefineLevel:
         fixed: Tensor,
         lam: float,
         coarse: bool,
+        masks: tuple[Tensor | None, Tensor | None] | None = None,
     ) -> None:
         self.model, self.objective, self.lam, self.coarse = model, objective, lam, coarse
         self.shape = tuple(fixed.shape[2:])  # the fine grid
         self.moving = _pool(moving) if coarse else moving
         self.fixed = _pool(fixed) if coarse else fixed
+        self.masks = masks
+        pooled = [None if m is None or not coarse else _pool(m) for m in masks or (None, None)]
+        self._masks = masks if not coarse or masks is None else (pooled[0], pooled[1])
         if coarse and objective.similarity == "ncc":  # the same window in mm on half the voxels
             window = max(3, (objective.ncc_window // 2) | 1)
             self.objective = dataclasses.replace(objective, ncc_window=window)
@@ -89,13 +103,34 @@ class RefineLevel:
         if not self.coarse:
             out = self.model.flow_to_output(flow, self.moving)
             field = out.velocity if out.velocity is not None else out.disp
-            return _terms(self.objective, out.moved, self.fixed, field, self.lam, self.shape)
+            weight = self._weight(out.disp)
+            terms = (self.objective, out.moved, self.fixed, field, self.lam, self.shape, weight)
+            return _terms(*terms)
         # the velocity's own grid: integrated as the model does, no upsampling
         crop = (slice(None), slice(None), *[slice(0, n) for n in self.moving.shape[2:]])
         velocity = flow[crop]
         disp = integrate_velocity(flow, self.model.config.int_steps)[crop]
         moved = warp(self.moving, disp, exact=False)
-        return _terms(self.objective, moved, self.fixed, velocity, self.lam, self.shape)
+        weight = self._weight(disp)
+        return _terms(self.objective, moved, self.fixed, velocity, self.lam, self.shape, weight)
+
+    def _weight(self, disp: Tensor) -> Tensor | None:
+        """The similarity's voxel weights for ``disp`` (this level's grid), or None."""
+        if self._masks is None:
+            return None
+        fixed_mask, moving_mask = self._masks
+        # no gradient through the warped mask: moving it is no way to lower the loss (with
+        # one, the optimiser shrank a masked-out square: squeezing it out of the count)
+        weight = None if moving_mask is None else warp(moving_mask, disp.detach(), exact=False)
+        if fixed_mask is not None:
+            weight = fixed_mask if weight is None else weight * fixed_mask
+        if weight is None or self.objective.similarity != "ncc":
+            return weight
+        # eroded by the NCC window: a voxel whose window reaches outside the masks does not
+        # count, so what lies outside (a cavity's dark inside) pulls on no voxel's similarity
+        window = self.objective.ncc_window
+        pool = F.max_pool2d if weight.ndim == 4 else F.max_pool3d
+        return -pool(-weight, window, stride=1, padding=window // 2)
 
 
 def optimise_level(
@@ -141,6 +176,18 @@ class LossBox(NamedTuple):
 
     image: tuple[slice, ...]
     flow: tuple[slice, ...]
+
+    def crop(self, image: Tensor) -> Tensor:
+        """``image`` ``(B, C, *S)`` cropped to the box."""
+        return image[(slice(None), slice(None), *self.image)]
+
+    def crop_masks(
+        self, masks: tuple[Tensor | None, Tensor | None] | None
+    ) -> tuple[Tensor | None, Tensor | None] | None:
+        """Cost masks (:class:`RefineLevel`'s ``masks``) cropped to the box."""
+        if masks is None:
+            return None
+        return tuple(None if m is None else self.crop(m) for m in masks)  # type: ignore[return-value]
 
 
 def foreground_box(model: HyperMorph, moving: Tensor, fixed: Tensor, window: int) -> LossBox:

@@ -55,8 +55,14 @@ def network_input(
 
 
 @torch.no_grad()
-def network_similarity(objective: Objective, moving: torch.Tensor, fixed: torch.Tensor) -> float:
+def network_similarity(
+    objective: Objective,
+    moving: torch.Tensor,
+    fixed: torch.Tensor,
+    weight: torch.Tensor | None = None,
+) -> float:
     """The similarity of two :func:`network_input` tensors: the negative of
     ``objective.image_term``, so higher is better (local NCC in [0, 1]; ``-MSE/σ²``; MI in
-    nats)."""
-    return -float(objective.image_term(moving, fixed)[0])
+    nats); ``weight`` (``(1, 1, *S)``, cost masks on the network grid) weighs local NCC's
+    voxels."""
+    return -float(objective.image_term(moving, fixed, weight)[0])

@@ -24,6 +24,7 @@ __all__ = [
     "KEPT",
     "MAX_FOLDING",
     "MAX_SHEAR",
+    "MIN_FIELD_OF_VIEW",
     "SCALE_RANGE",
     "SIMILARITY_MARGIN",
     "AffineShape",
@@ -56,6 +57,10 @@ MAX_SHEAR = 0.3
 
 MAX_FOLDING = 0.005
 """Largest plausible share of voxels with ``J <= 0`` (0.5 %)."""
+
+MIN_FIELD_OF_VIEW = 0.8
+"""A moving image whose field of view covers less of the fixed head (after the affine stage)
+than this share gets a reason to check: a cut or partial scan."""
 
 _KEPT_TEXT = {"affine": "the affine alone", "headers": "the pair as it came (no registration)"}
 
@@ -163,6 +168,7 @@ def judge(
     affine: AffineShape | None = None,
     never_worse: bool = True,
     margin: float = SIMILARITY_MARGIN,
+    field_of_view: float | None = None,
 ) -> Verdict:
     """The verdict on one pair, and the result to keep.
 
@@ -182,6 +188,9 @@ def judge(
         affine: :func:`decompose_affine` of the affine stage's transform, or None.
         never_worse: Keep the better of before/affine when the registration is worse.
         margin: Relative margin (``>= 0``) below which a lower similarity is noise.
+        field_of_view: Share of the fixed head inside the moving image's field of view
+            (:func:`~hyperreg.registration.masks.field_of_view`), or None; below
+            :data:`MIN_FIELD_OF_VIEW` a reason to check.
 
     Returns:
         A :class:`Verdict`.
@@ -218,6 +227,11 @@ def judge(
                 reasons.append(f"{text}; kept it (never-worse rule off)")
     elif not math.isfinite(similarity_after):
         reasons.append("registered similarity is not finite")
+    if field_of_view is not None and field_of_view < MIN_FIELD_OF_VIEW:
+        reasons.append(
+            f"partial field of view: the moving image covers {100 * field_of_view:.0f} % of "
+            "the fixed head"
+        )
     if kept == "registered" and folding_fraction > MAX_FOLDING:
         reasons.append(
             f"folding {100 * folding_fraction:.2f} % of voxels (limit {100 * MAX_FOLDING:g} %)"
