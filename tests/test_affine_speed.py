@@ -31,9 +31,9 @@ def _count_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     runs: list[str] = []
     original = affine_module._run
 
-    def counted(level, transform, start, seed, iterations, index):  # type: ignore[no-untyped-def]
+    def counted(level, transform, start, seed, iterations, index, *masks):  # type: ignore[no-untyped-def]
         runs.append(f"{transform.GetName()}@{index}")
-        return original(level, transform, start, seed, iterations, index)
+        return original(level, transform, start, seed, iterations, index, *masks)
 
     monkeypatch.setattr(affine_module, "_run", counted)
     return runs

@@ -177,28 +177,18 @@ def register_files(
     check_option(fn, "contrast", contrast, CONTRAST_CHOICES)
     if moved_seg is not None and moving_seg is None:
         raise InputError(fn, "{0} needs {1} (the label map to warp)", "moved_seg", "moving_seg")
-    check_option(fn, "warp_format", warp_format, DISPLACEMENT_FORMATS)
-    outputs = dict(
-        moved=moved,
-        warp_out=warp_out,
-        moved_seg=moved_seg,
-        inverse_warp_out=inverse_warp_out,
-        field_out=field_out,
-    )
-    check_outputs(fn, (moving, fixed, moving_seg, fixed_seg), **outputs)
-    spec = OutputSpec(**outputs, affine_out=affine_out, warp_format=warp_format)
-    check_transform_path(fn, "affine_out", affine_out)
-    if figure is not None and not str(figure).lower().endswith(".png"):
-        raise InputError(fn, "{0} must end in .png, got '{figure}'", "figure", figure=figure)
-    if inverse_warp_out is not None:
+    outputs = dict(moved=moved, warp_out=warp_out, moved_seg=moved_seg, field_out=field_out)
+    outputs["inverse_warp_out"] = inverse_warp_out
+    inputs = (moving, fixed, moving_seg, fixed_seg)
+    spec = _output_spec(fn, inputs, outputs, affine_out, warp_format, figure)
+    inverse = inverse_warp_out is not None
+    if inverse:
         _check_inverse(fn, model)
     if isinstance(refine, Refinement):
         check_refinement(fn, refine)
     refine = pair_refinement(model, refine)
     # the options, checked before the affine stage (λ is chosen for the pair after it)
-    resolve_settings(
-        model, [0.0], refine, passes=passes, inverse=inverse_warp_out is not None, fn=fn
-    )
+    resolve_settings(model, [0.0], refine, passes=passes, inverse=inverse, fn=fn)
     pair = _prepare(
         moving,
         fixed,
@@ -219,7 +209,6 @@ def register_files(
     similarity = contrast_similarity(pair, contrast)
     refine = refinement_for(refine, similarity)
     chosen = pair_lambda(pair, model, lam)
-    inverse = inverse_warp_out is not None
     result = pair.register(
         model, [chosen.lam], refine, inverse=inverse, passes=passes, never_worse=never_worse,
         lambda_source=chosen.reason, similarity=similarity,
@@ -229,6 +218,24 @@ def register_files(
     if figure is not None:
         alignment_png(figure, pair, result)
     return result
+
+
+def _output_spec(
+    fn: str,
+    inputs: tuple[PathLike | None, ...],
+    outputs: dict[str, PathLike | None],
+    affine_out: PathLike | None,
+    warp_format: str,
+    figure: PathLike | None,
+) -> OutputSpec:
+    """The checked :class:`~hyperreg.apps.outputs.OutputSpec` of a register call: a known
+    warp format, outputs that overwrite no input, a writable affine path, a ``.png`` figure."""
+    check_option(fn, "warp_format", warp_format, DISPLACEMENT_FORMATS)
+    check_outputs(fn, inputs, **outputs)
+    check_transform_path(fn, "affine_out", affine_out)
+    if figure is not None and not str(figure).lower().endswith(".png"):
+        raise InputError(fn, "{0} must end in .png, got '{figure}'", "figure", figure=figure)
+    return OutputSpec(**outputs, affine_out=affine_out, warp_format=warp_format)
 
 
 def _prepare(

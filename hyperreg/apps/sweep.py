@@ -223,16 +223,8 @@ def sweep_files(
     lambdas = list(lambdas)
     if chosen is not None and not any(_same_lambda(v, chosen) for v in lambdas):
         lambdas.append(chosen.lam)
-    results = pair.register(
-        model,
-        lambdas,
-        chunk=chunk,
-        amp=amp,
-        ncc=True,
-        passes=passes,
-        never_worse=never_worse,
-        **contrast_options(pair, contrast, refine),
-    )
+    options = dict(chunk=chunk, amp=amp, ncc=True, passes=passes, never_worse=never_worse)
+    results = pair.register(model, lambdas, **options, **contrast_options(pair, contrast, refine))
     for given, r in zip(lambdas, results):
         if chosen is not None and _same_lambda(given, chosen):
             r.lam_reason = chosen.reason

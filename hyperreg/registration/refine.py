@@ -331,14 +331,8 @@ def refine_flow(
         out = model.flow_to_output(current, moving)
     _sync(moving.device)
     seconds = time.perf_counter() - tic
-    logger.debug(
-        "%s(): %s steps (coarse, fine) in %.2f s, loss %.4f -> %.4f",
-        fn,
-        steps,
-        seconds,
-        loss_before,
-        float(loss),
-    )
+    message = "%s(): %s steps (coarse, fine) in %.2f s, loss %.4f -> %.4f"
+    logger.debug(message, fn, steps, seconds, loss_before, float(loss))
     return RefinedFlow(
         flow=current.detach(),
         output=out,

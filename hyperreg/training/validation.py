@@ -99,6 +99,14 @@ def _data_term(
     return float(terms.image[0]), float(terms.similarity[0])
 
 
+def _shares_labels(pair: ValidationPair) -> bool:
+    """Whether the pair's two label maps share a label id other than 0: Dice over maps with
+    none in common is 0 for every label and says nothing about the registration (such a pair
+    is scored by similarity)."""
+    moving, fixed = np.unique(pair.moving_seg), np.unique(pair.fixed_seg)
+    return bool(np.setdiff1d(np.intersect1d(moving, fixed), [0]).size)
+
+
 @torch.no_grad()
 def evaluate(
     model: HyperMorph,
@@ -138,7 +146,7 @@ def evaluate(
             dices, folds, sims, datas, smooths = [], [], [], [], []
             for pair, results in per_pair:
                 result = results[index]
-                if result.dice is not None:
+                if result.dice is not None and _shares_labels(pair):
                     dices.append(result.mean_dice)
                 folds.append(100.0 * result.folding_fraction)
                 image, data = _data_term(model, pair, result.disp, float(lam))
