@@ -163,7 +163,7 @@ def test_cut_2d_moving_gets_the_field_of_view_note_and_verdict() -> None:
     assert any("partial field of view" in r for r in result.verdict.reasons)
 
 
-@pytest.mark.parametrize("command", ["register", "affine"])
+@pytest.mark.parametrize("command", ["register", "affine", "sweep"])
 def test_cli_bad_mask_is_one_line_naming_the_option(
     command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -178,8 +178,41 @@ def test_cli_bad_mask_is_one_line_naming_the_option(
     bad = str(write_nifti(tmp_path / "bad_mask.nii.gz", mask, AFFINE))
     out = tmp_path / "out" / "moved.nii.gz"
     args = [command, "--moving", paths["moving"], "--fixed", paths["fixed"], "--moved", str(out)]
+    if command == "sweep":  # its outputs go to a folder
+        out = tmp_path / "sweep"
+        args = [command, "--moving", paths["moving"], "--fixed", paths["fixed"], "--out", str(out)]
     assert main([*args, "--moving-mask", bad]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"hyperreg {command}: error: argument --moving-mask: ")
     assert "bad_mask.nii.gz" in err and "\n" not in err
     assert not out.exists()
+
+
+def test_sweep_passes_its_masks_to_the_pair(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sweep --fixed-mask/--moving-mask`` reach load_pair (the pair's cost masks)."""
+    import hyperreg.apps.sweep as sweep_module
+    from hyperreg.cli import main
+
+    moving, fixed, _ = _bright_pair()
+    paths = {}
+    for name, data in (("moving", moving.data), ("fixed", fixed.data)):
+        paths[name] = str(write_nifti(tmp_path / f"{name}.nii.gz", data, AFFINE))
+    mask = np.ones(SHAPE, dtype=np.uint8)
+    paths["mask"] = str(write_nifti(tmp_path / "mask.nii.gz", mask, AFFINE))
+    seen: dict[str, object] = {}
+
+    class Seen(Exception):
+        pass
+
+    def load_pair(*args: object, **kwargs: object) -> None:
+        seen.update(kwargs)
+        raise Seen
+
+    monkeypatch.setattr(sweep_module, "load_pair", load_pair)
+    args = ["sweep", "--moving", paths["moving"], "--fixed", paths["fixed"]]
+    args += ["--out", str(tmp_path / "sweep"), "--fixed-mask", paths["mask"]]
+    with pytest.raises(Seen):
+        main([*args, "--moving-mask", paths["mask"], "--debug"])
+    assert seen["fixed_mask"] == paths["mask"] and seen["moving_mask"] == paths["mask"]

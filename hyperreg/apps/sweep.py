@@ -126,6 +126,8 @@ def sweep_files(
     replace_nonfinite: float | None = None,
     html: PathLike | None = None,
     contrast: str = "auto",
+    fixed_mask: PathLike | None = None,
+    moving_mask: PathLike | None = None,
 ) -> SweepReport:
     """Load a pair, sweep λ (:func:`sweep_lambdas`) and write the report to ``out``.
 
@@ -191,6 +193,8 @@ def sweep_files(
             (:func:`hyperreg.apps.view_page.write_sweep_page`), or None.
         contrast: ``"auto"`` (default), ``"same"`` or ``"different"``: the similarity each λ
             is refined and judged by, as in :func:`hyperreg.apps.register.register_files`.
+        fixed_mask, moving_mask: Cost masks (0/1 files; ANTs' ``-x``), or None: see
+            :func:`~hyperreg.registration.pipeline.load_pair`.
 
     Returns:
         A :class:`SweepReport`.
@@ -218,6 +222,8 @@ def sweep_files(
         npz_geometry=npz_geometry,
         bias_correct=bias_correct,
         replace_nonfinite=replace_nonfinite,
+        fixed_mask=fixed_mask,
+        moving_mask=moving_mask,
     )
     chosen = None if lam is None else pair_lambda(pair, model, lam)
     lambdas = list(lambdas)

@@ -65,6 +65,7 @@ def _add_sweep(sub: Any) -> None:
     opts.add_passes_argument(sweep)
     opts.add_keep_worse_argument(sweep)
     opts.add_contrast_argument(sweep)
+    opts.add_mask_arguments(sweep)
     opts.add_flip_argument(sweep)
     opts.add_init_argument(sweep)
     opts.add_preprocessing_arguments(sweep)
@@ -141,6 +142,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         never_worse=not args.keep_worse,
         html=args.html,
         contrast=opts.contrast_from(args),
+        fixed_mask=args.fixed_mask,
+        moving_mask=args.moving_mask,
         **pair_options(args),
     )
     first = report.results[0]
