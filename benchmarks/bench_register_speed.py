@@ -124,7 +124,7 @@ def _wrap_everywhere(clock: _Stages, stage: str, module: object, name: str) -> N
 
 
 def _instrument(clock: _Stages) -> None:
-    import hyperreg.apps.register as app
+    import hyperreg.apps.outputs as outputs
     import hyperreg.cli.run  # noqa: F401  (every module the command imports)
     import hyperreg.geometry.affine as affine
     import hyperreg.geometry.io as io
@@ -139,7 +139,7 @@ def _instrument(clock: _Stages) -> None:
         ("refinement", refine, "refine_flow"),
         ("chain sampling", chain, "sample_volume"),
         ("chain sampling", chain, "composed_displacement"),
-        ("write", app, "write_result"),
+        ("write", outputs, "write_outputs"),
     ):
         _wrap_everywhere(clock, stage, module, name)
     HyperMorph.forward = clock.wrap("network", HyperMorph.forward)  # type: ignore[method-assign]
