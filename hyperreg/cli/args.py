@@ -367,8 +367,9 @@ def add_contrast_argument(parser: argparse.ArgumentParser) -> None:
         choices=("auto", "same", "different"),
         default="auto",
         help="do the images show the same contrast? auto (default): told from the pair after "
-        "the affine stage (a T2 or FLAIR to a T1 is not); same: refine and judge with local "
-        "NCC, as the model was trained; different: with mutual information. An explicit "
+        "the affine stage (a T2 or FLAIR to a T1 is not); same: refine and judge with the "
+        "model's own similarity (local NCC for the bundled models); different: with mutual "
+        "information. An explicit "
         "--refine-sim wins over auto",
     )
 
