@@ -103,6 +103,8 @@ def _shares_labels(pair: ValidationPair) -> bool:
     """Whether the pair's two label maps share a label id other than 0: Dice over maps with
     none in common is 0 for every label and says nothing about the registration (such a pair
     is scored by similarity)."""
+    if pair.moving_seg is None or pair.fixed_seg is None:
+        return False
     moving, fixed = np.unique(pair.moving_seg), np.unique(pair.fixed_seg)
     return bool(np.setdiff1d(np.intersect1d(moving, fixed), [0]).size)
 
@@ -142,11 +144,12 @@ def evaluate(
         # the engine registers each pair at every λ (batched λ, the model's passes and flips)
         settings = resolve_settings(model, lambdas, judged=False, never_worse=False, fn="evaluate")
         per_pair = [(pair, run(_prepared(pair, spacing), model, settings)) for pair in pairs]
+        scored_pairs = {id(pair) for pair in pairs if _shares_labels(pair)}
         for index, lam in enumerate(lambdas):
             dices, folds, sims, datas, smooths = [], [], [], [], []
             for pair, results in per_pair:
                 result = results[index]
-                if result.dice is not None and _shares_labels(pair):
+                if result.dice is not None and id(pair) in scored_pairs:
                     dices.append(result.mean_dice)
                 folds.append(100.0 * result.folding_fraction)
                 image, data = _data_term(model, pair, result.disp, float(lam))
