@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 from hyperreg.method.layers import conv
-from hyperreg.method.unet import FLOW_INIT_STD, FixedWeightUNet, UNet
+from hyperreg.method.unet import FLOW_INIT_STD, FixedWeightUNet, UNet, halve_max
 
 SMALL = {"enc_channels": (4, 8, 8, 8), "dec_channels": (8, 8, 8, 8, 8, 4, 4)}
 UNET_SHAPES = {2: (32, 16), 3: (16, 16, 32)}
@@ -129,3 +129,18 @@ def test_fixed_weight_unet_runs_and_trains(ndim: int) -> None:
     flow.pow(2).sum().backward()
     assert all(p.grad is not None for p in model.parameters())
     assert model.weights["flow_weight"].grad.abs().max() > 0
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 8, 10), (1, 4, 6, 8, 10), (1, 2, 5, 6, 7), (1, 1, 3, 4)])
+def test_halve_max_equals_max_pooling(shape):
+    x = torch.randn(shape)
+    pool = F.max_pool2d if len(shape) == 4 else F.max_pool3d
+    assert torch.equal(halve_max(x), pool(x, 2))
+
+
+def test_halve_max_gradient_reaches_each_window_maximum():
+    x = torch.arange(64.0).reshape(1, 1, 4, 4, 4).requires_grad_(True)
+    halve_max(x).sum().backward()
+    # each 2x2x2 window's largest value is its last (odd, odd, odd) element: one per window
+    assert x.grad.sum().item() == 8.0
+    assert torch.equal(x.grad[0, 0, 1::2, 1::2, 1::2], torch.ones(2, 2, 2))

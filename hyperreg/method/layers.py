@@ -5,7 +5,9 @@ folds the batch into the channel axis and runs one grouped convolution (``groups
 is exact and needs no Python loop. On the CPU, float32 3D convolutions go straight to oneDNN
 (``aten::mkldnn_convolution``): PyTorch's dispatcher sends batch-1 3D convolutions with few
 voxels × channels (``N·C·D·H`` ≤ 20480: the first layer at 80 × 96 × 112, the coarse levels) to
-its reference ``slow_conv3d``, 2-3× slower forward (benchmarks/RESULTS_hypernet.md). 2D
+its reference ``slow_conv3d``, 2-3× slower forward (benchmarks/RESULTS_hypernet.md); with
+shared weights they run in channels-last memory (outputs too: call ``.contiguous()`` before
+viewing one as flat memory). 2D
 convolutions keep the dispatcher's choice, which is faster there. Must not
 import hyperreg modules other than ``_checks``.
 """
@@ -34,9 +36,14 @@ def _onednn(x: Tensor, weight: Tensor) -> bool:
 def _convolve(x: Tensor, weight: Tensor, bias: Tensor | None, padding: int, groups: int) -> Tensor:
     ndim = x.ndim - 2
     if _onednn(x, weight):
+        # Shared weights: channels-last 3D memory, which oneDNN convolves 1.2-1.8x faster on
+        # the U-Net's shapes (benchmarks/RESULTS_register_speed.md); its output stays
+        # channels-last, so a chain of convolutions converts once. Grouped (per-sample)
+        # convolutions measured no faster that way and keep the default layout.
+        layout = torch.channels_last_3d if groups == 1 else torch.contiguous_format
         return torch.ops.aten.mkldnn_convolution(
-            x.contiguous(),
-            weight.contiguous(),
+            x.contiguous(memory_format=layout),
+            weight.contiguous(memory_format=layout),
             None if bias is None else bias.contiguous(),
             [padding] * ndim,
             [1] * ndim,

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from hyperreg.method.layers import conv
 
-__all__ = ["FixedWeightUNet", "UNet"]
+__all__ = ["FixedWeightUNet", "UNet", "halve_max"]
 
 FLOW_INIT_STD = 1e-5
 
@@ -122,7 +122,6 @@ class UNet(nn.Module):
         Returns:
             Flow ``(B, ndim, *S)``, or ``(B, ndim, *S/2)`` with ``half_res``.
         """
-        pool = F.max_pool2d if self.ndim == 2 else F.max_pool3d
 
         def block(name: str, h: Tensor, activate: bool = True) -> Tensor:
             h = conv(h, params[f"{name}.weight"], params[f"{name}.bias"])
@@ -133,7 +132,7 @@ class UNet(nn.Module):
         for level in range(self.levels):
             h = block(f"enc{level}", h)
             history.append(h)
-            h = pool(h, 2)
+            h = halve_max(h)
         for level in range(self.levels):
             h = block(f"dec{level}", h)
             if not (self.half_res and level == self.levels - 1):
@@ -142,7 +141,35 @@ class UNet(nn.Module):
         for name in self._names:
             if name.startswith("out"):
                 h = block(name, h)
-        return block("flow", h, activate=False)
+        return block("flow", h, activate=False).contiguous()
+
+
+def halve_max(x: Tensor) -> Tensor:
+    """2 × 2(× 2) max pooling with stride 2, as ``max_pool{2,3}d(x, 2)``.
+
+    Even sizes (the U-Net's, multiples of its divisor) take one element-wise maximum per axis
+    over the even and odd slices: the same values as max pooling, about 10× faster than
+    PyTorch's CPU ``max_pool3d`` at the U-Net's sizes. Where two inputs tie, the gradient is
+    shared between them (max pooling gives it to one); both are subgradients of the maximum.
+    Odd sizes fall back to max pooling (which drops the last element).
+
+    Args:
+        x: ``(B, C, *S)``, ``len(S)`` in {2, 3}.
+
+    Returns:
+        ``(B, C, *S // 2)``.
+    """
+    if any(size % 2 for size in x.shape[2:]):
+        return (F.max_pool2d if x.ndim == 4 else F.max_pool3d)(x, 2)
+    for dim in range(2, x.ndim):
+        x = torch.maximum(x[_every_other(x.ndim, dim, 0)], x[_every_other(x.ndim, dim, 1)])
+    return x
+
+
+def _every_other(ndim: int, dim: int, start: int) -> tuple[slice, ...]:
+    index = [slice(None)] * ndim
+    index[dim] = slice(start, None, 2)
+    return tuple(index)
 
 
 class FixedWeightUNet(nn.Module):
