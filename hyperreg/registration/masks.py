@@ -32,6 +32,7 @@ image's array is its cost mask by default (:func:`field_of_view`)."""
 
 __all__ = [
     "FOV_PARTIAL",
+    "check_mask_values",
     "field_of_view",
     "load_mask",
     "load_masks",
@@ -68,20 +69,7 @@ def load_mask(
         volume = load_input(value, warn_constant=False)
     with passed_as(moving=argument):
         check_same_ndim(fn, volume, image)
-    values = np.unique(volume.data)
-    if not np.isin(values, (0, 1)).all():
-        shown = ", ".join(f"{v:g}" for v in values[~np.isin(values, (0, 1))][:3])
-        raise InputError(
-            fn, "the mask '{path}' holds values other than 0 and 1 ({shown})", argument,
-            path=volume.path or "<in-memory>", shown=shown,
-        )  # fmt: skip
-    if not values.any():
-        raise InputError(
-            fn,
-            "the mask '{path}' is empty (no voxel at 1)",
-            argument,
-            path=volume.path or "<in-memory>",
-        )
+    check_mask_values(fn, volume.data, volume.path, argument)
     data = volume.data.astype(np.int32)
     note = None
     if not same_grid(volume, image):
@@ -107,6 +95,23 @@ def load_mask(
         codes=image.codes,
     )
     return mask, note
+
+
+def check_mask_values(fn: str, data: np.ndarray, path: object, argument: str = "mask") -> None:
+    """Raise unless ``data`` (a mask's array, any shape) holds only 0 and 1 with at least one
+    1: an :class:`InputError` of ``argument`` naming ``path`` (``<in-memory>`` for None) and
+    up to three of the other values."""
+    values = np.unique(data)
+    if not np.isin(values, (0, 1)).all():
+        shown = ", ".join(f"{v:g}" for v in values[~np.isin(values, (0, 1))][:3])
+        raise InputError(
+            fn, "the mask '{path}' holds values other than 0 and 1 ({shown})", argument,
+            path=path or "<in-memory>", shown=shown,
+        )  # fmt: skip
+    if not values.any():
+        raise InputError(
+            fn, "the mask '{path}' is empty (no voxel at 1)", argument, path=path or "<in-memory>"
+        )
 
 
 def load_masks(
