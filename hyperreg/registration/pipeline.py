@@ -128,11 +128,14 @@ def load_pair(
         replace_nonfinite: The value NaN/inf voxels of ``moving`` and ``fixed`` take (logged
             with their count); None (default): such an image is an error.
         fixed_mask, moving_mask: Cost masks (files or Volumes holding 0 and 1; ANTs' ``-x``),
-            or None: the affine stage's metric counts only voxels inside them, and the network
-            sees the voxels outside as background (the image's minimum, before
-            normalisation). A mask on another grid than its image is resampled onto it
-            through the headers (nearest; a note), :func:`~hyperreg.registration.masks.
-            load_mask`. Kept on the result (``fixed_mask``, ``moving_mask``).
+            or None: the affine stage's metric counts only voxels inside them; the network
+            sees a hole enclosed by a mask filled from the tissue around it and the rest
+            outside as background (:func:`~hyperreg.registration.masks.masked_image`). A
+            moving image covering under 90 % of the fixed head runs the affine stage again on
+            the covered part (:func:`_affine_in_view`). A mask on another grid than its image
+            is resampled onto it through the headers (nearest; a note),
+            :func:`~hyperreg.registration.masks.load_mask`. Kept on the result
+            (``fixed_mask``, ``moving_mask``).
 
     Returns:
         A :class:`PreparedPair` whose ``fixed`` and ``aligned`` hold the intensities the
