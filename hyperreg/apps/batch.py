@@ -1,14 +1,14 @@
 """Batch registration of many pairs: pair lists, sharding, resumable runs, failure records.
 
-:func:`read_pairs` reads a pair CSV (columns ``moving``, ``fixed``, optional ``moving_seg``,
-``fixed_seg``, ``lambda``; relative paths are relative to the CSV). :func:`batch_register` runs
-:func:`hyperreg.apps.register.register_files` on each pair of one shard and keeps a per-pair
-record on disk, so a rerun skips finished pairs and a bad pair is recorded while the rest go on
-(:mod:`hyperreg.apps.batch_checks`, the checks before any work; :mod:`hyperreg.apps.batch_pair`,
-one pair run and recorded). :func:`merge_records` (:mod:`hyperreg.apps.batch_records`, the
-records on disk) turns the records into ``summary.csv`` and ``failures.csv``, after every pair,
-so an interrupted run has them. :func:`run_batch` is the whole job, one process of possibly
-several (``torchrun``: rank ``r`` of ``N`` takes rows ``r::N``). Must not import train or cli.
+:func:`read_pairs` reads a pair CSV (:data:`~hyperreg.apps.inputs.PAIR_COLUMNS`; relative paths
+are relative to the CSV). :func:`batch_register` runs :func:`hyperreg.apps.register.register_files`
+on each pair of one shard and keeps a per-pair record on disk, so a rerun skips finished pairs and
+a bad pair is recorded while the rest go on (:mod:`hyperreg.apps.batch_checks`, the checks before
+any work; :mod:`hyperreg.apps.batch_pair`, one pair run and recorded). :func:`merge_records`
+(:mod:`hyperreg.apps.batch_records`, the records on disk) turns the records into ``summary.csv``
+and ``failures.csv``, after every pair, so an interrupted run has them. :func:`run_batch` is the
+whole job, one process of possibly several (``torchrun``: rank ``r`` of ``N`` takes rows
+``r::N``). Must not import train or cli.
 
 Output layout under ``out`` (``<name>``: the pair's name, from its files or the CSV's ``name``
 column, :func:`hyperreg.apps.inputs.read_pairs`)::
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from hyperreg.apps.batch_checks import check_batch, check_rerun, warn_missing
 from hyperreg.apps.batch_pair import PairRun
 from hyperreg.apps.batch_records import finished, merge_records, read_record
-from hyperreg.apps.inputs import PairSpec, read_pairs, shard
+from hyperreg.apps.inputs import PairSpec, check_pair_masks, read_pairs, shard
 from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION
 
 if TYPE_CHECKING:  # annotations only: the module stays light to import (no torch)
@@ -311,6 +311,8 @@ def _register_pair(
         moved_seg=folder / outputs["moved_seg"] if outputs["moved_seg"] else None,
         affine_out=folder / outputs["affine"] if "affine" in outputs else None,
         initial_affine=pair.initial_affine,
+        fixed_mask=pair.fixed_mask,
+        moving_mask=pair.moving_mask,
         **options,
     )
 
@@ -407,8 +409,8 @@ def run_batch(
 
     Raises:
         FileNotFoundError: If the checkpoint or the CSV is missing.
-        ValueError: On a bad CSV, environment, device or λ, or pairs finished with other
-            settings without ``overwrite`` (before any work).
+        ValueError: On a bad CSV (its masks too), environment, device or λ, or pairs finished
+            with other settings without ``overwrite`` (before any work).
         OSError: If an output folder has no room left (see :func:`batch_register`).
         BatchInterrupted: On Ctrl-C, after merging the finished pairs.
     """
@@ -419,6 +421,7 @@ def run_batch(
 
     rank, world, local_rank = read_env()
     pairs = read_pairs(pairs_csv)
+    check_pair_masks("run_batch", pairs_csv, pairs)
     check_lambda("run_batch", lam)
     mine = shard(pairs, rank, world)
     resolved = _rank_device(device, world, local_rank)

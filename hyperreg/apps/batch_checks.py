@@ -86,6 +86,7 @@ def warn_missing(pairs: Sequence[PairSpec]) -> None:
     missing = []
     for pair in pairs:
         files = (pair.moving, pair.fixed, pair.moving_seg, pair.fixed_seg, pair.initial_affine)
+        files += (pair.fixed_mask, pair.moving_mask)
         gone = [str(path) for path in files if path is not None and not Path(path).exists()]
         if gone:
             missing.append(f"{pair.name} (row {pair.index}): '{gone[0]}'")

@@ -49,6 +49,8 @@ SUMMARY_COLUMNS = (
     "fixed",
     "moving_seg",
     "fixed_seg",
+    "fixed_mask",
+    "moving_mask",
     "lambda",
     "lambda_chosen",
     "lambda_reason",
@@ -85,7 +87,8 @@ def pair_identity(
     passes: int = 1,
     flip_average: bool = False,
 ) -> dict[str, Any]:
-    """What a finished record of ``pair`` must match: its files, λ (a number or ``"auto"``),
+    """What a finished record of ``pair`` must match: its files (its cost masks when it has
+    them: which masks were used), λ (a number or ``"auto"``),
     the refinement's steps, similarity and learning rate (when it refines), the affine
     stage (when there is one), the network passes (when more than 1) and flip averaging (when
     on)."""
@@ -97,6 +100,9 @@ def pair_identity(
         "fixed_seg": str(pair.fixed_seg or ""),
         "lambda": lam,
     }
+    for column in ("fixed_mask", "moving_mask"):  # absent from records made without masks
+        if getattr(pair, column) is not None:
+            identity[column] = str(getattr(pair, column))
     if refine is not None and refine.steps > 0:
         identity["refine"] = f"{refine.steps} {refine.sim} {refine.lr:g}"
     if init != "none":
@@ -128,9 +134,9 @@ def finished(folder: Path, record: dict[str, Any] | None, identity: dict[str, An
 def changed_settings(record: dict[str, Any] | None, identity: dict[str, Any]) -> list[str]:
     """The settings of an earlier ``record`` that differ from ``identity``, as
     ``"<key> <old> -> <new>"`` (``refine`` and ``init`` read ``none`` when absent, ``passes``
-    1, ``flip_average``, ``bias_correct`` and ``keep_worse`` False; the row's ``index`` is not a
-    setting: a pair keeps its folder, named after it, when rows are added or reordered); empty
-    when there is no record or nothing changed."""
+    1, ``flip_average``, ``bias_correct`` and ``keep_worse`` False, the masks ``""``; the
+    row's ``index`` is not a setting: a pair keeps its folder, named after it, when rows are
+    added or reordered); empty when there is no record or nothing changed."""
     if record is None:
         return []
     absent = {
@@ -140,6 +146,8 @@ def changed_settings(record: dict[str, Any] | None, identity: dict[str, Any]) ->
         "flip_average": False,
         "bias_correct": False,
         "keep_worse": False,
+        "fixed_mask": "",
+        "moving_mask": "",
     }
     keys = [k for k in (*identity, *(k for k in absent if k not in identity)) if k != "index"]
     changed = []

@@ -1,7 +1,8 @@
 """The input files of the applications, read and checked before any work.
 
 Pair lists (:func:`read_pairs`: a CSV of ``moving``, ``fixed``, optional ``moving_seg``,
-``fixed_seg``, ``lambda``, ``initial_affine`` and ``name``, each pair named after its files
+``fixed_seg``, ``lambda``, ``initial_affine``, ``fixed_mask``, ``moving_mask`` and ``name``, each
+pair named after its files
 unless its row names it; :func:`shard` for several processes), label maps
 (:func:`check_label_map`: integer ids, not an intensity image) and λ lists
 (:func:`parse_lambdas`). Used by ``batch``, ``tune``, ``sweep`` and the command line. Light to
@@ -33,12 +34,23 @@ __all__ = [
     "MAX_LABELS",
     "PairSpec",
     "check_label_map",
+    "check_pair_masks",
     "parse_lambdas",
     "read_pairs",
     "shard",
 ]
 
-PAIR_COLUMNS = ("moving", "fixed", "moving_seg", "fixed_seg", "lambda", "name")
+PAIR_COLUMNS = (
+    "moving",
+    "fixed",
+    "moving_seg",
+    "fixed_seg",
+    "lambda",
+    "initial_affine",
+    "fixed_mask",
+    "moving_mask",
+    "name",
+)
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")  # a pair's folder: safe anywhere
 IMAGE_SUFFIXES = (".nii.gz", ".nii", ".mgz", ".mgh", ".npz")
 
@@ -56,6 +68,9 @@ class PairSpec:
         lam: The row's λ, or None when its ``lambda`` cell is empty or absent.
         initial_affine: The row's initial transform file (ITK ``.mat``/``.tfm``, as
             ``--initial-affine``), or None when its ``initial_affine`` cell is empty or absent.
+        fixed_mask: The row's fixed cost mask (as ``--fixed-mask``: a NIfTI/MGZ of 0 and 1),
+            or None when its ``fixed_mask`` cell is empty or absent.
+        moving_mask: The row's moving cost mask (as ``--moving-mask``), or None.
         name: The pair's name (its output folder in ``batch``): the row's ``name`` cell, else
             one made from the file names (:func:`read_pairs`); ``pair00042`` for row 42 when
             none is given here.
@@ -68,6 +83,8 @@ class PairSpec:
     fixed_seg: Path | None = None
     lam: float | None = None
     initial_affine: Path | None = None
+    fixed_mask: Path | None = None
+    moving_mask: Path | None = None
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -80,9 +97,10 @@ def read_pairs(path: PathLike, *, require_segs: bool = False) -> list[PairSpec]:
 
     Args:
         path: CSV with a header holding ``moving`` and ``fixed``, optionally ``moving_seg``,
-            ``fixed_seg``, ``lambda``, ``initial_affine`` and ``name`` (other columns are
-            ignored). Empty cells mean "none". Relative paths are relative to the CSV's folder.
-            Files are not opened here.
+            ``fixed_seg``, ``lambda``, ``initial_affine``, ``fixed_mask``, ``moving_mask``
+            and ``name`` (other columns are ignored). Empty cells mean "none". Relative paths
+            are relative to the CSV's folder. Files are not opened here (a mask's contents
+            are checked when its pair runs: :func:`hyperreg.registration.masks.load_mask`).
         require_segs: Every row must name both label maps (for λ tuning on Dice).
 
     Returns:
@@ -150,6 +168,8 @@ def read_pairs(path: PathLike, *, require_segs: bool = False) -> list[PairSpec]:
             fixed_seg=resolve(row.get("fixed_seg", "")),
             lam=lam,
             initial_affine=resolve(row.get("initial_affine", "")),
+            fixed_mask=resolve(row.get("fixed_mask", "")),
+            moving_mask=resolve(row.get("moving_mask", "")),
         )
         if require_segs and (spec.moving_seg is None or spec.fixed_seg is None):
             raise InputError(
@@ -305,6 +325,52 @@ def check_label_map(fn: str, name: str, path: PathLike) -> None:
             path=path,
             count=count,
         )
+
+
+def check_pair_masks(fn: str, path: PathLike, pairs: Sequence[PairSpec]) -> None:
+    """Check the mask cells of a pair CSV's rows before any work: every ``fixed_mask`` and
+    ``moving_mask`` file that exists holds only 0 and 1 and at least one 1
+    (:func:`hyperreg.registration.masks.check_mask_values`; each file read once however many
+    rows name it). A missing file is left to the pair (it fails; the others run). Whether a
+    mask lies on its image's grid is decided when its pair runs
+    (:func:`hyperreg.registration.masks.load_mask`).
+
+    Args:
+        fn: Name of the calling function, for the message.
+        path: The pair CSV (named in the message).
+        pairs: Its rows (:func:`read_pairs`).
+
+    Raises:
+        ValueError: (an :class:`InputError` of ``"path"``) naming the first bad mask's row,
+            line and column, e.g. ``"'pairs.csv' row 3 (line 5), column 'moving_mask': the mask
+            'a.nii.gz' holds values other than 0 and 1 (2)"``; also an unreadable mask file.
+    """
+    from hyperreg.geometry.io import load_volume
+    from hyperreg.registration.masks import check_mask_values
+
+    seen: set[Path] = set()
+    for pair in pairs:
+        for column in ("fixed_mask", "moving_mask"):
+            mask = getattr(pair, column)
+            if mask is None or mask in seen or not Path(mask).is_file():
+                continue
+            seen.add(mask)
+            try:
+                with warnings.catch_warnings():  # a constant mask is refused below
+                    warnings.simplefilter("ignore")
+                    data = load_volume(mask, assume_identity=True).data
+                check_mask_values(fn, data, mask, column)
+            except ValueError as err:
+                raise InputError(
+                    fn,
+                    "'{csv}' row {index} (line {line}), column '{column}': {detail}",
+                    "path",
+                    csv=path,
+                    index=pair.index,
+                    line=pair.index + 2,
+                    column=column,
+                    detail=getattr(err, "detail", str(err)),
+                ) from None
 
 
 def parse_lambdas(text: str) -> list[float]:

@@ -408,6 +408,8 @@ def open_view(
     npz_geometry: str | None = None,
     bias_correct: bool = False,
     replace_nonfinite: float | None = None,
+    fixed_mask: PathLike | None = None,
+    moving_mask: PathLike | None = None,
 ) -> ViewSession:
     """Read and prepare one pair for the explorer (:class:`ViewSession`).
 
@@ -423,6 +425,9 @@ def open_view(
         grid: λ values of the background sweep.
         init, normalization, resample, npz_geometry, bias_correct, replace_nonfinite: As in
             :func:`hyperreg.apps.register.register_files`.
+        fixed_mask, moving_mask: Cost masks (0/1 files; ANTs' ``-x``), or None: as in
+            :func:`~hyperreg.registration.pipeline.load_pair` (the affine stage, refinement
+            and the verdict count only voxels inside them).
 
     Returns:
         The :class:`ViewSession` (its background sweep not started).
@@ -448,5 +453,7 @@ def open_view(
         npz_geometry=npz_geometry,
         bias_correct=bias_correct,
         replace_nonfinite=replace_nonfinite,
+        fixed_mask=fixed_mask,
+        moving_mask=moving_mask,
     )
     return ViewSession(model, pair, out, grid=grid, lam=lam)

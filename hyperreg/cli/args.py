@@ -210,9 +210,10 @@ def add_mask_arguments(parser: argparse.ArgumentParser) -> None:
             f"--{role}-mask",
             metavar="FILE",
             help=f"cost mask of the {role} image (NIfTI/MGZ of 0 and 1, as ANTs' -x): the "
-            "affine stage's similarity counts only voxels at 1 and the network sees the rest "
-            "as background, e.g. a lesion or resection cavity at 0. Another grid than the "
-            "image's is resampled through the headers (nearest)",
+            "affine stage's and refinement's similarity count only voxels at 1, e.g. a lesion "
+            "or resection cavity at 0; the network sees a hole enclosed by the mask filled "
+            "from the tissue around it, and the rest at 0 as background. Another grid than "
+            "the image's is resampled through the headers (nearest)",
         )
 
 

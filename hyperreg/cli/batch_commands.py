@@ -44,8 +44,9 @@ def _add_batch(sub: Any) -> None:
     opts.add_pairs_csv_argument(
         batch,
         "moving, fixed, optional moving_seg, fixed_seg, lambda, initial_affine (an ITK "
-        ".mat/.tfm per pair) and name (the pair's output folder; default: from the file names, "
-        "<moving>__to__<fixed>)",
+        ".mat/.tfm per pair), fixed_mask and moving_mask (cost masks of 0 and 1 per pair, as "
+        "register's --fixed-mask/--moving-mask) and name (the pair's output folder; default: "
+        "from the file names, <moving>__to__<fixed>)",
     )
     opts.add_out_argument(
         batch,
@@ -122,11 +123,11 @@ def _add_evaluate(sub: Any) -> None:
 def _cmd_batch(args: argparse.Namespace) -> int:
     from hyperreg._errors import passed_as
     from hyperreg.apps.batch import BatchInterrupted, run_batch
-    from hyperreg.apps.inputs import read_pairs
+    from hyperreg.apps.inputs import check_pair_masks, read_pairs
 
     check_out_folder(args.out)
     with passed_as(path="pairs"):  # a malformed CSV is exit 2 before any work
-        read_pairs(args.pairs)
+        check_pair_masks("batch", args.pairs, read_pairs(args.pairs))
     model_path_for(args)  # a bad --model is exit 2 before any work; the bundled one is named
     tuned_lambda(args)  # --lambda tune.json: its λ* for rows without one, said with its source
     if args.refine is None:  # said before the pairs run, as register says it

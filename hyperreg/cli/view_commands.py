@@ -54,6 +54,7 @@ def add_parsers(sub: Any) -> None:
     opts.add_lambda_grid_argument(view, "λ values of the background sweep for the curves")
     opts.add_init_argument(view, initial=False)
     opts.add_preprocessing_arguments(view)
+    opts.add_mask_arguments(view)
     opts.add_npz_geometry_argument(view)
     opts.add_common(view)
 
@@ -76,6 +77,8 @@ def _cmd_view(args: argparse.Namespace) -> int:
         grid=args.lambdas,
         init=args.init,
         npz_geometry=args.npz_geometry,
+        fixed_mask=args.fixed_mask,
+        moving_mask=args.moving_mask,
         **pair_options(args),
     )
     try:

@@ -2,11 +2,12 @@
 
 :func:`load_mask` reads a mask (a NIfTI/MGZ file or a :class:`~hyperreg.geometry.io.Volume`
 holding only 0 and 1), checks it and brings it onto its image's grid; :func:`masked_image`
-sets the voxels outside a mask to the image's background value, which is how the network sees
-a masked pair. The affine stage counts only voxels inside both masks
-(:func:`hyperreg.geometry.affine.register_affine`'s ``fixed_mask``/``moving_mask``), and
-refinement's similarity only voxels inside the fixed mask and the warped moving mask
-(:func:`masks_on_fixed_grid`, :func:`mask_tensors`, then
+is how the affine stage and the network see a masked image: the voxels outside the mask that
+reach the array's edge set to the image's background value, the holes enclosed by it (a
+lesion, a cavity) filled from the tissue around them (:func:`inpainted`). The affine stage
+counts only voxels inside both masks (:func:`hyperreg.geometry.affine.register_affine`'s
+``fixed_mask``/``moving_mask``), and refinement's similarity only voxels inside the fixed
+mask and the warped moving mask (:func:`masks_on_fixed_grid`, :func:`mask_tensors`, then
 :func:`hyperreg.registration.refine.refine_flow`). Must not import training, apps or cli.
 """
 
@@ -32,9 +33,13 @@ image's array is its cost mask by default (:func:`field_of_view`)."""
 
 __all__ = [
     "FOV_PARTIAL",
+    "check_mask_values",
     "field_of_view",
+    "fixed_in_view",
+    "inpainted",
     "load_mask",
     "load_masks",
+    "mask_holes",
     "mask_tensors",
     "masked_image",
     "masks_on_fixed_grid",
@@ -68,20 +73,7 @@ def load_mask(
         volume = load_input(value, warn_constant=False)
     with passed_as(moving=argument):
         check_same_ndim(fn, volume, image)
-    values = np.unique(volume.data)
-    if not np.isin(values, (0, 1)).all():
-        shown = ", ".join(f"{v:g}" for v in values[~np.isin(values, (0, 1))][:3])
-        raise InputError(
-            fn, "the mask '{path}' holds values other than 0 and 1 ({shown})", argument,
-            path=volume.path or "<in-memory>", shown=shown,
-        )  # fmt: skip
-    if not values.any():
-        raise InputError(
-            fn,
-            "the mask '{path}' is empty (no voxel at 1)",
-            argument,
-            path=volume.path or "<in-memory>",
-        )
+    check_mask_values(fn, volume.data, volume.path, argument)
     data = volume.data.astype(np.int32)
     note = None
     if not same_grid(volume, image):
@@ -109,6 +101,23 @@ def load_mask(
     return mask, note
 
 
+def check_mask_values(fn: str, data: np.ndarray, path: object, argument: str = "mask") -> None:
+    """Raise unless ``data`` (a mask's array, any shape) holds only 0 and 1 with at least one
+    1: an :class:`InputError` of ``argument`` naming ``path`` (``<in-memory>`` for None) and
+    up to three of the other values."""
+    values = np.unique(data)
+    if not np.isin(values, (0, 1)).all():
+        shown = ", ".join(f"{v:g}" for v in values[~np.isin(values, (0, 1))][:3])
+        raise InputError(
+            fn, "the mask '{path}' holds values other than 0 and 1 ({shown})", argument,
+            path=path or "<in-memory>", shown=shown,
+        )  # fmt: skip
+    if not values.any():
+        raise InputError(
+            fn, "the mask '{path}' is empty (no voxel at 1)", argument, path=path or "<in-memory>"
+        )
+
+
 def load_masks(
     fn: str,
     moving: tuple[PathLike | Volume | None, Volume],
@@ -128,14 +137,76 @@ def load_masks(
 
 
 def masked_image(image: Volume, mask: Volume | None) -> Volume:
-    """``image`` with the voxels outside ``mask`` (a boolean Volume on its grid) set to its
-    background value (the image's minimum), so that the normalisation and the network see
-    them as background; ``image`` itself when ``mask`` is None."""
+    """``image`` as the affine stage and the network see it with its cost ``mask`` (a boolean
+    Volume on its grid): the voxels outside the mask that reach the array's edge (what lies
+    outside a brain or head mask) take the image's background value (its minimum); those
+    enclosed by the mask (a lesion, a resection cavity: :func:`mask_holes`) are filled from the
+    tissue around them (:func:`inpainted`), so that no intensity edge at the hole pulls the
+    network's field or the affine stage and the hole is not squeezed shut. ``image`` itself
+    when ``mask`` is None."""
     if mask is None:
         return image
     data = np.array(image.data, dtype=np.float32, copy=True)
-    data[~mask.data] = float(np.min(image.data))
+    outside = ~np.asarray(mask.data, dtype=bool)
+    holes = mask_holes(outside)
+    data[outside & ~holes] = float(np.min(image.data))
+    if holes.any():
+        data = inpainted(data, holes, ~outside)
     return dataclasses.replace(image, data=data)
+
+
+def mask_holes(outside: np.ndarray) -> np.ndarray:
+    """The voxels of ``outside`` (boolean, any dimensionality) in connected parts (faces
+    touching) that do not reach the array's edge: holes enclosed by the mask."""
+    from scipy import ndimage
+
+    parts, count = ndimage.label(outside)
+    if count == 0:
+        return np.zeros_like(outside)
+    edge = np.zeros(count + 1, dtype=bool)
+    for axis in range(outside.ndim):
+        for end in (0, -1):
+            edge[np.unique(np.take(parts, end, axis=axis))] = True
+    return outside & ~edge[parts]
+
+
+INPAINT_SIGMAS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
+"""Gaussian widths (voxels) of :func:`inpainted`'s normalised convolutions, narrowest first."""
+
+
+def inpainted(data: np.ndarray, holes: np.ndarray, known: np.ndarray) -> np.ndarray:
+    """``data`` (float32, any dimensionality) with the ``holes`` voxels filled from the
+    ``known`` ones by normalised convolution (Knutsson and Westin, 1993): a hole voxel takes
+    the Gaussian-weighted mean of the known voxels around it at the narrowest width of
+    :data:`INPAINT_SIGMAS` that reaches it with at least 1 % weight (so the rim takes its
+    neighbours' values, the middle a wider mean); the mean of every known voxel where none
+    does. Only the holes' bounding box (plus three widest widths) is filtered. Returns a
+    new array."""
+    from scipy import ndimage
+
+    out = np.array(data, dtype=np.float32, copy=True)
+    where = np.argwhere(holes)
+    pad = int(3 * INPAINT_SIGMAS[-1])
+    box = tuple(
+        slice(max(int(lo) - pad, 0), min(int(hi) + pad + 1, size))
+        for lo, hi, size in zip(where.min(0), where.max(0), holes.shape)
+    )
+    values = np.where(known[box], out[box], 0.0).astype(np.float32)
+    weights = known[box].astype(np.float32)
+    todo, fill = holes[box].copy(), np.zeros(values.shape, dtype=np.float32)
+    for sigma in INPAINT_SIGMAS:
+        weight = ndimage.gaussian_filter(weights, sigma, mode="constant")
+        reached = todo & (weight > 0.01)
+        if reached.any():
+            mean = ndimage.gaussian_filter(values, sigma, mode="constant")
+            fill[reached] = mean[reached] / weight[reached]
+            todo &= ~reached
+        if not todo.any():
+            break
+    if todo.any():
+        fill[todo] = float(out[known].mean()) if known.any() else 0.0
+    out[box] = np.where(holes[box], fill, out[box])
+    return out
 
 
 def masks_on_fixed_grid(
@@ -163,6 +234,25 @@ def masks_on_fixed_grid(
             else resample_to(as_float, fixed)
         )
     return fixed_f, moving_f
+
+
+def fixed_in_view(
+    fixed: Volume, moving: Volume, transform: AffineTransform, chained: bool
+) -> Volume:
+    """``fixed`` (the network's copy) with its voxels outside the moving image's array (mapped
+    through ``transform`` when ``chained``, else the headers; half a voxel beyond the array's
+    edge counts as inside, :func:`~hyperreg.registration.chain.sample_volume`'s rule) set to
+    its background value (its minimum): for a moving scan with a cut field of view, the
+    network then sees both heads cut at the same plane, and does not stretch the moving
+    head to fill the fixed one's missing part. ``fixed`` itself when every voxel is inside."""
+    whole = dataclasses.replace(moving, data=np.ones(moving.spatial_shape, dtype=np.float32))
+    footprint = masks_on_fixed_grid(fixed, None, whole, transform, chained)[1]
+    inside = np.asarray(footprint.data) > 0.5
+    if inside.all():
+        return fixed
+    data = np.array(fixed.data, dtype=np.float32, copy=True)
+    data[~inside] = float(np.min(fixed.data))
+    return dataclasses.replace(fixed, data=data)
 
 
 def mask_tensors(

@@ -49,7 +49,8 @@ from hyperreg.registration.inputs import (
     initial_transform,
     load_input,
 )
-from hyperreg.registration.masks import FOV_PARTIAL, field_of_view, load_masks, masked_image
+from hyperreg.registration.masks import FOV_PARTIAL, field_of_view, fixed_in_view, load_masks
+from hyperreg.registration.masks import masked_image, masks_on_fixed_grid
 from hyperreg.registration.pairs import PathLike, onto_fixed_grid
 from hyperreg.registration.prepared import PreparedPair, ndim_error
 from hyperreg.registration.results import AffineStage, PairResult, RefineStats
@@ -127,11 +128,14 @@ def load_pair(
         replace_nonfinite: The value NaN/inf voxels of ``moving`` and ``fixed`` take (logged
             with their count); None (default): such an image is an error.
         fixed_mask, moving_mask: Cost masks (files or Volumes holding 0 and 1; ANTs' ``-x``),
-            or None: the affine stage's metric counts only voxels inside them, and the network
-            sees the voxels outside as background (the image's minimum, before
-            normalisation). A mask on another grid than its image is resampled onto it
-            through the headers (nearest; a note), :func:`~hyperreg.registration.masks.
-            load_mask`. Kept on the result (``fixed_mask``, ``moving_mask``).
+            or None: the affine stage's metric counts only voxels inside them; the network
+            sees a hole enclosed by a mask filled from the tissue around it and the rest
+            outside as background (:func:`~hyperreg.registration.masks.masked_image`). A
+            moving image covering under 90 % of the fixed head runs the affine stage again on
+            the covered part (:func:`_affine_in_view`). A mask on another grid than its image
+            is resampled onto it through the headers (nearest; a note),
+            :func:`~hyperreg.registration.masks.load_mask`. Kept on the result
+            (``fixed_mask``, ``moving_mask``).
 
     Returns:
         A :class:`PreparedPair` whose ``fixed`` and ``aligned`` hold the intensities the
@@ -193,12 +197,9 @@ def load_pair(
     if initial is not None and init == "none":
         transform, affine = initial, AffineStage.of(initial, "initial")
         chained = not _is_identity(transform, moving_v, fixed_v)
-    elif initial is not None:
+    else:  # a cut field of view runs again on the part of the fixed head it covers
         transform = register_affine(*seen, init, seed=seed, initial=initial, **metric_masks)
-        affine = AffineStage.of(transform)
-        chained = not _is_identity(transform, moving_v, fixed_v)
-    else:
-        transform = register_affine(*seen, init, seed=seed, **metric_masks)
+        transform = _affine_in_view(seen, transform, init, seed, initial, metric_masks)
         affine = AffineStage.of(transform) if init != "none" else None
         chained = init != "none" and not _is_identity(transform, moving_v, fixed_v)
     if seen[0] is not moving_v:  # outputs from the moving file as read, not the model's copy
@@ -219,6 +220,36 @@ def load_pair(
     if bias_correct:
         pair.notes.append("bias field corrected (N4) for the affine stage and the network")
     return pair
+
+
+def _affine_in_view(
+    seen: list[Volume],
+    transform: AffineTransform,
+    init: str,
+    seed: int,
+    initial: AffineTransform | None,
+    masks: dict,
+) -> AffineTransform:
+    """The affine stage of a pair whose moving image covers less than :data:`FOV_PARTIAL` of
+    the fixed head through ``transform`` (:func:`~hyperreg.registration.masks.field_of_view`,
+    a cut field of view), run again with the fixed image's cost mask cut to the moving
+    array's footprint through ``transform``: its centre of mass, orientation search and
+    metric then see the part of the fixed head the moving scan holds (the first run's start
+    from the whole head's centre of mass misplaces a cut head). ``transform`` itself for any
+    other pair, and without an affine stage (``init`` "none"). The seconds are both runs'."""
+    moving, fixed = seen
+    if init == "none" or field_of_view(moving, fixed, transform) >= FOV_PARTIAL:
+        return transform
+    whole = dataclasses.replace(moving, data=np.ones(moving.spatial_shape, dtype=np.float32))
+    footprint = masks_on_fixed_grid(fixed, None, whole, transform, True)[1]
+    inside = np.asarray(footprint.data) > 0.5
+    if masks["fixed_mask"] is not None:
+        inside &= np.asarray(masks["fixed_mask"].data, dtype=bool)
+    if inside.sum() < 0.01 * inside.size:  # next to no overlap: nothing to run again on
+        return transform
+    cut = dict(masks, fixed_mask=dataclasses.replace(fixed, data=inside))
+    again = register_affine(moving, fixed, init, seed=seed, initial=initial, **cut)
+    return dataclasses.replace(again, seconds=again.seconds + transform.seconds)
 
 
 def model_image(
@@ -259,11 +290,14 @@ def _with_masks(
     """Give ``pair`` its cost masks and their notes, and its field-of-view share
     (:func:`~hyperreg.registration.masks.field_of_view`): below :data:`FOV_PARTIAL` without a
     moving mask, the moving image's array becomes its mask (refinement then counts only where
-    both images have data); below :data:`~hyperreg.registration.verdict.MIN_FIELD_OF_VIEW`, a
-    one-line warning."""
+    both images have data) and the network's fixed image is cut to it
+    (:func:`~hyperreg.registration.masks.fixed_in_view`); below
+    :data:`~hyperreg.registration.verdict.MIN_FIELD_OF_VIEW`, a one-line warning."""
     pair.moving_mask, pair.fixed_mask = masks["moving_mask"], masks["fixed_mask"]
     pair.notes.extend(notes)
     pair.fov_fraction = fraction = field_of_view(moving, fixed, pair.transform)
+    if fraction < FOV_PARTIAL:  # the network sees the fixed head cut where the moving one is
+        pair.fixed = fixed_in_view(pair.fixed, moving, pair.transform, pair.chained)
     if fraction < FOV_PARTIAL and pair.moving_mask is None:
         whole = np.ones(moving.spatial_shape, dtype=bool)
         pair.moving_mask = dataclasses.replace(moving, data=whole)
