@@ -22,7 +22,14 @@ import nibabel as nib
 import numpy as np
 import pytest
 from browser import CHROMIUM_MISSING, Browser, chromium
-from lambda_helpers import AFFINE, SHAPE, save_tiny_model, tiny_model, write_pair
+from lambda_helpers import (
+    AFFINE,
+    SHAPE,
+    save_tiny_model,
+    tiny_model,
+    write_blob_pair,
+    write_pair,
+)
 from shared_paths import data_path
 
 from hyperreg.apps.register import register_files
@@ -465,3 +472,90 @@ def test_a_lambda_replaced_while_waiting_is_dropped(tiny_server: ViewServer) -> 
         thread.join(timeout=60)
     assert answers == {"0.1": 200, "0.2": 409, "0.3": 200}
     assert calls == [0.1, 0.3]  # 0.2 was never registered
+
+
+# ------------------------------------------------------------------- previews (a quick λ first)
+
+
+def _two_pass_session(tmp_path: Path, preview: bool | None = True):
+    """The bundled 2D model (2 passes) on two blobs it registers in milliseconds."""
+    from hyperreg import load_pretrained
+
+    model = load_pretrained(ndim=2)
+    assert model.config.passes == 2
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    files = write_blob_pair(tmp_path)
+    return open_view(model, **files, out=tmp_path / "saved", init="none", grid=[0, 1],
+                     preview=preview)  # fmt: skip
+
+
+def test_a_preview_is_one_pass_and_the_full_result_replaces_it(tmp_path: Path) -> None:
+    session = _two_pass_session(tmp_path)
+    quick = session.page_result(0.3, preview=True)
+    assert quick["preview"] and quick["network"] == "1 pass, no flip averaging"
+    assert session.curves()["points"] == []  # the curves hold full results only
+    moved_quick = session.volume("moved", 0.3, preview=True)
+    full = session.page_result(0.3)
+    assert not full["preview"] and full["network"] == "2 passes, no flip averaging"
+    assert full["log_jacobian_std"] != quick["log_jacobian_std"]
+    assert session.volume("moved", 0.3, preview=True) == moved_quick  # the page's preview
+    again = session.page_result(0.3, preview=True)  # the full result once it is there
+    assert not again["preview"] and again["log_jacobian_std"] == full["log_jacobian_std"]
+    assert session.volume("moved", 0.3) != moved_quick
+    assert [p["lam"] for p in session.curves()["points"]] == [pytest.approx(0.3)]
+    saved = session.save(0.3)  # Save writes the full result, as register does
+    result, _ = session.result(0.3)
+    warp = nib.load(next(p for p in saved if p.name.startswith("warp_"))).get_fdata()
+    assert np.allclose(np.squeeze(warp), np.squeeze(np.moveaxis(result.warp, 0, -1)), atol=1e-4)
+
+
+def test_previews_only_where_asked_or_in_3d_with_more_than_one_forward(tmp_path: Path) -> None:
+    assert not _two_pass_session(tmp_path / "a", preview=None).preview  # 2D: fast enough
+    session = _two_pass_session(tmp_path / "b", preview=False)
+    assert not session.page_result(0.3, preview=True)["preview"]
+    assert session.info()["network"] == "2 passes, no flip averaging"
+    assert not session.page_result(0.3, refined=True, preview=True)["preview"]
+
+
+def test_volumes_are_built_only_when_asked_for(tmp_path: Path) -> None:
+    files = write_pair(tmp_path, "pair")
+    session = open_view(tiny_model(), **files, init="none")
+    session.volume("moved", 0.4)
+    entry = session._cache[(0.4, False, False)]
+    assert set(entry.volumes) == {"moved"}
+    session.volume("fold", 0.4)
+    assert set(entry.volumes) == {"moved", "jac", "fold"}  # one Jacobian for both
+
+
+@needs_chromium
+def test_live_page_labels_a_preview_until_the_full_result_comes(tmp_path: Path) -> None:
+    import threading
+
+    session = _two_pass_session(tmp_path)
+    release = threading.Event()
+    register = session._register
+
+    def held(lam: float, refined: bool):
+        release.wait(timeout=60)  # the full result waits until the test has seen the preview
+        return register(lam, refined)
+
+    session._register = held  # type: ignore[method-assign]
+    server = make_server(session)
+    server.serve_in_thread()
+    try:
+        with Browser() as browser:
+            browser.navigate(server.url)  # the page is ready once the full result came
+            shown = "window.hyperregView && window.hyperregView.shown"
+            browser.wait_for(shown + " && window.hyperregView.shown.preview", 90)
+            assert _text(browser, "rKind") == "preview: 1 pass, no flip averaging"
+            assert browser.evaluate("document.getElementById('preview').hidden") is False
+            assert "2 passes" in _text(browser, "preview")
+            release.set()
+            browser.wait_for("window.hyperregView.shown.preview === false", 60)
+            browser.wait_for("document.body.dataset.ready === '1'", 60)
+            assert _text(browser, "rKind") == "network alone: 2 passes, no flip averaging"
+            assert browser.evaluate("document.getElementById('preview').hidden") is True
+    finally:
+        release.set()
+        server.shutdown()
+        server.close()

@@ -125,6 +125,7 @@ class _Handler(BaseHTTPRequestHandler):
             return query.get(name, [default])[0]
 
         refined = arg("refined", "0") == "1"
+        preview = arg("preview", "0") == "1"
         if method == "GET" and route == "/":
             token = self.server.token
             head = "".join(
@@ -137,12 +138,12 @@ class _Handler(BaseHTTPRequestHandler):
         elif method == "GET" and route == "/api/info":
             self._json(session.info())
         elif method == "GET" and route == "/api/result":
-            self._json(session.page_result(_lam(arg("lam")), refined))
+            self._json(session.page_result(_lam(arg("lam")), refined, preview))
         elif method == "GET" and route == "/api/curves":
             self._json(session.curves())
         elif method == "GET" and route == "/api/volume":
             lam = arg("lam")
-            data = session.volume(arg("kind") or "", lam, refined)
+            data = session.volume(arg("kind") or "", lam, refined, preview)
             self._send(HTTPStatus.OK, data, "application/octet-stream")
         elif method == "POST" and route == "/api/refine":
             self._json(session.page_result(_lam(arg("lam")), True))

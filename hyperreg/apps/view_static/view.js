@@ -9,7 +9,8 @@
   const E = window.HYPERREG_EMBEDDED || null;
   const token = new URLSearchParams(window.location.search).get("token") || "";
   const $ = (id) => document.getElementById(id);
-  const state = { info: null, lam: null, refined: false, points: [], busy: 0, shown: null };
+  const state = { info: null, lam: null, refined: false, preview: false, points: [], busy: 0,
+    shown: null };
   let nv = null;
   let resultSeq = 0;
   let viewSeq = 0;
@@ -65,6 +66,7 @@
     if (!["fixed", "moving", "edges"].includes(kind)) {
       params.lam = state.lam;
       params.refined = state.refined ? "1" : "0";
+      params.preview = state.preview ? "1" : "0";
     }
     return api("volume", params);
   }
@@ -104,7 +106,8 @@
       if (mine !== viewSeq) return; // a newer request replaced this one
       while (nv.volumes.length) nv.removeVolumeByIndex(0);
       images.forEach((image) => nv.addVolume(image));
-      state.shown = { lam: state.lam, refined: state.refined, kinds: kinds };
+      state.shown = { lam: state.lam, refined: state.refined, preview: state.preview,
+        kinds: kinds };
     } catch (err) {
       status(String(err.message || err), true);
     } finally {
@@ -122,11 +125,26 @@
     $("rFold").textContent = fmt(r.folding_percent, 3) + " %";
     $("rSdlogj").textContent = fmt(r.log_jacobian_std, 4);
     $("rNcc").textContent = fmt(r.ncc, 4);
-    $("rKind").textContent = r.refined ? "refined" : "network alone";
+    $("rKind").textContent = r.refined ? "refined" :
+      (r.preview ? "preview: " : "network alone: ") + r.network;
+    $("preview").hidden = !r.preview;
+    $("preview").textContent = r.preview ? "preview (" + r.network + "); the model's full " +
+      "result (" + state.info.network + ") is on its way" : "";
     const rows = Object.entries(r.dice || {}).map(
       ([label, value]) => "<tr><td>label " + label + "</td><td class='v'>" + fmt(value, 3) + "</td></tr>");
     $("perLabel").innerHTML = rows.join("");
     document.body.dataset.lam = String(r.lam);
+  }
+
+  async function showResult(r, mine) {
+    if (mine !== resultSeq) return false;
+    state.preview = Boolean(r.preview);
+    showNumbers(r);
+    const lam = r.lam.toFixed(E ? 3 : 2);
+    if (!E) status("λ = " + lam + ": " + fmt(r.seconds, 2) + " s (" +
+      (r.preview ? "preview, " : "network alone, ") + r.network + ")");
+    await showVolumes();
+    return mine === resultSeq;
   }
 
   async function showLambda(lam) {
@@ -137,18 +155,18 @@
     drawCurves();
     setBusy(1);
     try {
-      let r;
       if (E) {
-        r = E.points[gridIndex(lam)];
-      } else {
-        status("registering λ = " + lam.toFixed(2) + " …");
-        r = await api("result", { lam: lam });
+        await showResult(E.points[gridIndex(lam)], mine);
+        return;
       }
-      if (mine !== resultSeq) return;
-      showNumbers(r);
-      if (!E) status("λ = " + lam.toFixed(2) + ": " + fmt(r.seconds, 2) + " s (network alone)");
-      await showVolumes();
-      if (!E) pollCurves();
+      status("registering λ = " + lam.toFixed(2) + " …");
+      const first = await api("result", { lam: lam, preview: state.info.preview ? "1" : "0" });
+      if (!(await showResult(first, mine))) return;
+      pollCurves();
+      if (first.preview) { // the model's full passes and flips replace the preview
+        const full = await api("result", { lam: lam });
+        await showResult(full, mine);
+      }
     } catch (err) {
       if (mine !== resultSeq) return; // a newer λ was asked for (the server dropped this one)
       status(String(err.message || err), true);
@@ -231,6 +249,7 @@
       const r = await api("refine", { lam: lam }, "POST");
       if (mine !== resultSeq) return;
       state.refined = true;
+      state.preview = false;
       showNumbers(r);
       status("λ = " + lam.toFixed(2) + " refined in " + fmt(r.seconds, 1) + " s");
       await showVolumes();
@@ -295,7 +314,9 @@
         $("refineText").textContent = "refine: " + info.refine + "; save: " + info.out;
         $("about").textContent = "Each λ is registered by the network alone when you move " +
           "the slider (the pair was prepared once, affine stage included); the curves fill " +
-          "from a background sweep.";
+          "from a background sweep." + (info.preview ? " A new λ shows a preview first " +
+          "(one network pass, no flip averaging), replaced by the model's full result (" +
+          info.network + ") when it is ready; curves, refine and save use the full one." : "");
       }
       if (!info.has_labels) {
         for (const option of Array.from($("overlay").options)) {
