@@ -544,15 +544,14 @@ def test_live_page_labels_a_preview_until_the_full_result_comes(tmp_path: Path) 
     server.serve_in_thread()
     try:
         with Browser() as browser:
-            browser.navigate(server.url)  # the page is ready once the full result came
-            shown = "window.hyperregView && window.hyperregView.shown"
-            browser.wait_for(shown + " && window.hyperregView.shown.preview", 90)
+            browser.navigate(server.url)
+            browser.wait_for("document.body && document.body.dataset.ready === '1'", 90)
+            browser.wait_for("window.hyperregView.shown.preview", 30)  # ready: the preview
             assert _text(browser, "rKind") == "preview: 1 pass, no flip averaging"
             assert browser.evaluate("document.getElementById('preview').hidden") is False
             assert "2 passes" in _text(browser, "preview")
             release.set()
             browser.wait_for("window.hyperregView.shown.preview === false", 60)
-            browser.wait_for("document.body.dataset.ready === '1'", 60)
             assert _text(browser, "rKind") == "network alone: 2 passes, no flip averaging"
             assert browser.evaluate("document.getElementById('preview').hidden") is True
     finally:

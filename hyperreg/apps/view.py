@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -63,6 +64,10 @@ VOLUME_KINDS = ("fixed", "moving", "edges", "moved", "checker", "diff", "jac", "
 
 _STATIC_KINDS = ("fixed", "moving", "edges")
 
+SWEEP_IDLE_S = 2.0
+"""Seconds without a request from the page before the background sweep starts its next λ (a
+registration running cannot be stopped: a new λ would share the CPU with it)."""
+
 
 @dataclass
 class _Entry:
@@ -83,13 +88,11 @@ class ViewSession:
             6 in 3D.
         lam: λ the page starts at; None: the model's default
             (:func:`hyperreg.apps.models.model_default_lambda`).
-        preview: Answer a new λ first with a preview, one network pass without flip
-            averaging, and compute the model's full passes and flips next (the page swaps
-            them in); None: only in 3D when the model runs more than one forward pass per λ.
-            The curves, Save and refine always use the full settings.
-
-    Previews run behind their own lock, so a new λ's preview does not wait for a full
-    registration (or the background sweep) that is running; the two then share the CPU.
+        preview: Answer a new λ first with a preview (one network pass, no flip averaging,
+            no verdict, no NCC), the model's full result next (the page swaps it in); None:
+            only in 3D when the model runs more than one forward pass per λ. The curves, Save
+            and refine always use the full settings. Previews have their own lock: a new λ's
+            preview does not wait for a full registration running (they share the CPU).
     """
 
     def __init__(
@@ -120,6 +123,7 @@ class ViewSession:
         self._work_lock = threading.Lock()  # one full registration at a time
         self._preview_lock = threading.Lock()  # one preview at a time
         self._asked = 0  # requests from the page waiting for the work lock
+        self._last_asked = -math.inf  # time.monotonic() of the page's latest request
         self._ticket = 0  # the newest page_result request
         self._stop = threading.Event()
         self._sweeper: threading.Thread | None = None
@@ -181,6 +185,7 @@ class ViewSession:
         if asked:
             with self._cache_lock:
                 self._asked += 1
+                self._last_asked = time.monotonic()
         try:
             with self._preview_lock if key[2] else self._work_lock:
                 with self._cache_lock:  # another thread may have made it meanwhile
@@ -205,7 +210,10 @@ class ViewSession:
                     self._asked -= 1
 
     def _preview(self, lam: float) -> PairResult:
-        return self.pair.register(self.preview_model(), [lam], None, passes=1, ncc=True)[0]
+        # no verdict (and so no never-worse rule) and no NCC: the quickest honest look; the
+        # full result that replaces it has both
+        model = self.preview_model()
+        return self.pair.register(model, [lam], None, passes=1, judged=False)[0]
 
     def _register(self, lam: float, refined: bool) -> PairResult:
         refinement = self.refinement() if refined else None
@@ -235,7 +243,9 @@ class ViewSession:
 
     def start_sweep(self) -> None:
         """Register every λ of the grid in a background thread (network alone), one at a
-        time and only while the page waits for nothing; :meth:`curves` shows the progress."""
+        time and only once the page has asked for nothing for :data:`SWEEP_IDLE_S` seconds
+        (the page's λ go first); :meth:`curves` shows the progress. With :attr:`preview`,
+        the starting λ's preview and full result come first (this also warms the model)."""
         if self._sweeper is not None:
             return
         self._sweeper = threading.Thread(target=self._sweep, name="hyperreg-view-sweep")
@@ -248,7 +258,9 @@ class ViewSession:
             start = check_view_lam(self.lam)
             keys = [(start, False, True), (start, False, False), *keys]
         for key in keys:
-            while self._asked and not self._stop.is_set():
+            while not self._stop.is_set() and (
+                self._asked or time.monotonic() - self._last_asked < SWEEP_IDLE_S
+            ):
                 time.sleep(0.05)
             if self._stop.is_set():
                 return

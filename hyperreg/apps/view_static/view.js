@@ -15,6 +15,7 @@
   let resultSeq = 0;
   let viewSeq = 0;
   let timer = null;
+  let firstResult = null; // the first λ's answer, asked for early
   window.hyperregView = state; // read by the browser tests
 
   function setBusy(delta) {
@@ -68,8 +69,26 @@
       params.refined = state.refined ? "1" : "0";
       params.preview = state.preview ? "1" : "0";
     }
-    return api("volume", params);
+    const key = JSON.stringify(params);
+    const early = prefetched[key];
+    delete prefetched[key];
+    return early || api("volume", params);
   }
+
+  // ---- the live page's first answers, asked for before NiiVue has loaded (the server
+  // registers the first λ while the browser compiles NiiVue and starts WebGL)
+  const prefetched = {};
+  const slid = (lam) => Number((Math.round(lam * 100) / 100).toFixed(2)); // the slider's step
+  const early = E ? null : api("info").then((info) => {
+    const lam = slid(info.lam);
+    const result = api("result", { lam: lam, preview: info.preview ? "1" : "0" });
+    result.then((r) => {
+      const params = { kind: "moved", lam: lam, refined: "0", preview: r.preview ? "1" : "0" };
+      prefetched[JSON.stringify(params)] = api("volume", params);
+    }, () => {});
+    return { info: info, lam: lam, result: result };
+  });
+  early && early.catch(() => {}); // main() reports a failure
 
   const LOOKS = {
     fixed: { colormap: "gray", opacity: 1, cal: [0, 255] },
@@ -160,16 +179,27 @@
         return;
       }
       status("registering λ = " + lam.toFixed(2) + " …");
-      const first = await api("result", { lam: lam, preview: state.info.preview ? "1" : "0" });
+      const asked = firstResult && firstResult.lam === lam ? firstResult.result : null;
+      firstResult = null;
+      const first = await (asked ||
+        api("result", { lam: lam, preview: state.info.preview ? "1" : "0" }));
       if (!(await showResult(first, mine))) return;
       pollCurves();
-      if (first.preview) { // the model's full passes and flips replace the preview
-        const full = await api("result", { lam: lam });
-        await showResult(full, mine);
-      }
+      if (first.preview) fullResult(lam, mine); // not awaited: the page is usable meanwhile
     } catch (err) {
       if (mine !== resultSeq) return; // a newer λ was asked for (the server dropped this one)
       status(String(err.message || err), true);
+    } finally {
+      setBusy(-1);
+    }
+  }
+
+  async function fullResult(lam, mine) { // the model's full passes and flips replace a preview
+    setBusy(1);
+    try {
+      await showResult(await api("result", { lam: lam }), mine);
+    } catch (err) {
+      if (mine === resultSeq) status(String(err.message || err), true);
     } finally {
       setBusy(-1);
     }
@@ -289,7 +319,8 @@
         show3Dcrosshair: false,
       });
       await nv.attachTo("gl");
-      state.info = E ? E.info : await api("info");
+      const first = E ? null : await early;
+      state.info = E ? E.info : first.info;
       const info = state.info;
       $("pair").textContent = info.moving + " → " + info.fixed + " (" + info.ndim + "D)";
       const plane = { axial: nv.sliceTypeAxial, coronal: nv.sliceTypeCoronal,
@@ -310,7 +341,8 @@
         $("about").textContent = "A page written by hyperreg sweep: the slider steps through " +
           "the swept λ; volumes are stored downsampled and as 8-bit grey levels.";
       } else {
-        slider.value = info.lam;
+        slider.value = first.lam;
+        firstResult = first;
         $("refineText").textContent = "refine: " + info.refine + "; save: " + info.out;
         $("about").textContent = "Each λ is registered by the network alone when you move " +
           "the slider (the pair was prepared once, affine stage included); the curves fill " +
