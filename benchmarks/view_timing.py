@@ -1,6 +1,7 @@
 """Seconds of the λ explorer (``hyperreg view``) in headless Chromium on one real 3D pair.
 
-Serves the bundled 3D model on an IXI 2 mm pair (``shared/data/ixi-2mm``), opens the page in
+Serves the bundled 3D model on an IXI 2 mm pair (``shared/data/ixi-2mm``; ``--2d``: the bundled
+2D model on two OASIS slices, ``shared/data/neurite-oasis``), opens the page in
 headless Chromium (``tests/browser.py``) and measures, from the browser's side:
 
 - page load: navigation to the first image drawn (``data-ready``), and the bytes the page
@@ -14,7 +15,7 @@ headless Chromium (``tests/browser.py``) and measures, from the browser's side:
 shares the CPU with it. Timings on a shared machine are not quiet-machine figures.
 
 Usage: ``OMP_NUM_THREADS=2 PYTHONPATH=. python benchmarks/view_timing.py [--sweep]
-[--threads 2] [--lams 0.2 0.7]``
+[--threads 2] [--lams 0.2 0.7] [--2d]``
 """
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ _FETCHED = """(() => performance.getEntriesByType('resource').concat(
   || 'page', e.transferSize || e.encodedBodySize || 0, e.duration]))()"""
 
 
+_MARKS = """(() => { const t = performance.getEntriesByType('navigation')[0];
+  return {responseEnd: Math.round(t.responseEnd), domInteractive: Math.round(t.domInteractive),
+  domContentLoaded: Math.round(t.domContentLoadedEventEnd), load: Math.round(t.loadEventEnd)};
+  })()"""
+
+
 def _wait(browser: Browser, expression: str, timeout: float = 300.0) -> tuple[float, float]:
     """Wall and process-CPU seconds until ``expression`` holds in the page."""
     wall, cpu = time.perf_counter(), time.process_time()
@@ -50,6 +57,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--sweep", action="store_true")
     parser.add_argument("--lams", type=float, nargs="+", default=[0.2, 0.7])
+    parser.add_argument("--2d", dest="two_d", action="store_true")
     args = parser.parse_args()
     import torch
 
@@ -58,15 +66,24 @@ def main() -> None:
     from hyperreg.apps.view_server import make_server
 
     torch.set_num_threads(args.threads)
-    root = Path(args.data) / "ixi-2mm"
+    root = Path(args.data) / ("neurite-oasis" if args.two_d else "ixi-2mm")
     if not root.is_dir():
-        raise SystemExit(f"view_timing: no {root} (the IXI 2 mm pairs)")
-    files = {
-        "moving": root / f"{MOVING}_T1.nii.gz",
-        "fixed": root / f"{FIXED}_T1.nii.gz",
-        "moving_seg": root / f"{MOVING}_DLMUSE.nii.gz",
-        "fixed_seg": root / f"{FIXED}_DLMUSE.nii.gz",
-    }
+        raise SystemExit(f"view_timing: no {root}")
+    if args.two_d:
+        first, second = root / "OASIS_OAS1_0001_MR1", root / "OASIS_OAS1_0002_MR1"
+        files = {
+            "moving": first / "slice_norm.nii.gz",
+            "fixed": second / "slice_norm.nii.gz",
+            "moving_seg": first / "slice_seg24.nii.gz",
+            "fixed_seg": second / "slice_seg24.nii.gz",
+        }
+    else:
+        files = {
+            "moving": root / f"{MOVING}_T1.nii.gz",
+            "fixed": root / f"{FIXED}_T1.nii.gz",
+            "moving_seg": root / f"{MOVING}_DLMUSE.nii.gz",
+            "fixed_seg": root / f"{FIXED}_DLMUSE.nii.gz",
+        }
     model = resolve_model(None, image=files["fixed"]).model
     start = time.perf_counter()
     session = open_view(model, **files, out="/tmp/hyperreg_view_timing", lam=0.5)
@@ -79,11 +96,18 @@ def main() -> None:
         session.start_sweep()
     try:
         with Browser(timeout=300) as browser:
+            browser.call("Performance.enable")
             wall, cpu = time.perf_counter(), time.process_time()
             browser.navigate(server.url)
             browser.wait_for("document.body && document.body.dataset.ready === '1'", 300)
             print(f"page load to first image: {time.perf_counter() - wall:.2f} s wall, "
                   f"server CPU {time.process_time() - cpu:.2f} s")  # fmt: skip
+            metrics = browser.call("Performance.getMetrics")["metrics"]
+            kept = ("ScriptDuration", "TaskDuration", "LayoutDuration", "RecalcStyleDuration")
+            print("browser main thread (s):", {m["name"]: round(m["value"], 2)
+                                               for m in metrics if m["name"] in kept})  # fmt: skip
+            marks = browser.evaluate(_MARKS)
+            print("page marks (ms from navigation):", json.dumps(marks))
             fetched = browser.evaluate(_FETCHED)
             print("fetched at start:", json.dumps(fetched))
             print("bytes at start:", sum(int(f[1]) for f in fetched))

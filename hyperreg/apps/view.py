@@ -123,7 +123,7 @@ class ViewSession:
         self._work_lock = threading.Lock()  # one full registration at a time
         self._preview_lock = threading.Lock()  # one preview at a time
         self._asked = 0  # requests from the page waiting for the work lock
-        self._last_asked = -math.inf  # time.monotonic() of the page's latest request
+        self._last_asked = -math.inf  # time.monotonic() of the page's latest request or answer
         self._ticket = 0  # the newest page_result request
         self._stop = threading.Event()
         self._sweeper: threading.Thread | None = None
@@ -208,6 +208,7 @@ class ViewSession:
             if asked:
                 with self._cache_lock:
                     self._asked -= 1
+                    self._last_asked = time.monotonic()  # the page draws it now
 
     def _preview(self, lam: float) -> PairResult:
         # no verdict (and so no never-worse rule) and no NCC: the quickest honest look; the
@@ -243,9 +244,9 @@ class ViewSession:
 
     def start_sweep(self) -> None:
         """Register every λ of the grid in a background thread (network alone), one at a
-        time and only once the page has asked for nothing for :data:`SWEEP_IDLE_S` seconds
-        (the page's λ go first); :meth:`curves` shows the progress. With :attr:`preview`,
-        the starting λ's preview and full result come first (this also warms the model)."""
+        time, each once the page has had no request nor answer for :data:`SWEEP_IDLE_S`
+        seconds (the page's λ go first); :meth:`curves` shows the progress. With
+        :attr:`preview`, the first λ's preview and full result come first (warming the model)."""
         if self._sweeper is not None:
             return
         self._sweeper = threading.Thread(target=self._sweep, name="hyperreg-view-sweep")

@@ -359,7 +359,7 @@
         const lam = sliderLambda();
         $("lamText").textContent = "λ = " + lam.toFixed(E ? 3 : 2);
         clearTimeout(timer);
-        timer = setTimeout(() => showLambda(lam), E ? 0 : 120);
+        timer = setTimeout(() => showLambda(lam), E ? 0 : 50); // a drag: its last λ
       });
       $("base").addEventListener("change", showVolumes);
       $("overlay").addEventListener("change", showVolumes);
