@@ -547,12 +547,12 @@ def test_live_page_labels_a_preview_until_the_full_result_comes(tmp_path: Path) 
             browser.navigate(server.url)
             browser.wait_for("document.body && document.body.dataset.ready === '1'", 90)
             browser.wait_for("window.hyperregView.shown.preview", 30)  # ready: the preview
-            assert _text(browser, "rKind") == "preview: 1 pass, no flip averaging"
+            assert _text(browser, "rKind") == "preview: 1 pass"
             assert browser.evaluate("document.getElementById('preview').hidden") is False
             assert "2 passes" in _text(browser, "preview")
             release.set()
             browser.wait_for("window.hyperregView.shown.preview === false", 60)
-            assert _text(browser, "rKind") == "network alone: 2 passes, no flip averaging"
+            assert _text(browser, "rKind") == "network: 2 passes"
             assert browser.evaluate("document.getElementById('preview').hidden") is True
     finally:
         release.set()

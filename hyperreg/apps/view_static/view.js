@@ -144,8 +144,10 @@
     $("rFold").textContent = fmt(r.folding_percent, 3) + " %";
     $("rSdlogj").textContent = fmt(r.log_jacobian_std, 4);
     $("rNcc").textContent = fmt(r.ncc, 4);
-    $("rKind").textContent = r.refined ? "refined" :
-      (r.preview ? "preview: " : "network alone: ") + r.network;
+    const network = (r.network || "").replace(", no flip averaging", "")
+      .replace(", flip averaging", " + flips"); // "2 passes + flips", "1 pass"
+    $("rKind").textContent = r.refined ? "refined" : (r.preview ? "preview: " : "network: ") +
+      network;
     $("preview").hidden = !r.preview;
     $("preview").textContent = r.preview ? "preview (" + r.network + "); the model's full " +
       "result (" + state.info.network + ") is on its way" : "";
