@@ -558,3 +558,22 @@ def test_live_page_labels_a_preview_until_the_full_result_comes(tmp_path: Path) 
         release.set()
         server.shutdown()
         server.close()
+
+
+def test_the_sweep_warms_the_first_lambda_and_waits_for_an_idle_page(
+    tmp_path: Path, monkeypatch
+) -> None:
+    import hyperreg.apps.view as view
+
+    session = _two_pass_session(tmp_path)
+    session.lam = 0.123  # the page's slider asks for 0.12
+    session.grid = [0.5]
+    monkeypatch.setattr(view, "SWEEP_IDLE_S", 1000.0)
+    session._last_asked = time.monotonic()  # as if the page had just asked for something
+    session.start_sweep()
+    time.sleep(0.5)
+    assert session._cache == {}  # the page is not idle: nothing starts
+    session._last_asked = -float("inf")
+    session._sweeper.join(timeout=120)
+    assert list(session._cache) == [(0.12, False, True), (0.12, False, False), (0.5, False, False)]
+    assert [p["lam"] for p in session.curves()["points"]] == pytest.approx([0.12, 0.5])

@@ -256,7 +256,7 @@ class ViewSession:
     def _sweep(self) -> None:
         keys = [(check_view_lam(lam), False, False) for lam in self.grid]
         if self.preview:  # warms the model: the page's first λ, preview then full, first
-            start = check_view_lam(self.lam)
+            start = check_view_lam(round(self.lam, 2))  # the page's slider: steps of 0.01
             keys = [(start, False, True), (start, False, False), *keys]
         for key in keys:
             while not self._stop.is_set() and (
