@@ -44,6 +44,13 @@ _MARKS = """(() => { const t = performance.getEntriesByType('navigation')[0];
   })()"""
 
 
+_LAST = """(() => { const all = performance.getEntriesByType('resource');
+  const last = (n) => all.filter(e => e.name.includes('/api/' + n + '?')).pop();
+  return ['result', 'volume'].map(n => last(n)).filter(Boolean).map(e =>
+    [e.name.split('?')[0].split('/').pop(), e.transferSize || e.encodedBodySize || 0,
+     Math.round(e.duration)]); })()"""
+
+
 def _wait(browser: Browser, expression: str, timeout: float = 300.0) -> tuple[float, float]:
     """Wall and process-CPU seconds until ``expression`` holds in the page."""
     wall, cpu = time.perf_counter(), time.process_time()
@@ -120,6 +127,7 @@ def main() -> None:
                 shown = f"window.hyperregView.shown && window.hyperregView.shown.lam === {lam}"
                 first = _wait(browser, shown)
                 kind = browser.evaluate("document.getElementById('rKind').textContent")
+                print("  its requests (name, bytes, ms):", json.dumps(browser.evaluate(_LAST)))
                 print(f"λ {lam}: first display ({kind}) {first[0]:.2f} s wall, "
                       f"server CPU {first[1]:.2f} s")  # fmt: skip
                 if session.preview:
