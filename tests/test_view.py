@@ -577,3 +577,29 @@ def test_the_sweep_warms_the_first_lambda_and_waits_for_an_idle_page(
     session._sweeper.join(timeout=120)
     assert list(session._cache) == [(0.12, False, True), (0.12, False, False), (0.5, False, False)]
     assert [p["lam"] for p in session.curves()["points"]] == pytest.approx([0.12, 0.5])
+
+
+def test_the_bundled_scripts_are_cacheable_and_the_pair_s_data_is_not(
+    tiny_server: ViewServer,
+) -> None:
+    host, port = tiny_server.server_address[:2]
+    token = tiny_server.token
+
+    def cache_control(path: str) -> str:
+        connection = http.client.HTTPConnection(str(host), int(port), timeout=120)
+        try:
+            connection.request("GET", f"{path}{'&' if '?' in path else '?'}token={token}")
+            response = connection.getresponse()
+            response.read()
+            assert response.status == 200, path
+            return response.getheader("Cache-Control") or ""
+        finally:
+            connection.close()
+
+    for name in ("niivue.umd.js", "view.js"):
+        assert "max-age=" in cache_control(f"/static/{name}")
+    for path in ("/", "/api/info", "/api/volume?kind=fixed"):
+        assert cache_control(path) == "no-store"
+    page = _get(tiny_server, f"/?token={token}")[1]
+    assert page.index(b"view.js") < page.index(b"niivue.umd.js")  # the page script asks first
+    assert b"defer" in page
