@@ -603,3 +603,20 @@ def test_the_bundled_scripts_are_cacheable_and_the_pair_s_data_is_not(
     page = _get(tiny_server, f"/?token={token}")[1]
     assert page.index(b"view.js") < page.index(b"niivue.umd.js")  # the page script asks first
     assert b"defer" in page
+
+
+def test_3d_pairs_get_previews_when_the_model_runs_more_than_one_forward(tmp_path: Path) -> None:
+    import dataclasses
+    from types import SimpleNamespace
+
+    from hyperreg.apps.view import ViewSession
+
+    volume = SimpleNamespace(data=np.zeros((4, 4, 4), dtype=np.float32), ndim=3)
+    pair = SimpleNamespace(fixed=volume, aligned=volume)
+    model = tiny_model(ndim=3)
+    for passes, flips, expected in ((1, False, False), (2, False, True), (1, True, True)):
+        model.config = dataclasses.replace(
+            model.config, passes=passes, flip_average=flips, orientation="RAS"
+        )
+        session = ViewSession(model, pair, tmp_path, lam=0.3)  # type: ignore[arg-type]
+        assert session.preview is expected, (passes, flips)
