@@ -199,7 +199,7 @@
   async function fullResult(lam, mine) { // the model's full passes and flips replace a preview
     setBusy(1);
     try {
-      await showResult(await api("result", { lam: lam }), mine);
+      if (await showResult(await api("result", { lam: lam }), mine)) pollCurves(); // its point
     } catch (err) {
       if (mine === resultSeq) status(String(err.message || err), true);
     } finally {
@@ -261,13 +261,18 @@
     }
   }
 
+  let polling = false; // one loop of curve requests, however many λ were shown
   async function pollCurves() {
+    if (polling) return;
+    polling = true;
     try {
       const curves = await api("curves");
       state.points = curves.points;
       drawCurves();
-      if (!curves.done) setTimeout(pollCurves, 1500);
+      if (!curves.done) setTimeout(() => { polling = false; pollCurves(); }, 1500);
+      else polling = false;
     } catch (err) {
+      polling = false;
       status("curves: " + String(err.message || err), true);
     }
   }
