@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from browser import CHROMIUM_MISSING, Browser, chromium
 from lambda_helpers import save_tiny_model, write_pair
+from shared_paths import data_path
 
 from hyperreg.apps.batch_report import pair_page, write_report
 from hyperreg.cli import main
@@ -70,7 +71,8 @@ def test_report_lists_every_pair_and_its_links_resolve(batch: dict[str, Path]) -
         assert target.is_file()
         pair = target.read_text()
         assert pair.count("class=plane ") == 1  # a 2D pair: its one plane
-        assert len(re.findall(r"src='data:image/png;base64,", pair)) == 3  # fixed, moved, layer
+        images = re.findall(r"src='data:image/(\w+);base64,", pair)
+        assert sorted(images[:2]) == ["webp", "webp"] and images[2] == "png"  # fixed, moved, layer
         back = re.search(r"href='([^']+)'", pair).group(1)
         assert (target.parent / back).resolve() == (out / "report.html").resolve()
     assert "http" not in page.replace("http-equiv", "")  # nothing fetched
@@ -118,8 +120,29 @@ def test_three_planes_for_a_3d_pair_with_label_borders(tmp_path: Path) -> None:
     sizes = [Image.open(io.BytesIO(p.fixed)).size for p in planes]  # (width, height) in pixels
     assert sizes == [(20, 24), (20, 16), (24, 16)]  # one pixel per voxel of each plane
     assert [round(p.aspect, 3) for p in planes] == [1.2, 1.6, round(32 / 24, 3)]
-    layer = np.asarray(Image.open(io.BytesIO(planes[0].layer)))
+    layer = np.asarray(Image.open(io.BytesIO(planes[0].layer)).convert("RGBA"))
     assert layer.shape[2] == 4 and 0 < (layer[..., 3] > 0).mean() < 1  # some pixels drawn
+    colours = {tuple(c) for c in layer[layer[..., 3] == 255][:, :3]}
+    assert colours <= {(255, 230, 0), (0, 220, 255), (60, 230, 60)}  # label borders, opaque
+
+
+def test_pair_images_are_small_and_close_to_the_lossless_ones() -> None:
+    from PIL import Image
+
+    root = data_path("neurite-oasis")  # a real 1 mm brain: what the bytes are about
+    image = nib.load(root / "OASIS_OAS1_0001_MR1" / "aligned_norm.nii.gz")
+    data = np.asarray(image.dataobj, dtype=np.float32)
+    lossy = pair_planes(data, data, image.affine)
+    lossless = pair_planes(data, data, image.affine, quality=None)
+    assert lossless[0].mime == "image/png" and lossy[0].mime in ("image/webp", "image/jpeg")
+    for small, exact in zip(lossy, lossless):
+        assert len(small.fixed) < 0.5 * len(exact.fixed)
+        a = np.asarray(Image.open(io.BytesIO(small.fixed)).convert("L"), dtype=float)
+        b = np.asarray(Image.open(io.BytesIO(exact.fixed)).convert("L"), dtype=float)
+        assert np.abs(a - b).mean() < 3.0  # grey levels 0-255: the anatomy is the same
+    # three planes of fixed + moved + layer, as the page holds them (base64: 4/3)
+    page_bytes = sum(len(p.fixed) + len(p.moved) + len(p.layer) for p in lossy) * 4 / 3
+    assert page_bytes < 60_000
 
 
 def test_a_pair_whose_images_are_gone_gets_a_page_saying_so(batch: dict[str, Path]) -> None:

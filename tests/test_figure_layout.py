@@ -217,3 +217,41 @@ def test_evaluate_with_150_named_structures_draws_a_bounded_named_plot(
     shown = [t.get_text() for t in figures[-1].fig.axes[0].get_yticklabels()]
     assert len(shown) == 20 and all(name.startswith("region-") for name in shown)
     assert {int(name.split("-")[1]) for name in shown} <= set(range(76, 151))  # shifted ones
+
+
+def test_tune_png_has_std_log_j_a_fitted_dice_axis_and_a_title_clear_of_the_panels(
+    tmp_path: Path, figures
+) -> None:
+    from hyperreg.apps.tune_report import TuneResult, write_tune_report
+
+    lams = [0.0, 0.1, 0.3, 0.6, 0.9]
+    dice, sdlogj = [0.621, 0.669, 0.665, 0.640, 0.449], [0.65, 0.21, 0.15, 0.10, 0.08]
+    rows = [
+        {"lambda": lam, "stage": "coarse", "mean_dice": d, "folding_percent": 0.01,
+         "log_jacobian_std": s, "feasible": True}
+        for lam, d, s in zip(lams, dice, sdlogj)
+    ]  # fmt: skip
+    result = TuneResult(lambda_star=0.1, dice_at_star=0.669, folding_percent_at_star=0.01,
+                        constraint_met=True, per_label={}, grid=rows, pairs=3, max_folding=0.5,
+                        lambda_star_range=(0.1, 0.3), dice_tolerance=0.01,
+                        dice_before=0.2)  # fmt: skip
+    paths = write_tune_report(result, tmp_path)
+    assert paths[-1].name == "tune.png" and paths[-1].is_file()
+    fig = figures[-1].fig
+    labels = [ax.get_ylabel() for ax in fig.axes]
+    assert "mean Dice" in labels and "std log J" in labels and "% voxels with J ≤ 0" in labels
+    dice_axis = fig.axes[labels.index("mean Dice")]
+    low, high = dice_axis.get_ylim()
+    assert 0.4 < low < 0.449 and 0.669 < high < 0.7  # fitted, not 0-1
+    legend = [t.get_text() for t in dice_axis.get_legend().get_texts()]
+    assert "λ* = 0.1" in " ".join(legend) and "no registration 0.200 below" in legend
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)  # the saved figure was closed: draw it again to measure
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    title = fig._suptitle.get_window_extent(renderer)
+    for ax in fig.axes:  # the title overlaps no panel (display coordinates: y grows upwards)
+        assert title.y0 >= ax.get_window_extent(renderer).y1
+    width, height = _size(paths[-1])
+    assert width <= 900 and height <= 900, (width, height)

@@ -22,7 +22,14 @@ import nibabel as nib
 import numpy as np
 import pytest
 from browser import CHROMIUM_MISSING, Browser, chromium
-from lambda_helpers import AFFINE, SHAPE, save_tiny_model, tiny_model, write_pair
+from lambda_helpers import (
+    AFFINE,
+    SHAPE,
+    save_tiny_model,
+    tiny_model,
+    write_blob_pair,
+    write_pair,
+)
 from shared_paths import data_path
 
 from hyperreg.apps.register import register_files
@@ -465,3 +472,151 @@ def test_a_lambda_replaced_while_waiting_is_dropped(tiny_server: ViewServer) -> 
         thread.join(timeout=60)
     assert answers == {"0.1": 200, "0.2": 409, "0.3": 200}
     assert calls == [0.1, 0.3]  # 0.2 was never registered
+
+
+# ------------------------------------------------------------------- previews (a quick λ first)
+
+
+def _two_pass_session(tmp_path: Path, preview: bool | None = True):
+    """The bundled 2D model (2 passes) on two blobs it registers in milliseconds."""
+    from hyperreg import load_pretrained
+
+    model = load_pretrained(ndim=2)
+    assert model.config.passes == 2
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    files = write_blob_pair(tmp_path)
+    return open_view(model, **files, out=tmp_path / "saved", init="none", grid=[0, 1],
+                     preview=preview)  # fmt: skip
+
+
+def test_a_preview_is_one_pass_and_the_full_result_replaces_it(tmp_path: Path) -> None:
+    session = _two_pass_session(tmp_path)
+    quick = session.page_result(0.3, preview=True)
+    assert quick["preview"] and quick["network"] == "1 pass, no flip averaging"
+    assert session.curves()["points"] == []  # the curves hold full results only
+    moved_quick = session.volume("moved", 0.3, preview=True)
+    full = session.page_result(0.3)
+    assert not full["preview"] and full["network"] == "2 passes, no flip averaging"
+    assert full["log_jacobian_std"] != quick["log_jacobian_std"]
+    assert session.volume("moved", 0.3, preview=True) == moved_quick  # the page's preview
+    again = session.page_result(0.3, preview=True)  # the full result once it is there
+    assert not again["preview"] and again["log_jacobian_std"] == full["log_jacobian_std"]
+    assert session.volume("moved", 0.3) != moved_quick
+    assert [p["lam"] for p in session.curves()["points"]] == [pytest.approx(0.3)]
+    saved = session.save(0.3)  # Save writes the full result, as register does
+    result, _ = session.result(0.3)
+    warp = nib.load(next(p for p in saved if p.name.startswith("warp_"))).get_fdata()
+    assert np.allclose(np.squeeze(warp), np.squeeze(np.moveaxis(result.warp, 0, -1)), atol=1e-4)
+
+
+def test_previews_only_where_asked_or_in_3d_with_more_than_one_forward(tmp_path: Path) -> None:
+    assert not _two_pass_session(tmp_path / "a", preview=None).preview  # 2D: fast enough
+    session = _two_pass_session(tmp_path / "b", preview=False)
+    assert not session.page_result(0.3, preview=True)["preview"]
+    assert session.info()["network"] == "2 passes, no flip averaging"
+    assert not session.page_result(0.3, refined=True, preview=True)["preview"]
+
+
+def test_volumes_are_built_only_when_asked_for(tmp_path: Path) -> None:
+    files = write_pair(tmp_path, "pair")
+    session = open_view(tiny_model(), **files, init="none")
+    session.volume("moved", 0.4)
+    entry = session._cache[(0.4, False, False)]
+    assert set(entry.volumes) == {"moved"}
+    session.volume("fold", 0.4)
+    assert set(entry.volumes) == {"moved", "jac", "fold"}  # one Jacobian for both
+
+
+@needs_chromium
+def test_live_page_labels_a_preview_until_the_full_result_comes(tmp_path: Path) -> None:
+    import threading
+
+    session = _two_pass_session(tmp_path)
+    release = threading.Event()
+    register = session._register
+
+    def held(lam: float, refined: bool):
+        release.wait(timeout=60)  # the full result waits until the test has seen the preview
+        return register(lam, refined)
+
+    session._register = held  # type: ignore[method-assign]
+    server = make_server(session)
+    server.serve_in_thread()
+    try:
+        with Browser() as browser:
+            browser.navigate(server.url)
+            browser.wait_for("document.body && document.body.dataset.ready === '1'", 90)
+            browser.wait_for("window.hyperregView.shown.preview", 30)  # ready: the preview
+            assert _text(browser, "rKind") == "preview: 1 pass"
+            assert browser.evaluate("document.getElementById('preview').hidden") is False
+            assert "2 passes" in _text(browser, "preview")
+            release.set()
+            browser.wait_for("window.hyperregView.shown.preview === false", 60)
+            assert _text(browser, "rKind") == "network: 2 passes"
+            assert browser.evaluate("document.getElementById('preview').hidden") is True
+    finally:
+        release.set()
+        server.shutdown()
+        server.close()
+
+
+def test_the_sweep_warms_the_first_lambda_and_waits_for_an_idle_page(
+    tmp_path: Path, monkeypatch
+) -> None:
+    import hyperreg.apps.view as view
+
+    session = _two_pass_session(tmp_path)
+    session.lam = 0.123  # the page's slider asks for 0.12
+    session.grid = [0.5]
+    monkeypatch.setattr(view, "SWEEP_IDLE_S", 1000.0)
+    session._last_asked = time.monotonic()  # as if the page had just asked for something
+    session.start_sweep()
+    time.sleep(0.5)
+    assert session._cache == {}  # the page is not idle: nothing starts
+    session._last_asked = -float("inf")
+    session._sweeper.join(timeout=120)
+    assert list(session._cache) == [(0.12, False, True), (0.12, False, False), (0.5, False, False)]
+    assert [p["lam"] for p in session.curves()["points"]] == pytest.approx([0.12, 0.5])
+
+
+def test_the_bundled_scripts_are_cacheable_and_the_pair_s_data_is_not(
+    tiny_server: ViewServer,
+) -> None:
+    host, port = tiny_server.server_address[:2]
+    token = tiny_server.token
+
+    def cache_control(path: str) -> str:
+        connection = http.client.HTTPConnection(str(host), int(port), timeout=120)
+        try:
+            connection.request("GET", f"{path}{'&' if '?' in path else '?'}token={token}")
+            response = connection.getresponse()
+            response.read()
+            assert response.status == 200, path
+            return response.getheader("Cache-Control") or ""
+        finally:
+            connection.close()
+
+    for name in ("niivue.umd.js", "view.js"):
+        assert "max-age=" in cache_control(f"/static/{name}")
+    for path in ("/", "/api/info", "/api/volume?kind=fixed"):
+        assert cache_control(path) == "no-store"
+    page = _get(tiny_server, f"/?token={token}")[1]
+    assert page.index(b"view.js") < page.index(b"niivue.umd.js")  # the page script asks first
+    assert b"defer" in page
+
+
+def test_3d_pairs_get_previews_when_the_model_runs_more_than_one_forward(tmp_path: Path) -> None:
+    import dataclasses
+    from types import SimpleNamespace
+
+    from hyperreg.apps.view import ViewSession
+
+    volume = SimpleNamespace(data=np.zeros((4, 4, 4), dtype=np.float32), ndim=3)
+    pair = SimpleNamespace(fixed=volume, aligned=volume)
+    model = tiny_model(ndim=3)
+    for passes, flips, expected in ((1, False, False), (2, False, True), (1, True, True)):
+        model.config = dataclasses.replace(
+            model.config, passes=passes, flip_average=flips, orientation="RAS"
+        )
+        session = ViewSession(model, pair, tmp_path, lam=0.3)  # type: ignore[arg-type]
+        assert session.preview is expected, (passes, flips)

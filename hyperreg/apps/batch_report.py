@@ -8,7 +8,8 @@ registered pair linking to its own page ``pairs/<name>/report.html``: the fixed 
 images flickering (or shown one at a time) in each plane (:func:`hyperreg.figures.planes.
 pair_planes`: one for 2D, axial, coronal and sagittal for 3D), with the moved image's edges
 and the label borders laid over them. Every page is one self-contained HTML file (images
-inline as PNG, a few lines of inline JavaScript, nothing fetched): it opens from ``file://``.
+inline: grey slices as WebP, the layer as a palette PNG; a few lines of inline JavaScript,
+nothing fetched): it opens from ``file://``.
 
 A pair's page is written once, when missing or older than the pair's ``record.json``, so the
 report can be rewritten after every pair at the cost of one pair's images
@@ -281,8 +282,8 @@ def _pair_images(root: Path, row: dict[str, str]) -> str:
         size = f"width:{width}px;height:{round(width * plane.aspect)}px"
         panels.append(
             f"<div class=plane data-plane={plane.plane}><div class=stack style='{size}'>"
-            f"<img class=fixed alt='fixed, {plane.plane}' src='{_uri(plane.fixed)}'>"
-            f"<img class=moved alt='moved, {plane.plane}' src='{_uri(plane.moved)}'>"
+            f"<img class=fixed alt='fixed, {plane.plane}' src='{_uri(plane.fixed, plane.mime)}'>"
+            f"<img class=moved alt='moved, {plane.plane}' src='{_uri(plane.moved, plane.mime)}'>"
             f"<img class=layer alt='' src='{_uri(plane.layer)}'><span class=tag></span></div>"
             f"<small>{html.escape(plane.label)}</small></div>"
         )
@@ -295,5 +296,5 @@ def _pair_images(root: Path, row: dict[str, str]) -> str:
     )
 
 
-def _uri(png: bytes) -> str:
-    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+def _uri(data: bytes, mime: str = "image/png") -> str:
+    return f"data:{mime};base64," + base64.b64encode(data).decode("ascii")

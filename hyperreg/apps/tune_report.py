@@ -19,8 +19,7 @@ from typing import Any, NamedTuple
 
 from hyperreg._errors import InputError, MissingInputError
 from hyperreg._files import write_json
-from hyperreg.figures.backend import pyplot, save_figure
-from hyperreg.figures.curves import plot_lambda_curves
+from hyperreg.figures.curves import sweep_curves
 from hyperreg.registration.pairs import PathLike
 
 __all__ = [
@@ -271,37 +270,33 @@ def _round(value: float, decimals: int) -> str:
 def write_tune_report(result: TuneResult, out: PathLike) -> list[Path]:
     """Write ``tune.json`` (:meth:`TuneResult.to_dict`) and ``tune.png`` into ``out``, atomically.
 
-    The figure shows mean Dice and folding against every evaluated λ, the mean Dice without
-    registration (dashed), λ* (dotted) and the range within noise of the best Dice (shaded); the
-    title gives λ* rounded to what that range supports.
+    The figure (:func:`hyperreg.figures.curves.sweep_curves`) shows, against every evaluated
+    λ, the mean Dice on an axis fitted to it with the Dice without registration (dashed), and
+    below it std log J and folding (with the folding limit): λ* (dotted) and the range within
+    noise of the best Dice (shaded) on both; the title gives λ* rounded to what that range
+    supports.
     """
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [write_json(out_dir / TUNE_FILE, result.to_dict(), indent=2)]
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(5.8, 4.4), layout="constrained")
     rows = result.grid
     span = result.lambda_star_range
     tolerance = "" if result.dice_tolerance is None else f" (±{result.dice_tolerance:.3g})"
-    plot_lambda_curves(
-        ax,
+    before = "" if result.dice_before is None else f", {result.dice_before:.3f} unregistered"
+    png = sweep_curves(
+        out_dir / "tune.png",
         [r["lambda"] for r in rows],
-        [r["mean_dice"] for r in rows],
         [r["folding_percent"] for r in rows],
-        baseline=result.dice_before,
+        [r.get("log_jacobian_std", math.nan) for r in rows],
+        dice=[r["mean_dice"] for r in rows],
+        dice_before=result.dice_before,
+        title=f"validation, {result.pairs} pair(s): λ* = {result.lambda_star_text}\n"
+        f"mean Dice {result.dice_at_star:.3f} at λ*{before}",
         star=result.lambda_star,
         star_label=f"λ* = {result.lambda_star_rounded}",
         star_range=span if span is not None and span[1] > span[0] else None,
         star_range_label=f"Dice within noise of best{tolerance}",
         max_folding=result.max_folding,
     )
-    ax.set_title(
-        f"validation, {result.pairs} pair(s): λ* = {result.lambda_star_text}\n"
-        f"mean Dice {result.dice_at_star:.3f} at λ*"
-        + ("" if result.dice_before is None else f", {result.dice_before:.3f} unregistered"),
-        fontsize=9,
-    )
-    png = out_dir / "tune.png"
-    save_figure(fig, png)
     paths.append(png)
     return paths

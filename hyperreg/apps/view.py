@@ -13,6 +13,8 @@ The HTTP side is :mod:`hyperreg.apps.view_server`. Must not import train or cli.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import logging
 import math
 import threading
@@ -28,6 +30,7 @@ import numpy as np
 from hyperreg._errors import InputError
 from hyperreg.apps.models import model_default_lambda, model_default_refine, pair_refinement
 from hyperreg.apps.outputs import OutputSpec, write_outputs
+from hyperreg.apps.view_results import Superseded, check_view_lam, network_text, readout
 from hyperreg.apps.view_volumes import (
     JACOBIAN_SCALE,
     display_volumes,
@@ -61,33 +64,9 @@ VOLUME_KINDS = ("fixed", "moving", "edges", "moved", "checker", "diff", "jac", "
 
 _STATIC_KINDS = ("fixed", "moving", "edges")
 
-
-def readout(result: PairResult, seconds: float | None = None) -> dict[str, Any]:
-    """The numbers the page shows for one registration, JSON-ready (NaN and missing: None):
-    ``lam``, ``mean_dice``, ``dice`` (``{label: Dice}``), ``folding_percent``,
-    ``log_jacobian_std``, ``ncc`` (local NCC, the similarity), ``refined`` and ``seconds``
-    (time of the registration)."""
-
-    def number(value: float | None) -> float | None:
-        return None if value is None or math.isnan(value) else float(value)
-
-    return {
-        "lam": float(result.lam),
-        "mean_dice": number(result.mean_dice),
-        "dice": None
-        if result.dice is None
-        else {str(k): number(v) for k, v in sorted(result.dice.items())},
-        "folding_percent": 100.0 * float(result.folding_fraction),
-        "log_jacobian_std": number(result.log_jacobian_std),
-        "ncc": number(result.ncc),
-        "refined": result.refinement is not None,
-        "seconds": seconds,
-    }
-
-
-class Superseded(RuntimeError):
-    """A page request for a λ that a newer request replaced before its registration started
-    (:meth:`ViewSession.page_result`): it was not registered."""
+SWEEP_IDLE_S = 2.0
+"""Seconds without a request from the page before the background sweep starts its next λ (a
+registration running cannot be stopped: a new λ would share the CPU with it)."""
 
 
 @dataclass
@@ -109,6 +88,11 @@ class ViewSession:
             6 in 3D.
         lam: λ the page starts at; None: the model's default
             (:func:`hyperreg.apps.models.model_default_lambda`).
+        preview: Answer a new λ first with a preview (one network pass, no flip averaging,
+            no verdict, no NCC), the model's full result next (the page swaps it in); None:
+            only in 3D when the model runs more than one forward pass per λ. The curves, Save
+            and refine always use the full settings. Previews have their own lock: a new λ's
+            preview does not wait for a full registration running (they share the CPU).
     """
 
     def __init__(
@@ -120,6 +104,7 @@ class ViewSession:
         grid: Sequence[float] = DEFAULT_GRID,
         cache_size: int | None = None,
         lam: float | None = None,
+        preview: bool | None = None,
     ) -> None:
         self.model = model
         self.pair = pair
@@ -127,11 +112,18 @@ class ViewSession:
         self.grid = [float(v) for v in grid]
         self.lam = float(model_default_lambda(model).lam if lam is None else lam)
         self.cache_size = cache_size or (32 if pair.fixed.ndim == 2 else 6)
-        self._cache: OrderedDict[tuple[float, bool], _Entry] = OrderedDict()
+        full_forwards = model.config.passes * (2 if model.config.flip_average else 1)
+        self.preview = bool(
+            pair.fixed.ndim == 3 and full_forwards > 1 if preview is None else preview
+        )
+        self._preview_model: HyperMorph | None = None
+        self._cache: OrderedDict[tuple[float, bool, bool], _Entry] = OrderedDict()
         self._curves: dict[float, dict[str, Any]] = {}
         self._cache_lock = threading.Lock()
-        self._work_lock = threading.Lock()  # one registration at a time
+        self._work_lock = threading.Lock()  # one full registration at a time
+        self._preview_lock = threading.Lock()  # one preview at a time
         self._asked = 0  # requests from the page waiting for the work lock
+        self._last_asked = -math.inf  # time.monotonic() of the page's latest request or answer
         self._ticket = 0  # the newest page_result request
         self._stop = threading.Event()
         self._sweeper: threading.Thread | None = None
@@ -149,27 +141,43 @@ class ViewSession:
         Raises:
             InputError: If ``lam`` is not a number in [0, 1].
         """
-        key = (_check_lam(lam), bool(refined))
+        key = (check_view_lam(lam), bool(refined), False)
         entry = self._entry(key, asked=True)
         return entry.result, entry.numbers
 
-    def page_result(self, lam: float | str, refined: bool = False) -> dict[str, Any]:
+    def page_result(
+        self, lam: float | str, refined: bool = False, preview: bool = False
+    ) -> dict[str, Any]:
         """The :func:`readout` at ``lam`` for the page, newest request first: a request still
         waiting for the work lock when a newer one arrives is dropped (:class:`Superseded`)
         instead of registered, so dragging the slider through many λ queues at most the
         registration running and the last λ asked for.
 
+        With ``preview`` (and :attr:`preview` on, not refined) the full result when it is
+        cached, else the preview (``"preview": true`` in the readout).
+
         Raises:
             InputError: If ``lam`` is not a number in [0, 1].
             Superseded: If a newer request came before this one's registration started.
         """
-        key = (_check_lam(lam), bool(refined))
+        key = self._key(lam, refined, preview)
         with self._cache_lock:
             self._ticket += 1
             ticket = self._ticket
         return self._entry(key, asked=True, ticket=ticket).numbers
 
-    def _entry(self, key: tuple[float, bool], asked: bool, ticket: int | None = None) -> _Entry:
+    def _key(self, lam: float | str, refined: bool, preview: bool) -> tuple[float, bool, bool]:
+        """The cache key: a preview only when on, not refined and no full result is cached."""
+        value = check_view_lam(lam)
+        if not (preview and self.preview and not refined):
+            return value, bool(refined), False
+        with self._cache_lock:
+            full = (value, False, False) in self._cache
+        return value, False, not full
+
+    def _entry(
+        self, key: tuple[float, bool, bool], asked: bool, ticket: int | None = None
+    ) -> _Entry:
         with self._cache_lock:
             if key in self._cache:
                 self._cache.move_to_end(key)
@@ -177,31 +185,48 @@ class ViewSession:
         if asked:
             with self._cache_lock:
                 self._asked += 1
+                self._last_asked = time.monotonic()
         try:
-            with self._work_lock:
+            with self._preview_lock if key[2] else self._work_lock:
                 with self._cache_lock:  # another thread may have made it meanwhile
                     if key in self._cache:
                         return self._cache[key]
                     if ticket is not None and ticket != self._ticket:
                         raise Superseded(f"λ = {key[0]:g} was replaced by a newer request")
                 start = time.perf_counter()
-                result = self._register(*key)
-                entry = _Entry(result, readout(result, time.perf_counter() - start))
+                lam, refined, preview = key
+                result = self._preview(lam) if preview else self._register(lam, refined)
+                entry = _Entry(result, readout(result, time.perf_counter() - start, key[2]))
                 with self._cache_lock:  # stored before the next registration may start
                     self._cache[key] = entry
                     while len(self._cache) > self.cache_size:
                         self._cache.popitem(last=False)
-                    if not key[1]:
+                    if not key[1] and not key[2]:
                         self._curves[key[0]] = entry.numbers
                 return entry
         finally:
             if asked:
                 with self._cache_lock:
                     self._asked -= 1
+                    self._last_asked = time.monotonic()  # the page draws it now
+
+    def _preview(self, lam: float) -> PairResult:
+        # no verdict (and so no never-worse rule) and no NCC: the quickest honest look; the
+        # full result that replaces it has both
+        model = self.preview_model()
+        return self.pair.register(model, [lam], None, passes=1, judged=False)[0]
 
     def _register(self, lam: float, refined: bool) -> PairResult:
         refinement = self.refinement() if refined else None
         return self.pair.register(self.model, [lam], refinement, ncc=not refined)[0]
+
+    def preview_model(self) -> HyperMorph:
+        """The model without flip averaging (the same weights, shared): the previews'."""
+        if self._preview_model is None:
+            quick = copy.copy(self.model)  # a shallow copy shares parameters and buffers
+            quick.config = dataclasses.replace(self.model.config, flip_average=False)
+            self._preview_model = quick
+        return self._preview_model
 
     def refinement(self) -> Refinement:
         """The refinement of the page's refine action: the model's default steps
@@ -219,7 +244,9 @@ class ViewSession:
 
     def start_sweep(self) -> None:
         """Register every λ of the grid in a background thread (network alone), one at a
-        time and only while the page waits for nothing; :meth:`curves` shows the progress."""
+        time, each once the page has had no request nor answer for :data:`SWEEP_IDLE_S`
+        seconds (the page's λ go first); :meth:`curves` shows the progress. With
+        :attr:`preview`, the first λ's preview and full result come first (warming the model)."""
         if self._sweeper is not None:
             return
         self._sweeper = threading.Thread(target=self._sweep, name="hyperreg-view-sweep")
@@ -227,15 +254,21 @@ class ViewSession:
         self._sweeper.start()
 
     def _sweep(self) -> None:
-        for lam in self.grid:
-            while self._asked and not self._stop.is_set():
+        keys = [(check_view_lam(lam), False, False) for lam in self.grid]
+        if self.preview:  # warms the model: the page's first λ, preview then full, first
+            start = check_view_lam(round(self.lam, 2))  # the page's slider: steps of 0.01
+            keys = [(start, False, True), (start, False, False), *keys]
+        for key in keys:
+            while not self._stop.is_set() and (
+                self._asked or time.monotonic() - self._last_asked < SWEEP_IDLE_S
+            ):
                 time.sleep(0.05)
             if self._stop.is_set():
                 return
             try:
-                self._entry((_check_lam(lam), False), asked=False)
+                self._entry(key, asked=False)
             except Exception:  # the page shows the curves it has; the log says why
-                logger.exception("background sweep stopped at λ = %g", lam)
+                logger.exception("background sweep stopped at λ = %g", key[0])
                 return
 
     def stop(self) -> None:
@@ -254,12 +287,21 @@ class ViewSession:
 
     # -------------------------------------------------------------------------------- volumes
 
-    def volume(self, kind: str, lam: float | str | None = None, refined: bool = False) -> bytes:
+    def volume(
+        self,
+        kind: str,
+        lam: float | str | None = None,
+        refined: bool = False,
+        preview: bool = False,
+    ) -> bytes:
         """The NIfTI bytes of one view (:data:`VOLUME_KINDS`) on the fixed grid, uint8.
 
         ``fixed``, ``moving`` (on the fixed grid, after the affine stage when one ran) and
         ``edges`` (of the fixed image) do not depend on λ; the others are those of
-        :func:`hyperreg.apps.view_volumes.display_volumes` at ``lam``.
+        :func:`hyperreg.apps.view_volumes.display_volumes` at ``lam``, built only when asked
+        for (``jac`` and ``fold`` together, from one Jacobian), uncompressed (the page is
+        local: gzip would cost more time than the transfer). With ``preview``: the preview's
+        view when the page was given the preview (:meth:`page_result`).
 
         Raises:
             InputError: If ``kind`` is unknown, the pair has no label maps for
@@ -276,8 +318,10 @@ class ViewSession:
                 return self._static[kind]
         if lam is None:
             raise InputError("volume", "{0} needs a λ", "kind")
-        key = (_check_lam(lam), bool(refined))
-        entry = self._entry(key, asked=True)
+        key = (check_view_lam(lam), bool(refined), True)
+        with self._cache_lock:
+            shown = preview and not refined and key in self._cache
+        entry = self._entry(key if shown else self._key(lam, refined, preview), asked=True)
         with self._cache_lock:
             if kind in entry.volumes:
                 return entry.volumes[kind]
@@ -291,6 +335,7 @@ class ViewSession:
             fixed_range=self._fixed_range,
             moved_seg=r.moved_seg,
             fixed_seg=fixed_seg,
+            kinds=("jac", "fold") if kind in ("jac", "fold") else (kind,),
         )
         if kind not in views:
             raise InputError("volume", "{0} 'contours' needs both label maps", "kind")
@@ -322,7 +367,9 @@ class ViewSession:
     def info(self) -> dict[str, Any]:
         """What the page needs first: ``ndim``, ``shape``, ``plane`` (2D: the slice's
         anatomical plane), ``lam`` (start), ``grid``, ``labels``, ``has_labels``,
-        ``dice_before``, ``dice_affine``, file names, ``refine`` (its steps) and ``out``."""
+        ``dice_before``, ``dice_affine``, file names, ``refine`` (its steps), ``out``,
+        ``preview`` (whether a new λ is answered with a preview first) and ``network`` (the
+        full passes and flips, one line)."""
         pair = self.pair
         names = [Path(str(v.path)).name if v.path else "" for v in (pair.moving, pair.fixed)]
         return {
@@ -339,6 +386,8 @@ class ViewSession:
             "fixed": names[1],
             "refine": self.refine_text(),
             "out": str(self.out),
+            "preview": self.preview,
+            "network": network_text(self.model.config.passes, self.model.config.flip_average),
         }
 
     # ---------------------------------------------------------------------------------- save
@@ -347,7 +396,7 @@ class ViewSession:
         """The files :meth:`save` writes for ``lam``: ``moved_lam<λ>.nii.gz``,
         ``warp_lam<λ>.nii.gz`` and, with label maps, ``moved_seg_lam<λ>.nii.gz`` in
         :attr:`out` (``_refined`` before the suffix for a refined result)."""
-        tag = f"lam{_check_lam(lam):.10g}" + ("_refined" if refined else "")
+        tag = f"lam{check_view_lam(lam):.10g}" + ("_refined" if refined else "")
         paths = {
             "moved": self.out / f"moved_{tag}.nii.gz",
             "warp_out": self.out / f"warp_{tag}.nii.gz",
@@ -380,18 +429,6 @@ _CAL = {"jac": (0.0, 2.0), "fold": (0.0, 1.0), "contours": (0.0, 3.0), "diff": (
 """Display windows (real units) of the λ-dependent views; others 0-255."""
 
 
-def _check_lam(lam: Any) -> float:
-    """``lam`` as a float in [0, 1] rounded to 6 decimals (the cache key)."""
-    try:
-        value = float(lam)
-    except (TypeError, ValueError):
-        value = math.nan
-    if isinstance(lam, bool) or not 0.0 <= value <= 1.0:
-        raise InputError("ViewSession", "{0} must be a number in [0, 1], got {lam!r}", "lam",
-                         lam=lam)  # fmt: skip
-    return round(value, 6)
-
-
 def open_view(
     model: HyperMorph,
     moving: PathLike,
@@ -410,6 +447,7 @@ def open_view(
     replace_nonfinite: float | None = None,
     fixed_mask: PathLike | None = None,
     moving_mask: PathLike | None = None,
+    preview: bool | None = None,
 ) -> ViewSession:
     """Read and prepare one pair for the explorer (:class:`ViewSession`).
 
@@ -428,6 +466,8 @@ def open_view(
         fixed_mask, moving_mask: Cost masks (0/1 files; ANTs' ``-x``), or None: as in
             :func:`~hyperreg.registration.pipeline.load_pair` (the affine stage, refinement
             and the verdict count only voxels inside them).
+        preview: As :class:`ViewSession` (None: in 3D when the model runs more than one
+            forward pass per λ).
 
     Returns:
         The :class:`ViewSession` (its background sweep not started).
@@ -438,9 +478,9 @@ def open_view(
             value of ``grid`` outside [0, 1] (``InputError``).
     """
     if lam is not None:
-        _check_lam(lam)
+        check_view_lam(lam)
     for value in grid:
-        _check_lam(value)
+        check_view_lam(value)
     pair = load_pair(
         moving,
         fixed,
@@ -456,4 +496,4 @@ def open_view(
         fixed_mask=fixed_mask,
         moving_mask=moving_mask,
     )
-    return ViewSession(model, pair, out, grid=grid, lam=lam)
+    return ViewSession(model, pair, out, grid=grid, lam=lam, preview=preview)

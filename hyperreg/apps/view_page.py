@@ -20,6 +20,7 @@ import numpy as np
 
 from hyperreg._errors import InputError
 from hyperreg._files import atomic_write
+from hyperreg.apps.view_results import readout
 from hyperreg.apps.view_volumes import (
     JACOBIAN_SCALE,
     display_volumes,
@@ -103,8 +104,6 @@ def write_sweep_page(
     Returns:
         ``path``.
     """
-    from hyperreg.apps.view import readout
-
     ordered = sorted(results, key=lambda r: r.lam)
     fixed = pair.fixed
     stride = sweep_page_stride(fixed.affine, fixed.ndim)

@@ -125,24 +125,27 @@ class _Handler(BaseHTTPRequestHandler):
             return query.get(name, [default])[0]
 
         refined = arg("refined", "0") == "1"
+        preview = arg("preview", "0") == "1"
         if method == "GET" and route == "/":
             token = self.server.token
-            head = "".join(
-                f'<script src="/static/{name}?token={token}"></script>'
-                for name in ("niivue.umd.js", "view.js")
+            # the page script first (it asks for the first λ at once), NiiVue deferred
+            head = (
+                f'<script src="/static/view.js?token={token}"></script>'
+                f'<script defer src="/static/niivue.umd.js?token={token}"></script>'
             )
             self._send(HTTPStatus.OK, page_html(head, "").encode(), "text/html; charset=utf-8")
         elif method == "GET" and route.startswith("/static/") and route[8:] in _STATIC:
-            self._send(HTTPStatus.OK, static_file(route[8:]), _STATIC[route[8:]])
+            cache = "private, max-age=86400"  # bundled: the same for the server's lifetime
+            self._send(HTTPStatus.OK, static_file(route[8:]), _STATIC[route[8:]], cache)
         elif method == "GET" and route == "/api/info":
             self._json(session.info())
         elif method == "GET" and route == "/api/result":
-            self._json(session.page_result(_lam(arg("lam")), refined))
+            self._json(session.page_result(_lam(arg("lam")), refined, preview))
         elif method == "GET" and route == "/api/curves":
             self._json(session.curves())
         elif method == "GET" and route == "/api/volume":
             lam = arg("lam")
-            data = session.volume(arg("kind") or "", lam, refined)
+            data = session.volume(arg("kind") or "", lam, refined, preview)
             self._send(HTTPStatus.OK, data, "application/octet-stream")
         elif method == "POST" and route == "/api/refine":
             self._json(session.page_result(_lam(arg("lam")), True))
@@ -155,11 +158,13 @@ class _Handler(BaseHTTPRequestHandler):
     def _json(self, value: Any, status: HTTPStatus = HTTPStatus.OK) -> None:
         self._send(status, json.dumps(value).encode(), "application/json")
 
-    def _send(self, status: HTTPStatus, body: bytes, content_type: str) -> None:
+    def _send(
+        self, status: HTTPStatus, body: bytes, content_type: str, cache: str = "no-store"
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
+        self.send_header("Cache-Control", cache)
         self.send_header("X-Content-Type-Options", "nosniff")
         self.end_headers()
         self.wfile.write(body)

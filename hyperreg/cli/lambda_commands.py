@@ -79,7 +79,7 @@ def _add_tune(sub: Any) -> None:
     )
     opts.add_model_argument(tune)
     opts.add_pairs_csv_argument(tune, "moving, fixed, moving_seg, fixed_seg (validation pairs)")
-    opts.add_out_argument(tune, "tune.json and tune.png (Dice, folding vs λ)")
+    opts.add_out_argument(tune, "tune.json and tune.png (Dice, std log J, folding vs λ)")
     tune.add_argument(
         "--max-folding",
         type=opts.percent,

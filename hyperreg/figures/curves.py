@@ -97,6 +97,23 @@ def plot_lambda_curves(
     )
 
 
+def _mark_star(
+    ax: Any,
+    star: float | None,
+    label: str | None,
+    span: tuple[float, float] | None,
+    span_label: str,
+) -> None:
+    """λ* (dotted green line) and the range within noise of the best (shaded) on ``ax``;
+    labelled once, on the figure's first panel."""
+    first = ax is ax.figure.axes[0]
+    if span is not None and span[1] > span[0]:
+        ax.axvspan(*span, color="tab:green", alpha=0.15, lw=0, label=span_label if first else None)
+    if star is not None:
+        text = (label if label is not None else f"λ* = {star:.3g}") if first else None
+        ax.axvline(star, color="tab:green", ls=":", label=text)
+
+
 def dice_limits(dice: Sequence[float], least: float = 0.02) -> tuple[float, float]:
     """Y-axis limits that make a Dice curve readable: its range with a tenth of it (at least
     ``least / 2``) added at each end, within [0, 1]; a flat curve gets ``least`` around it.
@@ -124,11 +141,16 @@ def sweep_curves(
     dice_before: float | None = None,
     dice_affine: float | None = None,
     title: str = "",
+    star: float | None = None,
+    star_label: str | None = None,
+    star_range: tuple[float, float] | None = None,
+    star_range_label: str = "within noise of best",
+    max_folding: float | None = None,
 ) -> Path:
     """Write the curves of a λ sweep: mean Dice against λ on an axis fitted to it
     (:func:`dice_limits`; top panel, only with ``dice``), and the field's regularity against λ
     (bottom panel): std of log J (left axis, blue) and folding, % of voxels with J ≤ 0 (right
-    axis, red, from 0).
+    axis, red, from 0). ``tune`` marks its λ* on both panels.
 
     The Dice of no registration and of the affine stage alone are horizontal lines with their
     value in the legend; one outside the fitted axis is not drawn and its legend says whether it
@@ -142,7 +164,12 @@ def sweep_curves(
         dice: Mean Dice per λ, or None (no label maps: the regularity panel alone).
         dice_before: Mean Dice with no registration, or None.
         dice_affine: Mean Dice after the affine stage alone, or None.
-        title: Figure title.
+        title: Figure title (above both panels; ``\n`` for a second line).
+        star: A λ to mark (dotted green line on both panels, e.g. tune's λ*), or None.
+        star_label: Legend text for ``star``; default ``"λ* = <star:.3g>"``.
+        star_range: ``(lo, hi)`` λ range to shade green (within noise of the best), or None.
+        star_range_label: Legend text for that range.
+        max_folding: Folding limit in percent (dotted red line, right axis), or None.
 
     Returns:
         ``path`` as a :class:`~pathlib.Path`.
@@ -171,8 +198,11 @@ def sweep_curves(
             line.set_visible(not where)
         ax.set_ylim(low, high)
         ax.set_ylabel("mean Dice")
-        ax.legend(fontsize=7, loc="best", frameon=False)
-        ax.grid(alpha=0.3)
+    for ax in axes[:, 0]:
+        _mark_star(ax, star, star_label, star_range, star_range_label)
+    if dice is not None:
+        axes[0, 0].legend(fontsize=7, loc="best", frameon=False)
+        axes[0, 0].grid(alpha=0.3)
     ax = axes[-1, 0]
     ax.plot(lam_sorted, np.asarray(log_jacobian_std)[order], "o-", ms=3, color="tab:blue")
     ax.set_ylabel("std log J", color="tab:blue")
@@ -182,7 +212,13 @@ def sweep_curves(
     folding_sorted = np.asarray(folding, dtype=np.float64)[order]
     twin.plot(lam_sorted, folding_sorted, "s-", ms=3, color="tab:red")
     twin.set_ylabel("% voxels with J ≤ 0", color="tab:red")
-    twin.set_ylim(0.0, 1.15 * float(np.nanmax(folding_sorted, initial=0.0)) or 0.1)
+    top = max(float(np.nanmax(folding_sorted, initial=0.0)), max_folding or 0.0)
+    twin.set_ylim(0.0, 1.15 * top or 0.1)
+    if max_folding is not None:
+        twin.axhline(max_folding, color="tab:red", ls=":", lw=0.8, label="folding limit")
+    handles = [h for a in (ax, twin) for h in a.get_legend_handles_labels()[0]]
+    if handles:  # λ* and its range without a Dice panel; the folding limit
+        ax.legend(handles=handles, fontsize=7, loc="best", frameon=False)
     if title:
         fig.suptitle(title, fontsize=9)
     return save_figure(fig, path)

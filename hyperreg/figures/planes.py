@@ -4,8 +4,9 @@
 :data:`~hyperreg.figures.slices.DISPLAY_CONVENTION` (one for 2D; axial, coronal and sagittal
 through the middle for 3D) with the physical size of their pixels; :func:`pair_planes` turns
 a fixed and a moved image (and their label maps) into, per plane, the two images as 8-bit
-grey PNGs (for a before/after flicker) and a transparent PNG layer of the moved image's edges
-and the label borders to lay on top. :func:`png_bytes` encodes an array as PNG. Numpy,
+grey WebP (JPEG where Pillow has no WebP; PNG on request) for a before/after flicker and a
+transparent palette PNG layer of the moved image's edges and the label borders to lay on top.
+:func:`png_bytes` encodes an array as PNG, :func:`grey_bytes` a grey one lossily. Numpy,
 nibabel and Pillow only (Pillow comes with matplotlib); never torch or model code.
 """
 
@@ -19,10 +20,22 @@ import numpy as np
 from hyperreg.figures.overlays import edge_mask, label_boundaries
 from hyperreg.figures.slices import OrientedSlice, oriented_slice
 
-__all__ = ["PLANES", "PlaneImages", "pair_planes", "plane_slices", "png_bytes"]
+__all__ = [
+    "GREY_QUALITY",
+    "PLANES",
+    "PlaneImages",
+    "grey_bytes",
+    "pair_planes",
+    "plane_slices",
+    "png_bytes",
+]
 
 PLANES = ("axial", "coronal", "sagittal")
 """The planes of a 3D image, in the order :func:`plane_slices` gives them."""
+
+GREY_QUALITY = 80
+"""Quality of :func:`pair_planes`'s lossy grey slices (WebP at 80: about a third of a
+lossless PNG's bytes on 1 mm brain slices)."""
 
 _EDGE = (255, 64, 64)  # the moved image's edges: red
 _FIXED_BORDER = (255, 230, 0)  # fixed label borders: yellow
@@ -36,11 +49,14 @@ class PlaneImages(NamedTuple):
     Attributes:
         plane: ``"axial"``, ``"coronal"`` or ``"sagittal"``.
         label: The view in words (edges' directions, display convention).
-        fixed: The fixed image's slice, 8-bit grey PNG bytes.
-        moved: The moved image's slice, same size.
-        layer: RGBA PNG of the same size, transparent except the moved image's strongest edges
-            (red) and, with label maps, the label borders (fixed yellow, moved cyan, both green).
+        fixed: The fixed image's slice, 8-bit grey image bytes (:attr:`mime`).
+        moved: The moved image's slice, same size and format.
+        layer: Palette PNG with transparency of the same size (it decodes to RGBA),
+            transparent except the moved image's strongest edges (red) and, with label maps,
+            the label borders (fixed yellow, moved cyan, both green).
         aspect: Height over width of the slice in millimetres (pixels may not be square).
+        mime: The type of ``fixed`` and ``moved``: ``"image/webp"``, ``"image/jpeg"`` or
+            ``"image/png"``.
     """
 
     plane: str
@@ -49,6 +65,7 @@ class PlaneImages(NamedTuple):
     moved: bytes
     layer: bytes
     aspect: float
+    mime: str = "image/png"
 
 
 def png_bytes(array: np.ndarray) -> bytes:
@@ -71,6 +88,31 @@ def png_bytes(array: np.ndarray) -> bytes:
     buffer = io.BytesIO()
     Image.fromarray(np.ascontiguousarray(array)).save(buffer, format="PNG", optimize=True)
     return buffer.getvalue()
+
+
+def grey_bytes(array: np.ndarray, quality: int = GREY_QUALITY) -> tuple[bytes, str]:
+    """Lossy encoding of a grey uint8 array ``(H, W)``, row 0 at the top: WebP, or JPEG where
+    Pillow was built without WebP.
+
+    Returns:
+        ``(bytes, mime type)``.
+
+    Raises:
+        ValueError: If ``array`` is not uint8 ``(H, W)`` or ``quality`` not in 1..95.
+    """
+    from PIL import Image, features
+
+    array = np.asarray(array)
+    if array.dtype != np.uint8 or array.ndim != 2:
+        raise ValueError(
+            f"grey_bytes(): 'array' must be uint8 (H, W), got {array.dtype} {array.shape}"
+        )
+    if not 1 <= quality <= 95:
+        raise ValueError(f"grey_bytes(): 'quality' must be 1 to 95, got {quality}")
+    kind = "WEBP" if features.check("webp") else "JPEG"
+    buffer = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(array)).save(buffer, format=kind, quality=quality)
+    return buffer.getvalue(), f"image/{kind.lower()}"
 
 
 def plane_slices(image: np.ndarray, affine: np.ndarray) -> list[tuple[OrientedSlice, float]]:
@@ -116,21 +158,41 @@ def _grey(data: np.ndarray) -> np.ndarray:
     return np.round(255 * np.clip((data - low) / (high - low), 0, 1)).astype(np.uint8)
 
 
-def _layer(moved: np.ndarray, fixed_seg: np.ndarray | None, moved_seg: np.ndarray | None):
-    """The RGBA overlay of one slice: moved edges, then label borders over them."""
-    layer = np.zeros((*moved.shape, 4), dtype=np.uint8)
-    layer[edge_mask(moved)] = (*_EDGE, 200)
+_PALETTE = ((0, 0, 0), _EDGE, _FIXED_BORDER, _MOVED_BORDER, _BOTH_BORDER)
+_ALPHA = (0, 200, 255, 255, 255)
+"""The layer's colours by index (0 transparent) and their opacities."""
+
+
+def _layer(
+    moved: np.ndarray, fixed_seg: np.ndarray | None, moved_seg: np.ndarray | None
+) -> np.ndarray:
+    """The overlay of one slice as :data:`_PALETTE` indices (uint8): moved edges, then label
+    borders over them."""
+    layer = np.zeros(moved.shape, dtype=np.uint8)
+    layer[edge_mask(moved)] = 1
     fixed_border = label_boundaries(fixed_seg) if fixed_seg is not None else None
     moved_border = label_boundaries(moved_seg) if moved_seg is not None else None
     if fixed_border is not None and moved_border is not None:
-        layer[fixed_border & ~moved_border] = (*_FIXED_BORDER, 255)
-        layer[moved_border & ~fixed_border] = (*_MOVED_BORDER, 255)
-        layer[fixed_border & moved_border] = (*_BOTH_BORDER, 255)
+        layer[fixed_border & ~moved_border] = 2
+        layer[moved_border & ~fixed_border] = 3
+        layer[fixed_border & moved_border] = 4
     elif fixed_border is not None:
-        layer[fixed_border] = (*_FIXED_BORDER, 255)
+        layer[fixed_border] = 2
     elif moved_border is not None:
-        layer[moved_border] = (*_MOVED_BORDER, 255)
+        layer[moved_border] = 3
     return layer
+
+
+def _palette_png(indices: np.ndarray) -> bytes:
+    """A palette PNG of ``indices`` (``(H, W)`` uint8 into :data:`_PALETTE`) with the
+    opacities of :data:`_ALPHA` (a tRNS chunk): an RGBA image in a fraction of the bytes."""
+    from PIL import Image
+
+    image = Image.fromarray(np.ascontiguousarray(indices), mode="P")
+    image.putpalette([value for colour in _PALETTE for value in colour])
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", optimize=True, transparency=bytes(_ALPHA))
+    return buffer.getvalue()
 
 
 def pair_planes(
@@ -140,9 +202,11 @@ def pair_planes(
     *,
     fixed_seg: np.ndarray | None = None,
     moved_seg: np.ndarray | None = None,
+    quality: int | None = GREY_QUALITY,
 ) -> list[PlaneImages]:
     """Per plane (one for 2D, three for 3D: :func:`plane_slices`), the fixed and moved slices
-    as grey PNGs and a transparent layer of the moved image's edges and the label borders.
+    as lossy grey images (:func:`grey_bytes`; PNG with ``quality`` None) and a transparent
+    palette PNG layer of the moved image's edges and the label borders.
 
     Each grey image is scaled on its own from its 0.5th to 99.5th percentile (the two images
     may come from different scanners; the flicker compares anatomy, not intensities). Slices
@@ -155,12 +219,14 @@ def pair_planes(
         affine: The fixed grid's ``(4, 4)`` voxel-to-world (RAS mm) matrix.
         fixed_seg: Fixed label map (same shape), or None.
         moved_seg: Moved label map (same shape), or None.
+        quality: Quality of the lossy grey slices (1-95); None: lossless PNG.
 
     Returns:
         A list of :class:`PlaneImages`.
 
     Raises:
-        ValueError: If an array does not have ``fixed``'s shape, or as :func:`plane_slices`.
+        ValueError: If an array does not have ``fixed``'s shape, or as :func:`plane_slices`
+            and :func:`grey_bytes`.
     """
     fixed = np.asarray(fixed)
     arrays = {"moved": moved, "fixed_seg": fixed_seg, "moved_seg": moved_seg}
@@ -176,19 +242,25 @@ def pair_planes(
             return [None] * (1 if fixed.ndim == 2 else 3)
         return [view.data for view, _ in plane_slices(np.asarray(array), affine)]
 
+    def grey(data: np.ndarray) -> tuple[bytes, str]:
+        scaled = _grey(data)
+        return (png_bytes(scaled), "image/png") if quality is None else grey_bytes(scaled, quality)
+
     images = []
     for (view, aspect), moved_view, fixed_labels, moved_labels in zip(
         plane_slices(fixed, affine), views(moved), views(fixed_seg), views(moved_seg)
     ):
         assert moved_view is not None
+        (fixed_image, mime), (moved_image, _) = grey(view.data), grey(moved_view)
         images.append(
             PlaneImages(
                 plane=view.plane,
                 label=view.label,
-                fixed=png_bytes(_grey(view.data)),
-                moved=png_bytes(_grey(moved_view)),
-                layer=png_bytes(_layer(moved_view, fixed_labels, moved_labels)),
+                fixed=fixed_image,
+                moved=moved_image,
+                layer=_palette_png(_layer(moved_view, fixed_labels, moved_labels)),
                 aspect=aspect,
+                mime=mime,
             )
         )
     return images

@@ -9,11 +9,13 @@
   const E = window.HYPERREG_EMBEDDED || null;
   const token = new URLSearchParams(window.location.search).get("token") || "";
   const $ = (id) => document.getElementById(id);
-  const state = { info: null, lam: null, refined: false, points: [], busy: 0, shown: null };
+  const state = { info: null, lam: null, refined: false, preview: false, points: [], busy: 0,
+    shown: null };
   let nv = null;
   let resultSeq = 0;
   let viewSeq = 0;
   let timer = null;
+  let firstResult = null; // the first λ's answer, asked for early
   window.hyperregView = state; // read by the browser tests
 
   function setBusy(delta) {
@@ -65,9 +67,28 @@
     if (!["fixed", "moving", "edges"].includes(kind)) {
       params.lam = state.lam;
       params.refined = state.refined ? "1" : "0";
+      params.preview = state.preview ? "1" : "0";
     }
-    return api("volume", params);
+    const key = JSON.stringify(params);
+    const early = prefetched[key];
+    delete prefetched[key];
+    return early || api("volume", params);
   }
+
+  // ---- the live page's first answers, asked for before NiiVue has loaded (the server
+  // registers the first λ while the browser compiles NiiVue and starts WebGL)
+  const prefetched = {};
+  const slid = (lam) => Number((Math.round(lam * 100) / 100).toFixed(2)); // the slider's step
+  const early = E ? null : api("info").then((info) => {
+    const lam = slid(info.lam);
+    const result = api("result", { lam: lam, preview: info.preview ? "1" : "0" });
+    result.then((r) => {
+      const params = { kind: "moved", lam: lam, refined: "0", preview: r.preview ? "1" : "0" };
+      prefetched[JSON.stringify(params)] = api("volume", params);
+    }, () => {});
+    return { info: info, lam: lam, result: result };
+  });
+  early && early.catch(() => {}); // main() reports a failure
 
   const LOOKS = {
     fixed: { colormap: "gray", opacity: 1, cal: [0, 255] },
@@ -104,7 +125,8 @@
       if (mine !== viewSeq) return; // a newer request replaced this one
       while (nv.volumes.length) nv.removeVolumeByIndex(0);
       images.forEach((image) => nv.addVolume(image));
-      state.shown = { lam: state.lam, refined: state.refined, kinds: kinds };
+      state.shown = { lam: state.lam, refined: state.refined, preview: state.preview,
+        kinds: kinds };
     } catch (err) {
       status(String(err.message || err), true);
     } finally {
@@ -122,11 +144,28 @@
     $("rFold").textContent = fmt(r.folding_percent, 3) + " %";
     $("rSdlogj").textContent = fmt(r.log_jacobian_std, 4);
     $("rNcc").textContent = fmt(r.ncc, 4);
-    $("rKind").textContent = r.refined ? "refined" : "network alone";
+    const network = (r.network || "").replace(", no flip averaging", "")
+      .replace(", flip averaging", " + flips"); // "2 passes + flips", "1 pass"
+    $("rKind").textContent = r.refined ? "refined" : (r.preview ? "preview: " : "network: ") +
+      network;
+    $("preview").hidden = !r.preview;
+    $("preview").textContent = r.preview ? "preview (" + r.network + "); the model's full " +
+      "result (" + state.info.network + ") is on its way" : "";
     const rows = Object.entries(r.dice || {}).map(
       ([label, value]) => "<tr><td>label " + label + "</td><td class='v'>" + fmt(value, 3) + "</td></tr>");
     $("perLabel").innerHTML = rows.join("");
     document.body.dataset.lam = String(r.lam);
+  }
+
+  async function showResult(r, mine) {
+    if (mine !== resultSeq) return false;
+    state.preview = Boolean(r.preview);
+    showNumbers(r);
+    const lam = r.lam.toFixed(E ? 3 : 2);
+    if (!E) status("λ = " + lam + ": " + fmt(r.seconds, 2) + " s (" +
+      (r.preview ? "preview, " : "network alone, ") + r.network + ")");
+    await showVolumes();
+    return mine === resultSeq;
   }
 
   async function showLambda(lam) {
@@ -137,21 +176,32 @@
     drawCurves();
     setBusy(1);
     try {
-      let r;
       if (E) {
-        r = E.points[gridIndex(lam)];
-      } else {
-        status("registering λ = " + lam.toFixed(2) + " …");
-        r = await api("result", { lam: lam });
+        await showResult(E.points[gridIndex(lam)], mine);
+        return;
       }
-      if (mine !== resultSeq) return;
-      showNumbers(r);
-      if (!E) status("λ = " + lam.toFixed(2) + ": " + fmt(r.seconds, 2) + " s (network alone)");
-      await showVolumes();
-      if (!E) pollCurves();
+      status("registering λ = " + lam.toFixed(2) + " …");
+      const asked = firstResult && firstResult.lam === lam ? firstResult.result : null;
+      firstResult = null;
+      const first = await (asked ||
+        api("result", { lam: lam, preview: state.info.preview ? "1" : "0" }));
+      if (!(await showResult(first, mine))) return;
+      pollCurves();
+      if (first.preview) fullResult(lam, mine); // not awaited: the page is usable meanwhile
     } catch (err) {
       if (mine !== resultSeq) return; // a newer λ was asked for (the server dropped this one)
       status(String(err.message || err), true);
+    } finally {
+      setBusy(-1);
+    }
+  }
+
+  async function fullResult(lam, mine) { // the model's full passes and flips replace a preview
+    setBusy(1);
+    try {
+      if (await showResult(await api("result", { lam: lam }), mine)) pollCurves(); // its point
+    } catch (err) {
+      if (mine === resultSeq) status(String(err.message || err), true);
     } finally {
       setBusy(-1);
     }
@@ -211,13 +261,18 @@
     }
   }
 
+  let polling = false; // one loop of curve requests, however many λ were shown
   async function pollCurves() {
+    if (polling) return;
+    polling = true;
     try {
       const curves = await api("curves");
       state.points = curves.points;
       drawCurves();
-      if (!curves.done) setTimeout(pollCurves, 1500);
+      if (!curves.done) setTimeout(() => { polling = false; pollCurves(); }, 1500);
+      else polling = false;
     } catch (err) {
+      polling = false;
       status("curves: " + String(err.message || err), true);
     }
   }
@@ -231,6 +286,7 @@
       const r = await api("refine", { lam: lam }, "POST");
       if (mine !== resultSeq) return;
       state.refined = true;
+      state.preview = false;
       showNumbers(r);
       status("λ = " + lam.toFixed(2) + " refined in " + fmt(r.seconds, 1) + " s");
       await showVolumes();
@@ -270,7 +326,8 @@
         show3Dcrosshair: false,
       });
       await nv.attachTo("gl");
-      state.info = E ? E.info : await api("info");
+      const first = E ? null : await early;
+      state.info = E ? E.info : first.info;
       const info = state.info;
       $("pair").textContent = info.moving + " → " + info.fixed + " (" + info.ndim + "D)";
       const plane = { axial: nv.sliceTypeAxial, coronal: nv.sliceTypeCoronal,
@@ -291,11 +348,14 @@
         $("about").textContent = "A page written by hyperreg sweep: the slider steps through " +
           "the swept λ; volumes are stored downsampled and as 8-bit grey levels.";
       } else {
-        slider.value = info.lam;
+        slider.value = first.lam;
+        firstResult = first;
         $("refineText").textContent = "refine: " + info.refine + "; save: " + info.out;
         $("about").textContent = "Each λ is registered by the network alone when you move " +
           "the slider (the pair was prepared once, affine stage included); the curves fill " +
-          "from a background sweep.";
+          "from a background sweep." + (info.preview ? " A new λ shows a preview first " +
+          "(one network pass, no flip averaging), replaced by the model's full result (" +
+          info.network + ") when it is ready; curves, refine and save use the full one." : "");
       }
       if (!info.has_labels) {
         for (const option of Array.from($("overlay").options)) {
@@ -306,7 +366,7 @@
         const lam = sliderLambda();
         $("lamText").textContent = "λ = " + lam.toFixed(E ? 3 : 2);
         clearTimeout(timer);
-        timer = setTimeout(() => showLambda(lam), E ? 0 : 120);
+        timer = setTimeout(() => showLambda(lam), E ? 0 : 50); // a drag: its last λ
       });
       $("base").addEventListener("change", showVolumes);
       $("overlay").addEventListener("change", showVolumes);
