@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from hyperreg.method.losses import NCCReference, ncc_reference
 from hyperreg.method.model import HyperMorph
 from hyperreg.method.objective import Objective
 from hyperreg.method.spatial import integrate_velocity, warp
@@ -42,11 +43,13 @@ def _terms(
     lam: float,
     shape,
     weight: Tensor | None = None,
+    reference: NCCReference | None = None,
 ) -> tuple[Tensor, Tensor]:
     """``(loss, image dissimilarity)`` of one evaluation; ``shape`` is the fine image grid (it
     sets the regulariser's ``k``, so both levels weigh smoothness alike); ``weight`` (cost
-    masks) weighs the similarity's voxels, the regulariser counts everywhere."""
-    image = objective.image_term(moved, fixed, weight).float()
+    masks) weighs the similarity's voxels, the regulariser counts everywhere; ``reference``:
+    the fixed image's NCC statistics, computed once per level."""
+    image = objective.image_term(moved, fixed, weight, reference).float()
     smooth = objective.smoothness(field, shape).float()
     return ((1 - lam) * image + lam * smooth).mean(), image.mean()
 
@@ -98,6 +101,10 @@ class RefineLevel:
         if coarse and objective.similarity == "ncc":  # the same window in mm on half the voxels
             window = max(3, (objective.ncc_window // 2) | 1)
             self.objective = dataclasses.replace(objective, ncc_window=window)
+        # the fixed image's local NCC statistics are the same at every step: once per level
+        self._reference = None
+        if self.objective.similarity == "ncc":
+            self._reference = ncc_reference(self.fixed, self.objective.ncc_window)
 
     def __call__(self, flow: Tensor) -> tuple[Tensor, Tensor]:
         if not self.coarse:
@@ -105,14 +112,15 @@ class RefineLevel:
             field = out.velocity if out.velocity is not None else out.disp
             weight = self._weight(out.disp)
             terms = (self.objective, out.moved, self.fixed, field, self.lam, self.shape, weight)
-            return _terms(*terms)
+            return _terms(*terms, self._reference)
         # the velocity's own grid: integrated as the model does, no upsampling
         crop = (slice(None), slice(None), *[slice(0, n) for n in self.moving.shape[2:]])
         velocity = flow[crop]
         disp = integrate_velocity(flow, self.model.config.int_steps)[crop]
         moved = warp(self.moving, disp, exact=False)
         weight = self._weight(disp)
-        return _terms(self.objective, moved, self.fixed, velocity, self.lam, self.shape, weight)
+        terms = (self.objective, moved, self.fixed, velocity, self.lam, self.shape, weight)
+        return _terms(*terms, self._reference)
 
     def _weight(self, disp: Tensor) -> Tensor | None:
         """The similarity's voxel weights for ``disp`` (this level's grid), or None."""
