@@ -286,7 +286,11 @@ def integrate_velocity(velocity: Tensor, steps: int = 7) -> Tensor:
 
     ``disp = exp(velocity)``: the field is divided by ``2**steps`` and composed with itself
     ``steps`` times (``u ← u + u∘(x + u)``). Each composition samples in the velocity's dtype
-    (at least float32) on a cached identity grid (:func:`warp` with ``exact=False``).
+    (at least float32) on a cached identity grid, as :func:`warp` with ``exact=False`` does,
+    with the border's value outside the grid. The field is held in ``grid_sample``'s
+    normalised, x-first layout from the first composition to the last (the compositions are
+    linear in it), so a step makes no layout copies: the result is the voxel-unit loop's to
+    float32 rounding (about 1e-6 voxels at a few voxels of displacement; tested).
 
     Args:
         velocity: Stationary velocity field, shape ``(B, N, *S)``, voxels per unit time,
@@ -307,10 +311,22 @@ def integrate_velocity(velocity: Tensor, steps: int = 7) -> Tensor:
     check_field("integrate_velocity", "velocity", velocity)
     if steps < 0:
         raise ValueError(f"integrate_velocity(): 'steps' must be >= 0, got {steps}")
-    disp = velocity / (2**steps)
+    if steps == 0:
+        return velocity / 1
+    shape = tuple(velocity.shape[2:])
+    work = torch.promote_types(velocity.dtype, torch.float32)
+    scale = _to_grid_sample_coords(torch.ones(1, len(shape), *[1] * len(shape)), shape).view(-1)
+    scale = (scale + 1.0).to(device=velocity.device, dtype=work)  # 2 / (s - 1), x first
+    # u / 2**steps in grid_sample's coordinates, channels last: (B, *S, N)
+    field = velocity.to(work).movedim(1, -1).flip(-1) * (scale / 2**steps)
+    identity = _identity_coords(shape, velocity.device, work)
     for _ in range(steps):
-        disp = disp + _warp_fast(disp, disp, "bilinear", "border")
-    return disp
+        sampled = _grid_sample(
+            field.movedim(-1, 1).contiguous(), identity + field, "bilinear", "border",
+            "integrate_velocity",
+        )  # fmt: skip
+        field = field + sampled.movedim(1, -1)
+    return (field / scale).flip(-1).movedim(-1, 1).contiguous().to(velocity.dtype)
 
 
 def resize_field(field: Tensor, factor: float, size: Sequence[int] | None = None) -> Tensor:
