@@ -28,7 +28,7 @@ from hyperreg.method.model import HyperMorph
 from hyperreg.method.objective import Objective
 from hyperreg.method.spatial import integrate_velocity, warp
 
-__all__ = ["LossBox", "RefineLevel", "foreground_box", "optimise_level"]
+__all__ = ["LevelResult", "LossBox", "RefineLevel", "foreground_box", "optimise_level"]
 
 _PATIENCE = 5  # steps without a relative improvement of the best loss above _TOLERANCE: stop
 _TOLERANCE = 2e-4
@@ -141,27 +141,38 @@ class RefineLevel:
         return -pool(-weight, window, stride=1, padding=window // 2)
 
 
-def optimise_level(
-    level: RefineLevel, start: Tensor, lr: float, steps: int
-) -> tuple[Tensor, float, int, bool]:
-    """Adam from ``start`` for at most ``steps``; returns ``(best flow, its loss, steps taken,
-    diverged)``. Stops after :data:`_PATIENCE` steps without a relative gain of
+class LevelResult(NamedTuple):
+    """Output of :func:`optimise_level`: the best flow, its loss and image dissimilarity (as
+    :class:`RefineLevel` gives them; ``inf`` and NaN when no step was scored), the Adam steps
+    taken, and whether a non-finite loss stopped it."""
+
+    flow: Tensor
+    loss: float
+    image: float
+    taken: int
+    diverged: bool
+
+
+def optimise_level(level: RefineLevel, start: Tensor, lr: float, steps: int) -> LevelResult:
+    """Adam from ``start`` for at most ``steps``; returns the best flow and its scores
+    (:class:`LevelResult`). Stops after :data:`_PATIENCE` steps without a relative gain of
     :data:`_TOLERANCE` on the best loss; a non-finite loss stops it as diverged.
 
     Only a copy of ``start`` is optimised (``lr`` in voxels of the flow's grid per step); the
     model's weights receive no gradients."""
     param = start.detach().clone().requires_grad_(True)
     optimiser = torch.optim.Adam([param], lr=lr)
-    best, best_loss, stale = start.detach(), math.inf, 0
+    best, best_loss, best_image, stale = start.detach(), math.inf, math.nan, 0
     taken = 0
     with torch.enable_grad():
         for taken in range(1, steps + 1):
-            loss, _ = level(param)
+            loss, image = level(param)
             value = float(loss.detach())
             if not math.isfinite(value):
-                return best, best_loss, taken, True
+                return LevelResult(best, best_loss, best_image, taken, True)
             if value < best_loss - _TOLERANCE * abs(best_loss if math.isfinite(best_loss) else 0):
                 best, best_loss, stale = param.detach().clone(), value, 0
+                best_image = float(image.detach())
             else:
                 stale += 1
                 if stale >= _PATIENCE:
@@ -170,13 +181,13 @@ def optimise_level(
             loss.backward()
             optimiser.step()
     with torch.no_grad():  # the last step's result has not been scored yet
-        loss, _ = level(param.detach())
+        loss, image = level(param.detach())
         value = float(loss)
     if not math.isfinite(value):
-        return best, best_loss, taken, True
+        return LevelResult(best, best_loss, best_image, taken, True)
     if value < best_loss:
-        best, best_loss = param.detach().clone(), value
-    return best, best_loss, taken, False
+        best, best_loss, best_image = param.detach().clone(), value, float(image)
+    return LevelResult(best, best_loss, best_image, taken, False)
 
 
 class LossBox(NamedTuple):
