@@ -258,6 +258,48 @@ def test_integrate_smooth_velocity_matches_module_and_is_not_identity(shape) -> 
     assert disp.shape == (1, ndim, *shape)
 
 
+@pytest.mark.parametrize(
+    ("mode", "padding", "exact"),
+    [("bilinear", "border", False), ("bilinear", "itk", True), ("nearest", "zeros", True)],
+)
+def test_large_3d_cpu_warp_split_across_threads_is_bitwise_the_plain_one(
+    monkeypatch, mode, padding, exact
+) -> None:
+    # A one-channel 3D volume of >= 2**18 output points is sampled as several batch items of a
+    # few planes each (PyTorch runs one batch item per thread): with 2 threads an even depth is
+    # split in 2 and an odd one is not; values and the field's gradient are bitwise those of
+    # one thread (one grid_sample call).
+    import hyperreg.method.spatial as spatial_module
+
+    batches: list[int] = []
+    sample = spatial_module.F.grid_sample
+
+    def recording(image, grid, **kwargs):
+        batches.append(image.shape[0])
+        return sample(image, grid, **kwargs)
+
+    monkeypatch.setattr(spatial_module.F, "grid_sample", recording)
+    torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    try:
+        for spatial, split in [((64, 64, 66), 2), ((65, 64, 64), 1)]:
+            moving = torch.rand(1, 1, *spatial)
+            disp = 3 * torch.randn(1, 3, *spatial)
+            results = []
+            for count in (1, 2):
+                torch.set_num_threads(count)
+                batches.clear()
+                leaf = disp.clone().requires_grad_()
+                moved = warp(moving, leaf, mode, padding, exact=exact)
+                (grad,) = torch.autograd.grad(moved.square().sum(), leaf)
+                results.append((moved, grad))
+                assert batches == [1 if count == 1 else split]
+            assert torch.equal(results[0][0], results[1][0])
+            assert torch.equal(results[0][1], results[1][1])
+    finally:
+        torch.set_num_threads(threads)
+
+
 @pytest.mark.parametrize("steps", [1, 7])
 def test_integrate_equals_the_voxel_unit_squaring_loop(shape, steps: int) -> None:
     # The compositions run in grid_sample's normalised layout; against the plain loop in voxels

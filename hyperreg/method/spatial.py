@@ -184,13 +184,43 @@ def _grid_sample(moving: Tensor, grid: Tensor, mode: str, padding: str, fn: str 
             "diverged training or refinement"
         )
     if padding != "itk":
-        return F.grid_sample(moving, grid, mode=mode, padding_mode=padding, align_corners=True)
-    out = F.grid_sample(moving, grid, mode=mode, padding_mode="border", align_corners=True)
+        return _sample(moving, grid, mode, padding)
+    out = _sample(moving, grid, mode, "border")
     # voxel -0.5 and S - 0.5 are -1 - 1/(S-1) and 1 + 1/(S-1) in grid_sample's coordinates
     sizes = [max(s - 1, 1) for s in reversed(moving.shape[2:])]
     limit = torch.tensor([1.0 + 1.0 / s for s in sizes], dtype=grid.dtype, device=grid.device)
     outside = (grid.abs() > limit).any(-1) | ~torch.isfinite(grid).all(-1)
     return out.masked_fill(outside[:, None], 0.0)
+
+
+_SPLIT_POINTS = 1 << 18  # fewest output points of a 3D CPU sampling split across threads
+
+
+def _sample(moving: Tensor, grid: Tensor, mode: str, padding: str) -> Tensor:
+    """``F.grid_sample`` (align_corners=True), a large 3D CPU one split across threads.
+
+    PyTorch's 3D CPU sampler runs its batch items in parallel and each on one thread, so a
+    single volume is sampled on one core whatever the thread count. A one-channel volume of
+    at least :data:`_SPLIT_POINTS` output points that needs no gradient (the image warped in a
+    refinement step or an output) is sampled as ``p`` batch items of ``D / p`` planes each (``p``
+    the largest divisor of ``D`` up to the thread count): the same volume read by every item
+    (a stride-0 view), the grid and the result reshaped as views, so it takes no more memory
+    and gives the same values, bitwise.
+    """
+    parts = 1
+    big = grid.ndim == 5 and grid.shape[1:-1].numel() >= _SPLIT_POINTS
+    if big and moving.device.type == "cpu" and moving.shape[:2] == (1, 1) and grid.shape[0] == 1:
+        if not (moving.requires_grad and torch.is_grad_enabled()):
+            depth = grid.shape[1]
+            parts = max(p for p in range(1, torch.get_num_threads() + 1) if depth % p == 0)
+    if parts == 1:
+        return F.grid_sample(moving, grid, mode=mode, padding_mode=padding, align_corners=True)
+    items = grid[0].unflatten(0, (parts, grid.shape[1] // parts))  # a view, any strides
+    out = F.grid_sample(
+        moving.expand(parts, *moving.shape[1:]), items, mode=mode, padding_mode=padding,
+        align_corners=True,
+    )  # fmt: skip
+    return out.reshape(1, 1, *grid.shape[1:-1])
 
 
 def sample_at(
