@@ -345,7 +345,8 @@ def integrate_velocity(velocity: Tensor, steps: int = 7) -> Tensor:
         return velocity / 1
     shape = tuple(velocity.shape[2:])
     work = torch.promote_types(velocity.dtype, torch.float32)
-    scale = _to_grid_sample_coords(torch.ones(1, len(shape), *[1] * len(shape)), shape).view(-1)
+    unit = torch.ones(1, len(shape), *[1] * len(shape), dtype=torch.float64)
+    scale = _to_grid_sample_coords(unit, shape).view(-1)
     scale = (scale + 1.0).to(device=velocity.device, dtype=work)  # 2 / (s - 1), x first
     # u / 2**steps in grid_sample's coordinates, channels last: (B, *S, N)
     field = velocity.to(work).movedim(1, -1).flip(-1) * (scale / 2**steps)
