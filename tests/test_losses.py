@@ -8,7 +8,15 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.testing import assert_close
 
-from hyperreg.method.losses import NCC, dice_loss, gradient_loss, mi_loss, mse_loss, ncc_loss
+from hyperreg.method.losses import (
+    NCC,
+    dice_loss,
+    gradient_loss,
+    mi_loss,
+    mse_loss,
+    ncc_loss,
+    ncc_reference,
+)
 from hyperreg.method.spatial import identity_grid
 
 # Window used by property tests: fits every axis of the tiny 3D test volume (8 x 10 x 12).
@@ -84,6 +92,39 @@ def test_ncc_box_sums_match_a_convolution_for_every_window(shape, window: int) -
     ncc_loss(ours, fixed, window=window).backward()
     _voxelmorph_ncc(theirs, fixed, window).mean().backward()
     assert_close(ours.grad, theirs.grad, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("window", [3, 5, 9])
+@pytest.mark.parametrize("weighted", [False, True], ids=["plain", "weighted"])
+def test_ncc_with_a_reference_equals_ncc_without(shape, make_texture, window, weighted) -> None:
+    # The fixed image's statistics computed once (test-time refinement) give the loss and the
+    # gradient of the plain form, on textured images with a flat region at a non-zero level (where
+    # cc is clamped or the variance clamped at 0), above [0, 1] (unit scaling), with cost weights.
+    torch.manual_seed(window)
+    fixed = 3.0 * make_texture(shape, batch=2)
+    moved = 0.6 * fixed.roll(1, -1) + 0.4 * make_texture(shape, batch=2)
+    moved[:, :, : shape[0] // 2], fixed[:, :, : shape[0] // 2] = 0.7, 0.4
+    weight = (torch.rand(2, 1, *shape) > 0.3).float() if weighted else None
+    plain, cached = moved.clone().requires_grad_(), moved.clone().requires_grad_()
+    expected = ncc_loss(plain, fixed, window=window, reduction="none", weight=weight)
+    reference = ncc_reference(fixed, window)
+    actual = ncc_loss(cached, fixed, window=window, reduction="none", weight=weight,
+                      reference=reference)  # fmt: skip
+    assert_close(actual, expected, rtol=0, atol=1e-5)
+    expected.sum().backward()
+    actual.sum().backward()
+    assert plain.grad.abs().max() > 0
+    assert_close(cached.grad, plain.grad, rtol=1e-4, atol=1e-5 * float(plain.grad.abs().max()))
+
+
+def test_ncc_refuses_a_reference_of_another_window_or_shape(shape, make_texture) -> None:
+    fixed = make_texture(shape)
+    with pytest.raises(ValueError, match="'reference' was computed for window 5"):
+        ncc_loss(fixed, fixed, window=7, reference=ncc_reference(fixed, 5))
+    with pytest.raises(ValueError, match="'reference' was computed for window 5 and shape"):
+        ncc_loss(fixed, fixed, window=5, reference=ncc_reference(fixed[..., 1:], 5))
+    with pytest.raises(ValueError, match="'window' must be a positive odd integer"):
+        ncc_reference(fixed, 4)
 
 
 def test_ncc_default_window_larger_than_an_axis(shape, make_texture) -> None:

@@ -17,6 +17,7 @@ from hyperreg.method.model import (
     load_checkpoint,
     save_checkpoint,
 )
+from hyperreg.method.spatial import integrate_velocity, resize_field
 
 # Multiples of 16 (no padding) for the plain shape checks.
 MODEL_SHAPES = {2: (32, 48), 3: (16, 16, 32)}
@@ -80,6 +81,23 @@ def test_size_not_divisible_by_16_keeps_shape(make_blobs) -> None:
     assert out.moved.shape == (1, 1, *spatial)
     assert out.disp.shape == (1, 2, *spatial)
     assert torch.isfinite(out.disp).all()
+
+
+@pytest.mark.parametrize("spatial", [(30, 17, 33), (32, 16, 48), (31, 20, 47)])
+def test_flow_to_output_upsamples_only_the_planes_the_crop_reads(spatial, make_blobs) -> None:
+    # The half-resolution field is upsampled over the planes the crop to the image reads, not
+    # the whole padded grid: bitwise the field of upsampling it all and cropping after, for
+    # even, odd and multiple-of-16 sizes, on a velocity of a few voxels.
+    model = _small(3)
+    padded = tuple(math.ceil(s / 16) * 16 for s in spatial)
+    torch.manual_seed(0)
+    flow = 3 * torch.randn(1, 3, *[p // 2 for p in padded])
+    moving = make_blobs(spatial)
+    out = model.flow_to_output(flow, moving)
+    whole = resize_field(integrate_velocity(flow, model.config.int_steps), 2.0, padded)
+    expected = whole[(slice(None), slice(None), *[slice(0, s) for s in spatial])]
+    assert out.disp.shape == (1, 3, *spatial)
+    assert torch.equal(out.disp, expected)
 
 
 def test_velocity_shape_for_size_not_divisible_by_16(ndim: int, make_blobs) -> None:

@@ -258,6 +258,73 @@ def test_integrate_smooth_velocity_matches_module_and_is_not_identity(shape) -> 
     assert disp.shape == (1, ndim, *shape)
 
 
+@pytest.mark.parametrize(
+    ("mode", "padding", "exact"),
+    [("bilinear", "border", False), ("bilinear", "itk", True), ("nearest", "zeros", True)],
+)
+def test_large_3d_cpu_warp_split_across_threads_is_bitwise_the_plain_one(
+    monkeypatch, mode, padding, exact
+) -> None:
+    # A one-channel 3D volume of >= 2**18 output points is sampled as several batch items of a
+    # few planes each (PyTorch runs one batch item per thread): with 2 threads an even depth is
+    # split in 2 and an odd one is not; values and the field's gradient are bitwise those of
+    # one thread (one grid_sample call).
+    import hyperreg.method.spatial as spatial_module
+
+    batches: list[int] = []
+    sample = spatial_module.F.grid_sample
+
+    def recording(image, grid, **kwargs):
+        batches.append(image.shape[0])
+        return sample(image, grid, **kwargs)
+
+    monkeypatch.setattr(spatial_module.F, "grid_sample", recording)
+    torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    try:
+        for spatial, split in [((64, 64, 66), 2), ((65, 64, 64), 1)]:
+            moving = torch.rand(1, 1, *spatial)
+            disp = 3 * torch.randn(1, 3, *spatial)
+            results = []
+            for count in (1, 2):
+                torch.set_num_threads(count)
+                batches.clear()
+                leaf = disp.clone().requires_grad_()
+                moved = warp(moving, leaf, mode, padding, exact=exact)
+                (grad,) = torch.autograd.grad(moved.square().sum(), leaf)
+                results.append((moved, grad))
+                assert batches == [1 if count == 1 else split]
+            assert torch.equal(results[0][0], results[1][0])
+            assert torch.equal(results[0][1], results[1][1])
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("steps", [1, 7])
+def test_integrate_equals_the_voxel_unit_squaring_loop(shape, steps: int) -> None:
+    # The compositions run in grid_sample's normalised layout; against the plain loop in voxels
+    # (u <- u + warp(u, u), float64, border padding), on a smooth field of up to 4 voxels that
+    # reaches outside the grid at the border, with its gradient (offsets keep the positions off
+    # whole voxels, where the interpolation has a kink).
+    grid = identity_grid(shape, dtype=torch.float64)
+    velocity = torch.cat([4.0 * torch.sin(grid / 3.0 + 1), 2.0 * torch.cos(grid / 4.0 + 0.3)], 0)
+    expected = velocity / 2**steps
+    for _ in range(steps):
+        expected = expected + warp(expected, expected, padding="border")
+    leaf = velocity.float().requires_grad_()
+    actual = integrate_velocity(leaf, steps)
+    assert actual.dtype == torch.float32 and actual.is_contiguous()
+    assert_close(actual.double(), expected, rtol=0, atol=2e-5)
+    weights = torch.rand_like(actual)
+    (grad,) = torch.autograd.grad((actual * weights).sum(), leaf)
+    reference = velocity.clone().requires_grad_()
+    expected = reference / 2**steps
+    for _ in range(steps):
+        expected = expected + warp(expected, expected, padding="border")
+    (expected_grad,) = torch.autograd.grad((expected * weights.double()).sum(), reference)
+    assert_close(grad.double(), expected_grad, rtol=1e-4, atol=1e-4)
+
+
 def test_integrate_rejects_bad_input(shape) -> None:
     velocity = torch.zeros(1, len(shape), *shape)
     with pytest.raises(ValueError, match=r"'steps' must be >= 0"):

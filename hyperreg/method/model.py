@@ -269,7 +269,11 @@ class HyperMorph(nn.Module):
             velocity = flow
             disp = integrate_velocity(velocity, cfg.int_steps)
             if self.half_res:
-                disp = resize_field(disp, 2.0, padded)
+                # upsample only the half-resolution planes the crop below reads (the last
+                # output voxel s - 1 interpolates planes up to s // 2): the same values, bitwise
+                keep = [min(n, s // 2 + 1) for n, s in zip(disp.shape[2:], spatial)]
+                disp = disp[(slice(None), slice(None), *[slice(0, k) for k in keep])]
+                disp = resize_field(disp, 2.0, [2 * k for k in keep])
         else:
             disp = flow
         if padded != spatial:

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hyperreg.method.losses import gradient_loss, mi_loss, mse_loss, ncc_loss
+from hyperreg.method.losses import NCCReference, gradient_loss, mi_loss, mse_loss, ncc_loss
 from hyperreg.method.spatial import warp
 from hyperreg.method.similarities import SIMILARITIES as SIMILARITY_NAMES
 
@@ -183,12 +183,22 @@ class Objective:
         """Plain dict of the settings (what checkpoints store)."""
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
-    def image_term(self, moved: Tensor, fixed: Tensor, weight: Tensor | None = None) -> Tensor:
+    def image_term(
+        self,
+        moved: Tensor,
+        fixed: Tensor,
+        weight: Tensor | None = None,
+        reference: NCCReference | None = None,
+    ) -> Tensor:
         """``(B,)`` image dissimilarity of ``moved`` against ``fixed`` (``(B, C, *S)``);
         ``weight`` (``(B, 1, *S)``, a cost mask) weighs the voxels of local NCC (the other
-        similarities ignore it)."""
+        similarities ignore it); ``reference`` (``ncc_reference(fixed, self.ncc_window)``,
+        computed once) is the fixed image's NCC statistics (the other similarities ignore it)."""
         if self.similarity == "ncc":
-            return ncc_loss(moved, fixed, window=self.ncc_window, reduction="none", weight=weight)
+            window = self.ncc_window
+            return ncc_loss(
+                moved, fixed, window=window, reduction="none", weight=weight, reference=reference
+            )
         if self.similarity == "mse":
             return mse_loss(moved, fixed, sigma=self.mse_sigma, reduction="none")
         return mi_loss(moved, fixed, reduction="none")

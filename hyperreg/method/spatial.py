@@ -184,13 +184,43 @@ def _grid_sample(moving: Tensor, grid: Tensor, mode: str, padding: str, fn: str 
             "diverged training or refinement"
         )
     if padding != "itk":
-        return F.grid_sample(moving, grid, mode=mode, padding_mode=padding, align_corners=True)
-    out = F.grid_sample(moving, grid, mode=mode, padding_mode="border", align_corners=True)
+        return _sample(moving, grid, mode, padding)
+    out = _sample(moving, grid, mode, "border")
     # voxel -0.5 and S - 0.5 are -1 - 1/(S-1) and 1 + 1/(S-1) in grid_sample's coordinates
     sizes = [max(s - 1, 1) for s in reversed(moving.shape[2:])]
     limit = torch.tensor([1.0 + 1.0 / s for s in sizes], dtype=grid.dtype, device=grid.device)
     outside = (grid.abs() > limit).any(-1) | ~torch.isfinite(grid).all(-1)
     return out.masked_fill(outside[:, None], 0.0)
+
+
+_SPLIT_POINTS = 1 << 18  # fewest output points of a 3D CPU sampling split across threads
+
+
+def _sample(moving: Tensor, grid: Tensor, mode: str, padding: str) -> Tensor:
+    """``F.grid_sample`` (align_corners=True), a large 3D CPU one split across threads.
+
+    PyTorch's 3D CPU sampler runs its batch items in parallel and each on one thread, so a
+    single volume is sampled on one core whatever the thread count. A one-channel volume of
+    at least :data:`_SPLIT_POINTS` output points that needs no gradient (the image warped in a
+    refinement step or an output) is sampled as ``p`` batch items of ``D / p`` planes each (``p``
+    the largest divisor of ``D`` up to the thread count): the same volume read by every item
+    (a stride-0 view), the grid and the result reshaped as views, so it takes no more memory
+    and gives the same values, bitwise.
+    """
+    parts = 1
+    big = grid.ndim == 5 and grid.shape[1:-1].numel() >= _SPLIT_POINTS
+    if big and moving.device.type == "cpu" and moving.shape[:2] == (1, 1) and grid.shape[0] == 1:
+        if not (moving.requires_grad and torch.is_grad_enabled()):
+            depth = grid.shape[1]
+            parts = max(p for p in range(1, torch.get_num_threads() + 1) if depth % p == 0)
+    if parts == 1:
+        return F.grid_sample(moving, grid, mode=mode, padding_mode=padding, align_corners=True)
+    items = grid[0].unflatten(0, (parts, grid.shape[1] // parts))  # a view, any strides
+    out = F.grid_sample(
+        moving.expand(parts, *moving.shape[1:]), items, mode=mode, padding_mode=padding,
+        align_corners=True,
+    )  # fmt: skip
+    return out.reshape(1, 1, *grid.shape[1:-1])
 
 
 def sample_at(
@@ -286,7 +316,11 @@ def integrate_velocity(velocity: Tensor, steps: int = 7) -> Tensor:
 
     ``disp = exp(velocity)``: the field is divided by ``2**steps`` and composed with itself
     ``steps`` times (``u ← u + u∘(x + u)``). Each composition samples in the velocity's dtype
-    (at least float32) on a cached identity grid (:func:`warp` with ``exact=False``).
+    (at least float32) on a cached identity grid, as :func:`warp` with ``exact=False`` does,
+    with the border's value outside the grid. The field is held in ``grid_sample``'s
+    normalised, x-first layout from the first composition to the last (the compositions are
+    linear in it), so a step makes no layout copies: the result is the voxel-unit loop's to
+    float32 rounding (about 1e-6 voxels at a few voxels of displacement; tested).
 
     Args:
         velocity: Stationary velocity field, shape ``(B, N, *S)``, voxels per unit time,
@@ -307,10 +341,23 @@ def integrate_velocity(velocity: Tensor, steps: int = 7) -> Tensor:
     check_field("integrate_velocity", "velocity", velocity)
     if steps < 0:
         raise ValueError(f"integrate_velocity(): 'steps' must be >= 0, got {steps}")
-    disp = velocity / (2**steps)
+    if steps == 0:
+        return velocity / 1
+    shape = tuple(velocity.shape[2:])
+    work = torch.promote_types(velocity.dtype, torch.float32)
+    unit = torch.ones(1, len(shape), *[1] * len(shape), dtype=torch.float64)
+    scale = _to_grid_sample_coords(unit, shape).view(-1)
+    scale = (scale + 1.0).to(device=velocity.device, dtype=work)  # 2 / (s - 1), x first
+    # u / 2**steps in grid_sample's coordinates, channels last: (B, *S, N)
+    field = velocity.to(work).movedim(1, -1).flip(-1) * (scale / 2**steps)
+    identity = _identity_coords(shape, velocity.device, work)
     for _ in range(steps):
-        disp = disp + _warp_fast(disp, disp, "bilinear", "border")
-    return disp
+        sampled = _grid_sample(
+            field.movedim(-1, 1).contiguous(), identity + field, "bilinear", "border",
+            "integrate_velocity",
+        )  # fmt: skip
+        field = field + sampled.movedim(1, -1)
+    return (field / scale).flip(-1).movedim(-1, 1).contiguous().to(velocity.dtype)
 
 
 def resize_field(field: Tensor, factor: float, size: Sequence[int] | None = None) -> Tensor:

@@ -205,25 +205,27 @@ def _sync(device: torch.device) -> None:
 
 def _coarse_to_fine(
     model: HyperMorph, fine: RefineLevel, start: Tensor, refinement: Refinement
-) -> tuple[Tensor, tuple[int, int], bool]:
+) -> tuple[Tensor, tuple[int, int], bool, tuple[float, float] | None]:
     """The schedule of :func:`refine_flow` from ``start`` (the flow on ``fine``'s box): Adam on
     the coarse level at ``2 · lr`` (``levels == 2`` and a half-resolution velocity), then on
     ``fine`` at ``lr``, unless the coarse level diverged. Returns ``(flow, steps taken per
-    level (coarse, fine), diverged)``."""
-    current, steps, diverged = start, [0, 0], False
+    level (coarse, fine), diverged, (loss, image dissimilarity) of the flow on ``fine`` or
+    None when the fine level did not run)``."""
+    current, steps, diverged, scores = start, [0, 0], False, None
     coarse = refinement.levels == 2 and model.config.int_steps > 0 and model.half_res
     if refinement.steps > 0 and coarse:
         level = RefineLevel(
             model, fine.objective, fine.moving, fine.fixed, fine.lam, True, fine.masks
         )
-        current, _, steps[0], diverged = optimise_level(
+        current, _, _, steps[0], diverged = optimise_level(
             level, current, _COARSE_LR * refinement.lr, refinement.steps
         )
     if refinement.steps > 0 and not diverged:
-        current, _, steps[1], diverged = optimise_level(
+        current, loss, image, steps[1], diverged = optimise_level(
             fine, current, refinement.lr, refinement.steps
         )
-    return current, (steps[0], steps[1]), diverged
+        scores = (loss, image)
+    return current, (steps[0], steps[1]), diverged, scores
 
 
 def refine_flow(
@@ -311,9 +313,11 @@ def refine_flow(
     with torch.no_grad():
         loss0, image0 = fine(start[batch + box.flow])
     loss_before, similarity_before = float(loss0), -float(image0)
-    current, steps, diverged = _coarse_to_fine(model, fine, start[batch + box.flow], refinement)
+    current, steps, diverged, scores = _coarse_to_fine(
+        model, fine, start[batch + box.flow], refinement
+    )
     with torch.no_grad():
-        loss, image = fine(current)
+        loss, image = fine(current) if scores is None else scores  # scored by the fine level
         pasted = start.clone()
         pasted[batch + box.flow] = current
         current = pasted

@@ -23,11 +23,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from hyperreg.method.losses import NCCReference, ncc_reference
 from hyperreg.method.model import HyperMorph
 from hyperreg.method.objective import Objective
 from hyperreg.method.spatial import integrate_velocity, warp
 
-__all__ = ["LossBox", "RefineLevel", "foreground_box", "optimise_level"]
+__all__ = ["LevelResult", "LossBox", "RefineLevel", "foreground_box", "optimise_level"]
 
 _PATIENCE = 5  # steps without a relative improvement of the best loss above _TOLERANCE: stop
 _TOLERANCE = 2e-4
@@ -42,11 +43,13 @@ def _terms(
     lam: float,
     shape,
     weight: Tensor | None = None,
+    reference: NCCReference | None = None,
 ) -> tuple[Tensor, Tensor]:
     """``(loss, image dissimilarity)`` of one evaluation; ``shape`` is the fine image grid (it
     sets the regulariser's ``k``, so both levels weigh smoothness alike); ``weight`` (cost
-    masks) weighs the similarity's voxels, the regulariser counts everywhere."""
-    image = objective.image_term(moved, fixed, weight).float()
+    masks) weighs the similarity's voxels, the regulariser counts everywhere; ``reference``:
+    the fixed image's NCC statistics, computed once per level."""
+    image = objective.image_term(moved, fixed, weight, reference).float()
     smooth = objective.smoothness(field, shape).float()
     return ((1 - lam) * image + lam * smooth).mean(), image.mean()
 
@@ -98,6 +101,10 @@ class RefineLevel:
         if coarse and objective.similarity == "ncc":  # the same window in mm on half the voxels
             window = max(3, (objective.ncc_window // 2) | 1)
             self.objective = dataclasses.replace(objective, ncc_window=window)
+        # the fixed image's local NCC statistics are the same at every step: once per level
+        self._reference = None
+        if self.objective.similarity == "ncc":
+            self._reference = ncc_reference(self.fixed, self.objective.ncc_window)
 
     def __call__(self, flow: Tensor) -> tuple[Tensor, Tensor]:
         if not self.coarse:
@@ -105,14 +112,15 @@ class RefineLevel:
             field = out.velocity if out.velocity is not None else out.disp
             weight = self._weight(out.disp)
             terms = (self.objective, out.moved, self.fixed, field, self.lam, self.shape, weight)
-            return _terms(*terms)
+            return _terms(*terms, self._reference)
         # the velocity's own grid: integrated as the model does, no upsampling
         crop = (slice(None), slice(None), *[slice(0, n) for n in self.moving.shape[2:]])
         velocity = flow[crop]
         disp = integrate_velocity(flow, self.model.config.int_steps)[crop]
         moved = warp(self.moving, disp, exact=False)
         weight = self._weight(disp)
-        return _terms(self.objective, moved, self.fixed, velocity, self.lam, self.shape, weight)
+        terms = (self.objective, moved, self.fixed, velocity, self.lam, self.shape, weight)
+        return _terms(*terms, self._reference)
 
     def _weight(self, disp: Tensor) -> Tensor | None:
         """The similarity's voxel weights for ``disp`` (this level's grid), or None."""
@@ -133,27 +141,38 @@ class RefineLevel:
         return -pool(-weight, window, stride=1, padding=window // 2)
 
 
-def optimise_level(
-    level: RefineLevel, start: Tensor, lr: float, steps: int
-) -> tuple[Tensor, float, int, bool]:
-    """Adam from ``start`` for at most ``steps``; returns ``(best flow, its loss, steps taken,
-    diverged)``. Stops after :data:`_PATIENCE` steps without a relative gain of
+class LevelResult(NamedTuple):
+    """Output of :func:`optimise_level`: the best flow, its loss and image dissimilarity (as
+    :class:`RefineLevel` gives them; ``inf`` and NaN when no step was scored), the Adam steps
+    taken, and whether a non-finite loss stopped it."""
+
+    flow: Tensor
+    loss: float
+    image: float
+    taken: int
+    diverged: bool
+
+
+def optimise_level(level: RefineLevel, start: Tensor, lr: float, steps: int) -> LevelResult:
+    """Adam from ``start`` for at most ``steps``; returns the best flow and its scores
+    (:class:`LevelResult`). Stops after :data:`_PATIENCE` steps without a relative gain of
     :data:`_TOLERANCE` on the best loss; a non-finite loss stops it as diverged.
 
     Only a copy of ``start`` is optimised (``lr`` in voxels of the flow's grid per step); the
     model's weights receive no gradients."""
     param = start.detach().clone().requires_grad_(True)
     optimiser = torch.optim.Adam([param], lr=lr)
-    best, best_loss, stale = start.detach(), math.inf, 0
+    best, best_loss, best_image, stale = start.detach(), math.inf, math.nan, 0
     taken = 0
     with torch.enable_grad():
         for taken in range(1, steps + 1):
-            loss, _ = level(param)
+            loss, image = level(param)
             value = float(loss.detach())
             if not math.isfinite(value):
-                return best, best_loss, taken, True
+                return LevelResult(best, best_loss, best_image, taken, True)
             if value < best_loss - _TOLERANCE * abs(best_loss if math.isfinite(best_loss) else 0):
                 best, best_loss, stale = param.detach().clone(), value, 0
+                best_image = float(image.detach())
             else:
                 stale += 1
                 if stale >= _PATIENCE:
@@ -162,13 +181,13 @@ def optimise_level(
             loss.backward()
             optimiser.step()
     with torch.no_grad():  # the last step's result has not been scored yet
-        loss, _ = level(param.detach())
+        loss, image = level(param.detach())
         value = float(loss)
     if not math.isfinite(value):
-        return best, best_loss, taken, True
+        return LevelResult(best, best_loss, best_image, taken, True)
     if value < best_loss:
-        best, best_loss = param.detach().clone(), value
-    return best, best_loss, taken, False
+        best, best_loss, best_image = param.detach().clone(), value, float(image)
+    return LevelResult(best, best_loss, best_image, taken, False)
 
 
 class LossBox(NamedTuple):
