@@ -310,11 +310,9 @@ def check_label_map(fn: str, name: str, path: PathLike) -> None:
             lo=data.min(),
             hi=data.max(),
         )
-    ids = ids.astype(np.int64).ravel()
-    if ids.min() >= 0 and ids.max() < 2**20:
-        count = int(np.count_nonzero(np.bincount(ids)))
-    else:
-        count = len(np.unique(ids))
+    if -(2**31) <= ids.min() and ids.max() < 2**31:  # int32 sorts faster than int64 counts
+        ids = ids.astype(np.int32)
+    count = len(np.unique(ids))
     if count > MAX_LABELS:
         raise InputError(
             fn,
