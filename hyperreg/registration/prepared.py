@@ -150,10 +150,10 @@ class PreparedPair:
                 and no never-worse rule, the model's own fields as they are (a λ search
                 scoring the model, which saves the similarity evaluations).
             lambda_source: Where the λ came from, recorded in the settings (default "given").
-            similarity: The similarity the verdict judges by (``"ncc"``, ``"mi"``: the
-                model's objective with that image term); None (default): the refinement's,
-                or the model's own without refinement. ``"mi"`` for a pair of other
-                contrasts (:func:`hyperreg.registration.contrast.pair_similarity`).
+            similarity: The similarity the verdict judges by (``"ncc"``, ``"mi"``,
+                ``"ngf"``: the model's objective with that image term); None (default): the
+                refinement's, or the model's own without refinement. ``"ngf"`` for a pair of
+                other contrasts (:func:`hyperreg.registration.contrast.pair_similarity`).
 
         Returns:
             One :class:`PairResult` per λ, in the order given.
