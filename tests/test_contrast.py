@@ -1,6 +1,6 @@
-"""Other contrasts (T2/FLAIR to T1): detection, the automatic switch to mutual information in
-refinement and normalised gradient fields in the verdict, ``--contrast`` and an explicit
-``--refine-sim``."""
+"""Other contrasts (T2/FLAIR to T1): detection, the remapped moving image refined with the
+model's own similarity, normalised gradient fields in the verdict, ``--contrast`` and an
+explicit ``--refine-sim``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from hyperreg.registration.contrast import (
     ContrastCheck,
     compare_contrasts,
     pair_similarity,
-    refinement_for,
     similarity_for,
 )
 from hyperreg.registration.refine import Refinement
@@ -68,11 +67,6 @@ def test_similarity_choice() -> None:
         similarity_for("t2", None)
     assert pair_similarity("same", phantom(T2), phantom(T1)) == (None, None)
     assert pair_similarity("auto", phantom(T2), phantom(T1))[0] == "ngf"
-    # other contrasts refine by mutual information
-    assert refinement_for(Refinement(steps=3), "ngf") == Refinement(steps=3, sim="mi")
-    assert refinement_for(Refinement(steps=3), None) == Refinement(steps=3)
-    assert refinement_for(Refinement(steps=3, sim="mi"), None).sim == "mi"  # asked for: kept
-    assert refinement_for(None, "ngf") is None
 
 
 @pytest.fixture()
@@ -85,7 +79,7 @@ def t2_pair(tmp_path: Path) -> dict[str, Path]:
     }
 
 
-def test_register_refines_by_mi_and_judges_by_ngf(t2_pair: dict[str, Path], caplog) -> None:
+def test_register_remaps_and_judges_by_ngf(t2_pair: dict[str, Path], caplog) -> None:
     from hyperreg.apps.models import resolve_model
     from hyperreg.apps.register import register_files
     from hyperreg.method.losses import ngf_loss
@@ -95,11 +89,17 @@ def test_register_refines_by_mi_and_judges_by_ngf(t2_pair: dict[str, Path], capl
     args = (model, t2_pair["moving"], t2_pair["fixed"], 0.3)
     with caplog.at_level("INFO", logger="hyperreg"):
         auto = register_files(*args, init="none", refine=Refinement(steps=2))
-    assert auto.refinement is not None and auto.refinement.similarity == "mi"
-    notes = [r.getMessage() for r in caplog.records if "other contrasts" in r.getMessage()]
-    assert len(notes) == 1 and "mutual information" in notes[0] and "gradient" in notes[0]
+    # refined with the model's own NCC, on the remapped image: it starts far more similar to
+    # the fixed image than the T2 as read does
+    assert auto.refinement is not None and auto.refinement.similarity == "ncc"
+    notes = [r.getMessage() for r in caplog.records if "other contrasts (" in r.getMessage()]
+    assert len(notes) == 1 and "intensities" in notes[0] and "gradient" in notes[0]
     same = register_files(*args, init="none", refine=Refinement(steps=2), contrast="same")
     assert same.refinement is not None and same.refinement.similarity == "ncc"
+    assert auto.refinement.similarity_before > same.refinement.similarity_before + 0.1
+    # the outputs come from the T2 as read (its bright CSF ring), not the remapped image
+    ring = (phantom(T1) > 0.15) & (phantom(T1) < 0.35)
+    assert auto.moved[ring].mean() > 0.7
     # the verdict scores the pair as it came (the T2 as read, not the remapped image the
     # network saw) by normalised gradient fields: the same number ngf_loss gives
     plain = register_files(*args, init="none", refine=Refinement(steps=0))

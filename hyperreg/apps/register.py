@@ -29,7 +29,6 @@ from hyperreg.registration.contrast import (
     CONTRAST_CHOICES,
     contrast_lambda,
     contrast_similarity,
-    refinement_for,
 )
 from hyperreg.registration.inputs import load_input
 from hyperreg.registration.pairs import PathLike, check_outputs
@@ -157,13 +156,12 @@ def register_files(
         contrast: ``"auto"`` (default): after the affine stage, pairs whose intensities do
             not correspond (a T2 or FLAIR to a T1;
             :func:`hyperreg.registration.contrast.compare_contrasts`) are registered as other
-            contrasts, said in one INFO line: the network sees the moving image drawn in the
-            fixed image's intensities, refinement uses mutual information, the verdict
-            normalised gradient fields (a field must raise them by
-            :data:`~hyperreg.registration.verdict.MIN_GAINS` to be kept) and a model's default
-            λ below 0.2 is raised to 0.2; ``"same"``: the model's similarity (local NCC) and
-            ``refine`` as given; ``"different"``: as other contrasts without asking. A
-            ``refine`` that asks for MI keeps it.
+            contrasts, said in one INFO line: the network and refinement see the moving image
+            drawn in the fixed image's intensities, the verdict uses normalised gradient fields
+            (a field must raise them by :data:`~hyperreg.registration.verdict.MIN_GAINS` to be
+            kept) and a model's default λ below 0.2 is raised to 0.2; ``"same"``: the images
+            as read, the model's similarity (local NCC); ``"different"``: as other contrasts
+            without asking. ``refine`` is used as given (its own similarity).
         fixed_mask, moving_mask: Cost masks (0/1 files; ANTs' ``-x``), or None: see
             :func:`~hyperreg.registration.pipeline.load_pair`.
 
@@ -217,7 +215,6 @@ def register_files(
         moving_mask=moving_mask,
     )
     similarity = contrast_similarity(pair, contrast)
-    refine = refinement_for(refine, similarity)
     chosen = pair_lambda(pair, model, lam)
     if lam is None and (raised := contrast_lambda(chosen.lam, similarity)) is not None:
         reason = f"{chosen.reason}, raised to {raised:g} for other contrasts"

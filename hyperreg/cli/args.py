@@ -335,7 +335,8 @@ def add_refine_arguments(parser: argparse.ArgumentParser, model_default: bool = 
         default=None,
         help="similarity for --refine: ncc (local NCC, window 9), mse, or mi (mutual "
         "information, for pairs of different contrast, e.g. T1 to T2); default: the model's "
-        "own, or mi where --contrast finds the contrasts differ; given, it wins over --contrast",
+        "own (for other contrasts on the moving image drawn in the fixed image's intensities); "
+        "given, it wins over --contrast auto",
     )
     parser.add_argument(
         "--refine-lr",
@@ -370,8 +371,8 @@ def add_contrast_argument(parser: argparse.ArgumentParser) -> None:
         help="do the images show the same contrast? auto (default): told from the pair after "
         "the affine stage (a T2 or FLAIR to a T1 is not); same: refine and judge with the "
         "model's own similarity (local NCC for the bundled models); different: the network "
-        "sees the moving image drawn in the fixed image's intensities, refinement uses mutual "
-        "information, the verdict normalised gradient fields (a field that raises them less "
+        "and refinement see the moving image drawn in the fixed image's intensities, the "
+        "verdict uses normalised gradient fields (a field that raises them less "
         f"than {100 * MIN_GAINS['ngf']:g} %% is not kept) and a default λ below 0.2 becomes "
         "0.2. An explicit "
         "--refine-sim wins over auto",

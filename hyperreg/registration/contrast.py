@@ -8,10 +8,12 @@ darkest tissue to its brightest. Where they do not (a T2 or FLAIR to a T1) it do
 dark in T1 and bright in T2, grey matter is darker than white matter in T1 and brighter in T2
 and FLAIR. :func:`similarity_for` turns the answer into the verdict's similarity (None, the
 model's own, for the same contrast; :data:`OTHER_SIMILARITY`, normalised gradient fields,
-otherwise), :func:`refinement_for` into the refinement's (mutual information for other
-contrasts), :func:`remap_pair` gives the network the moving image drawn in the fixed image's
-intensities (:func:`hyperreg.geometry.intensity_map.intensity_map`: the networks were trained
-on T1-like images) and :func:`contrast_note` says it in the one line the command line logs.
+otherwise), :func:`remap_pair` gives the network and refinement the moving image drawn in the
+fixed image's intensities (:func:`hyperreg.geometry.intensity_map.intensity_map`: the networks
+were trained on T1-like images; refinement then keeps the model's own similarity, local NCC
+for the bundled models, which on the bundled 3D model gave a higher Dice than mutual
+information at a fifth of the time, ``benchmarks/RESULTS_contrast.md``) and
+:func:`contrast_note` says it in the one line the command line logs.
 Must not import the pipeline, training, apps or cli.
 
 The rule (:data:`RISE_THRESHOLD`, :data:`HEAD_FRACTION`, :data:`BINS`) was set on the shared
@@ -46,7 +48,6 @@ __all__ = [
     "HEAD_FRACTION",
     "MIN_OVERLAP",
     "OTHER_MIN_LAMBDA",
-    "OTHER_REFINE",
     "OTHER_SIMILARITY",
     "RISE_THRESHOLD",
     "TIE_FRACTION",
@@ -57,7 +58,6 @@ __all__ = [
     "contrast_options",
     "contrast_similarity",
     "pair_similarity",
-    "refinement_for",
     "remap_pair",
     "similarity_for",
 ]
@@ -71,7 +71,6 @@ MIN_OVERLAP = 500  # fewer head voxels in both images: too little to judge (the 
 TIE_FRACTION = 0.05  # binned medians within this fraction of the intensity range are ties
 RISE_THRESHOLD = 0.72  # the lower rank correlation below this: contrasts differ
 OTHER_SIMILARITY = "ngf"  # the verdict of other contrasts: normalised gradient fields
-OTHER_REFINE = "mi"  # the refinement of other contrasts: mutual information
 OTHER_MIN_LAMBDA = 0.2  # a model's default λ below this is raised to it for other contrasts
 
 
@@ -188,15 +187,6 @@ def pair_similarity(
     return similarity_for(contrast, check), check
 
 
-def refinement_for(refinement: Refinement | None, similarity: str | None) -> Refinement | None:
-    """``refinement`` refining with :data:`OTHER_REFINE` (mutual information) when
-    ``similarity`` is :data:`OTHER_SIMILARITY` (a pair of other contrasts); as given
-    otherwise, and None stays None."""
-    if refinement is None or similarity != OTHER_SIMILARITY or refinement.sim == OTHER_REFINE:
-        return refinement
-    return dataclasses.replace(refinement, sim=OTHER_REFINE)
-
-
 def contrast_lambda(lam: float, similarity: str | None) -> float | None:
     """The λ a pair of other contrasts is registered at instead of a model's default ``lam``:
     :data:`OTHER_MIN_LAMBDA` when ``similarity`` is :data:`OTHER_SIMILARITY` and ``lam`` is
@@ -245,18 +235,17 @@ def contrast_similarity(pair: Any, contrast: str) -> str | None:
 def contrast_options(pair: Any, contrast: str, refinement: Refinement | None) -> dict[str, Any]:
     """The keyword arguments ``refinement`` and ``similarity`` of
     :meth:`~hyperreg.registration.prepared.PreparedPair.register` for ``pair``: the similarity
-    of :func:`contrast_similarity` and ``refinement`` switched to it
-    (:func:`refinement_for`)."""
-    similarity = contrast_similarity(pair, contrast)
-    return {"refinement": refinement_for(refinement, similarity), "similarity": similarity}
+    of :func:`contrast_similarity` (which remaps the pair's moving image for other contrasts)
+    and ``refinement`` as given (it refines the remapped image with its own similarity)."""
+    return {"refinement": refinement, "similarity": contrast_similarity(pair, contrast)}
 
 
 def contrast_note(check: ContrastCheck) -> str:
     """The one line logged when ``auto`` found other contrasts."""
     return (
-        f"other contrasts ({check.reason}): the network sees the moving image drawn in the "
-        "fixed image's intensities, refinement uses mutual information and the verdict "
-        "normalised gradient fields (--contrast same: local NCC)"
+        f"other contrasts ({check.reason}): the network and refinement see the moving image "
+        "drawn in the fixed image's intensities and the verdict uses normalised gradient "
+        "fields (--contrast same: the images as read)"
     )
 
 
