@@ -29,6 +29,7 @@ from hyperreg.registration.contrast import (
     CONTRAST_CHOICES,
     contrast_lambda,
     contrast_similarity,
+    register_contrast,
 )
 from hyperreg.registration.inputs import load_input
 from hyperreg.registration.pairs import PathLike, check_outputs
@@ -219,10 +220,10 @@ def register_files(
     if lam is None and (raised := contrast_lambda(chosen.lam, similarity)) is not None:
         reason = f"{chosen.reason}, raised to {raised:g} for other contrasts"
         chosen = dataclasses.replace(chosen, lam=raised, reason=reason)
-    result = pair.register(
-        model, [chosen.lam], refine, inverse=inverse, passes=passes, never_worse=never_worse,
-        lambda_source=chosen.reason, similarity=similarity,
-    )[0]  # fmt: skip
+    result = register_contrast(
+        pair, model, chosen.lam, refine, similarity, inverse=inverse, passes=passes,
+        never_worse=never_worse, lambda_source=chosen.reason,
+    )  # fmt: skip
     result.lam_reason = chosen.reason
     write_outputs(spec, result, pair)
     if figure is not None:
