@@ -162,7 +162,9 @@ def register_files(
             (a field must raise them by :data:`~hyperreg.registration.verdict.MIN_GAINS` to be
             kept) and a model's default λ below 0.2 is raised to 0.2; ``"same"``: the images
             as read, the model's similarity (local NCC); ``"different"``: as other contrasts
-            without asking. ``refine`` is used as given (its own similarity).
+            without asking. ``refine`` is used as given (its own similarity); for other
+            contrasts only when the network's field is kept
+            (:func:`~hyperreg.registration.contrast.register_contrast`).
         fixed_mask, moving_mask: Cost masks (0/1 files; ANTs' ``-x``), or None: see
             :func:`~hyperreg.registration.pipeline.load_pair`.
 
