@@ -12,7 +12,8 @@ otherwise), :func:`remap_pair` gives the network and refinement the moving image
 fixed image's intensities (:func:`hyperreg.geometry.intensity_map.intensity_map`: the networks
 were trained on T1-like images; refinement then keeps the model's own similarity, local NCC
 for the bundled models, which on the bundled 3D model gave a higher Dice than mutual
-information at a fifth of the time, ``benchmarks/RESULTS_contrast.md``) and
+information at a fifth of the time, ``benchmarks/RESULTS_contrast.md``),
+:func:`register_contrast` judges the network's field before refining such a pair, and
 :func:`contrast_note` says it in the one line the command line logs.
 Must not import the pipeline, training, apps or cli.
 
