@@ -29,7 +29,6 @@ from hyperreg.registration.contrast import (
     CONTRAST_CHOICES,
     contrast_lambda,
     contrast_similarity,
-    register_contrast,
 )
 from hyperreg.registration.inputs import load_input
 from hyperreg.registration.pairs import PathLike, check_outputs
@@ -162,9 +161,7 @@ def register_files(
             (a field must raise them by :data:`~hyperreg.registration.verdict.MIN_GAINS` to be
             kept) and a model's default λ below 0.2 is raised to 0.2; ``"same"``: the images
             as read, the model's similarity (local NCC); ``"different"``: as other contrasts
-            without asking. ``refine`` is used as given (its own similarity); for other
-            contrasts only when the network's field is kept
-            (:func:`~hyperreg.registration.contrast.register_contrast`).
+            without asking. ``refine`` is used as given (its own similarity).
         fixed_mask, moving_mask: Cost masks (0/1 files; ANTs' ``-x``), or None: see
             :func:`~hyperreg.registration.pipeline.load_pair`.
 
@@ -222,10 +219,10 @@ def register_files(
     if lam is None and (raised := contrast_lambda(chosen.lam, similarity)) is not None:
         reason = f"{chosen.reason}, raised to {raised:g} for other contrasts"
         chosen = dataclasses.replace(chosen, lam=raised, reason=reason)
-    result = register_contrast(
-        pair, model, chosen.lam, refine, similarity, inverse=inverse, passes=passes,
-        never_worse=never_worse, lambda_source=chosen.reason,
-    )  # fmt: skip
+    result = pair.register(
+        model, [chosen.lam], refine, inverse=inverse, passes=passes, never_worse=never_worse,
+        lambda_source=chosen.reason, similarity=similarity,
+    )[0]  # fmt: skip
     result.lam_reason = chosen.reason
     write_outputs(spec, result, pair)
     if figure is not None:

@@ -12,8 +12,7 @@ otherwise), :func:`remap_pair` gives the network and refinement the moving image
 fixed image's intensities (:func:`hyperreg.geometry.intensity_map.intensity_map`: the networks
 were trained on T1-like images; refinement then keeps the model's own similarity, local NCC
 for the bundled models, which on the bundled 3D model gave a higher Dice than mutual
-information at a fifth of the time, ``benchmarks/RESULTS_contrast.md``),
-:func:`register_contrast` judges the network's field before refining such a pair, and
+information at a fifth of the time, ``benchmarks/RESULTS_contrast.md``) and
 :func:`contrast_note` says it in the one line the command line logs.
 Must not import the pipeline, training, apps or cli.
 
@@ -59,7 +58,6 @@ __all__ = [
     "contrast_options",
     "contrast_similarity",
     "pair_similarity",
-    "register_contrast",
     "remap_pair",
     "similarity_for",
 ]
@@ -240,41 +238,6 @@ def contrast_options(pair: Any, contrast: str, refinement: Refinement | None) ->
     of :func:`contrast_similarity` (which remaps the pair's moving image for other contrasts)
     and ``refinement`` as given (it refines the remapped image with its own similarity)."""
     return {"refinement": refinement, "similarity": contrast_similarity(pair, contrast)}
-
-
-def register_contrast(
-    pair: Any,
-    model: Any,
-    lam: float,
-    refinement: Refinement | None,
-    similarity: str | None,
-    **options: Any,
-) -> Any:
-    """``pair.register(model, [lam], refinement, similarity=similarity, **options)[0]``, except
-    for a pair of other contrasts (``similarity`` is :data:`OTHER_SIMILARITY`) to be refined
-    under the never-worse rule: the network's field is judged first, and when the verdict does
-    not keep it (it raised normalised gradient fields by less than
-    :data:`~hyperreg.registration.verdict.MIN_GAINS`: the pair needs no field) that result is
-    returned unrefined, with one INFO line. Refinement raises any similarity far enough to
-    pass the gain rule even on an aligned pair (``benchmarks/RESULTS_contrast.md``), so the
-    rule is applied where it separates pairs: to the network's own field. Costs one more set
-    of network passes for such pairs.
-
-    Args:
-        pair: A :class:`~hyperreg.registration.prepared.PreparedPair`.
-        model, lam, refinement, similarity, options: As
-            :meth:`~hyperreg.registration.prepared.PreparedPair.register` (one λ).
-
-    Returns:
-        The :class:`~hyperreg.registration.results.PairResult`.
-    """
-    refined = refinement is not None and refinement.steps > 0
-    if similarity == OTHER_SIMILARITY and refined and options.get("never_worse", True):
-        first = pair.register(model, [lam], None, similarity=similarity, **options)[0]
-        if first.verdict is not None and first.verdict.kept != "registered":
-            logger.info("other contrasts: the network's field was not kept, so not refined")
-            return first
-    return pair.register(model, [lam], refinement, similarity=similarity, **options)[0]
 
 
 def contrast_note(check: ContrastCheck) -> str:
