@@ -1,5 +1,6 @@
-"""Other contrasts (T2/FLAIR to T1): detection, the automatic switch to mutual information in
-refinement and the verdict, ``--contrast`` and an explicit ``--refine-sim``."""
+"""Other contrasts (T2/FLAIR to T1): detection, the remapped moving image refined with the
+model's own similarity, normalised gradient fields in the verdict, ``--contrast`` and an
+explicit ``--refine-sim``."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from hyperreg.registration.contrast import (
     ContrastCheck,
     compare_contrasts,
     pair_similarity,
-    refinement_for,
     similarity_for,
 )
 from hyperreg.registration.refine import Refinement
@@ -59,17 +59,14 @@ def test_too_little_overlap_is_not_judged() -> None:
 def test_similarity_choice() -> None:
     differ = ContrastCheck(True, -0.9, -0.5, 1000, "a test")
     same = ContrastCheck(False, 0.99, 0.8, 1000, "a test")
-    assert similarity_for("auto", differ) == "mi"
+    assert similarity_for("auto", differ) == "ngf"  # the verdict's
     assert similarity_for("auto", same) is None  # the model's own
     assert similarity_for("same", differ) is None
-    assert similarity_for("different", None) == "mi"
+    assert similarity_for("different", None) == "ngf"
     with pytest.raises(InputError, match="contrast"):
         similarity_for("t2", None)
     assert pair_similarity("same", phantom(T2), phantom(T1)) == (None, None)
-    assert pair_similarity("auto", phantom(T2), phantom(T1))[0] == "mi"
-    assert refinement_for(Refinement(steps=3), "mi") == Refinement(steps=3, sim="mi")
-    assert refinement_for(Refinement(steps=3, sim="mi"), None).sim == "mi"  # asked for: kept
-    assert refinement_for(None, "mi") is None
+    assert pair_similarity("auto", phantom(T2), phantom(T1))[0] == "ngf"
 
 
 @pytest.fixture()
@@ -82,26 +79,33 @@ def t2_pair(tmp_path: Path) -> dict[str, Path]:
     }
 
 
-def test_register_switches_to_mi_and_judges_by_it(t2_pair: dict[str, Path], caplog) -> None:
+def test_register_remaps_and_judges_by_ngf(t2_pair: dict[str, Path], caplog) -> None:
     from hyperreg.apps.models import resolve_model
     from hyperreg.apps.register import register_files
-    from hyperreg.method.losses import mi_loss
+    from hyperreg.method.losses import ngf_loss
     from hyperreg.registration.similarity import network_input
 
     model = resolve_model("hypermorph-2d").model
     args = (model, t2_pair["moving"], t2_pair["fixed"], 0.3)
     with caplog.at_level("INFO", logger="hyperreg"):
         auto = register_files(*args, init="none", refine=Refinement(steps=2))
-    assert auto.refinement is not None and auto.refinement.similarity == "mi"
-    notes = [r.getMessage() for r in caplog.records if "other contrasts" in r.getMessage()]
-    assert len(notes) == 1 and "mutual information" in notes[0]
+    # refined with the model's own NCC, on the remapped image: it starts far more similar to
+    # the fixed image than the T2 as read does
+    assert auto.refinement is not None and auto.refinement.similarity == "ncc"
+    notes = [r.getMessage() for r in caplog.records if "other contrasts (" in r.getMessage()]
+    assert len(notes) == 1 and "intensities" in notes[0] and "gradient" in notes[0]
     same = register_files(*args, init="none", refine=Refinement(steps=2), contrast="same")
     assert same.refinement is not None and same.refinement.similarity == "ncc"
-    # the verdict scores the pair as it came by MI (in nats): the same number mi_loss gives
+    assert auto.refinement.similarity_before > same.refinement.similarity_before + 0.1
+    # the outputs come from the T2 as read (its bright CSF ring), not the remapped image
+    ring = (phantom(T1) > 0.15) & (phantom(T1) < 0.35)
+    assert auto.moved[ring].mean() > 0.7
+    # the verdict scores the pair as it came (the T2 as read, not the remapped image the
+    # network saw) by normalised gradient fields: the same number ngf_loss gives
     plain = register_files(*args, init="none", refine=Refinement(steps=0))
     fixed = network_input(model, _volume(t2_pair["fixed"]), _volume(t2_pair["fixed"]), "robust")
     moving = network_input(model, _volume(t2_pair["moving"]), _volume(t2_pair["fixed"]), "robust")
-    expected = -float(mi_loss(moving, fixed))
+    expected = -float(ngf_loss(moving, fixed))
     assert plain.verdict is not None
     assert plain.verdict.similarity_before == pytest.approx(expected, rel=1e-5)
     ncc = register_files(*args, init="none", refine=Refinement(steps=0), contrast="same")
@@ -122,7 +126,8 @@ def test_cli_contrast_and_explicit_refine_sim(t2_pair: dict[str, Path], capsys) 
     base += ["--device", "cpu", "--refine", "2", "-v"]
     assert main(base) == 0
     said = capsys.readouterr()
-    assert sum("other contrasts" in t for t in (said.out + said.err).splitlines()) == 1
+    assert sum("other contrasts (" in t for t in (said.out + said.err).splitlines()) == 1
+    assert "raised to 0.2 for other contrasts" in said.out + said.err  # the model's 0.05
     for extra in (["--contrast", "same"], ["--refine-sim", "ncc"]):
         assert main([*base, *extra]) == 0
         said = capsys.readouterr()
@@ -131,7 +136,7 @@ def test_cli_contrast_and_explicit_refine_sim(t2_pair: dict[str, Path], capsys) 
     assert "--contrast" in capsys.readouterr().err
 
 
-def test_sweep_judges_other_contrasts_by_mi(t2_pair: dict[str, Path], capsys) -> None:
+def test_sweep_notes_other_contrasts_once(t2_pair: dict[str, Path], capsys) -> None:
     from hyperreg.cli import main
 
     base = ["sweep", "--moving", str(t2_pair["moving"]), "--fixed", str(t2_pair["fixed"])]

@@ -186,7 +186,8 @@ def test_the_similarity_choices_come_from_one_registry() -> None:
     from hyperreg.method.similarities import REFINE_SIMILARITIES, TRAIN_SIMILARITIES
     from hyperreg.training.train import SIMILARITIES as TRAINED
 
-    assert set(REFINE_SIMILARITIES) == set(SIMILARITIES) >= set(TRAIN_SIMILARITIES)
+    assert set(SIMILARITIES) >= set(REFINE_SIMILARITIES) >= set(TRAIN_SIMILARITIES)
+    assert set(SIMILARITIES) - set(REFINE_SIMILARITIES) == {"ngf"}  # judges only
     assert TRAINED == TRAIN_SIMILARITIES
     with pytest.raises(InputError) as caught:
         resolve_settings(tiny_model(2), [0.3], Refinement(sim="ssd"))

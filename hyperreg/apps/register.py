@@ -12,6 +12,7 @@ differing grids are an error. Applying or inspecting a saved field afterwards is
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,11 @@ from hyperreg.apps.transforms import check_transform_path
 from hyperreg.geometry.affine import AffineTransform
 from hyperreg.geometry.fields import DISPLACEMENT_FORMATS, check_itk_grid
 from hyperreg.method.model import HyperMorph
-from hyperreg.registration.contrast import CONTRAST_CHOICES, contrast_similarity, refinement_for
+from hyperreg.registration.contrast import (
+    CONTRAST_CHOICES,
+    contrast_lambda,
+    contrast_similarity,
+)
 from hyperreg.registration.inputs import load_input
 from hyperreg.registration.pairs import PathLike, check_outputs
 from hyperreg.registration.pipeline import (
@@ -150,10 +155,13 @@ def register_files(
             count; label maps must be finite); None (default): such an image is an error.
         contrast: ``"auto"`` (default): after the affine stage, pairs whose intensities do
             not correspond (a T2 or FLAIR to a T1;
-            :func:`hyperreg.registration.contrast.compare_contrasts`) are refined and judged by
-            mutual information, said in one INFO line; ``"same"``: the model's similarity
-            (local NCC) and ``refine`` as given; ``"different"``: mutual information without
-            asking. A ``refine`` that asks for MI keeps it.
+            :func:`hyperreg.registration.contrast.compare_contrasts`) are registered as other
+            contrasts, said in one INFO line: the network and refinement see the moving image
+            drawn in the fixed image's intensities, the verdict uses normalised gradient fields
+            (a field must raise them by :data:`~hyperreg.registration.verdict.MIN_GAINS` to be
+            kept) and a model's default λ below 0.2 is raised to 0.2; ``"same"``: the images
+            as read, the model's similarity (local NCC); ``"different"``: as other contrasts
+            without asking. ``refine`` is used as given (its own similarity).
         fixed_mask, moving_mask: Cost masks (0/1 files; ANTs' ``-x``), or None: see
             :func:`~hyperreg.registration.pipeline.load_pair`.
 
@@ -207,8 +215,10 @@ def register_files(
         moving_mask=moving_mask,
     )
     similarity = contrast_similarity(pair, contrast)
-    refine = refinement_for(refine, similarity)
     chosen = pair_lambda(pair, model, lam)
+    if lam is None and (raised := contrast_lambda(chosen.lam, similarity)) is not None:
+        reason = f"{chosen.reason}, raised to {raised:g} for other contrasts"
+        chosen = dataclasses.replace(chosen, lam=raised, reason=reason)
     result = pair.register(
         model, [chosen.lam], refine, inverse=inverse, passes=passes, never_worse=never_worse,
         lambda_source=chosen.reason, similarity=similarity,

@@ -191,8 +191,9 @@ def sweep_files(
             count); None (default): such an image is an error.
         html: Output HTML file of the self-contained sweep page
             (:func:`hyperreg.apps.view_page.write_sweep_page`), or None.
-        contrast: ``"auto"`` (default), ``"same"`` or ``"different"``: the similarity each λ
-            is refined and judged by, as in :func:`hyperreg.apps.register.register_files`.
+        contrast: ``"auto"`` (default), ``"same"`` or ``"different"``: what the network
+            sees and the similarity each λ is refined and judged by, as in
+            :func:`hyperreg.apps.register.register_files` (the λ given are kept).
         fixed_mask, moving_mask: Cost masks (0/1 files; ANTs' ``-x``), or None: see
             :func:`~hyperreg.registration.pipeline.load_pair`.
 

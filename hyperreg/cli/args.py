@@ -27,6 +27,7 @@ from hyperreg.cli.arg_types import (
 )
 from hyperreg.method.similarities import REFINE_SIMILARITIES  # the registry, no torch
 from hyperreg.registration.autolambda import AUTO_GAIN, AUTO_MAX_FOLDING  # constants only: fast
+from hyperreg.registration.verdict import MIN_GAINS  # numpy only
 
 __all__ = [
     "AUTO_HELP",
@@ -335,7 +336,8 @@ def add_refine_arguments(parser: argparse.ArgumentParser, model_default: bool = 
         default=None,
         help="similarity for --refine: ncc (local NCC, window 9), mse, or mi (mutual "
         "information, for pairs of different contrast, e.g. T1 to T2); default: the model's "
-        "own, or mi where --contrast finds the contrasts differ; given, it wins over --contrast",
+        "own (for other contrasts on the moving image drawn in the fixed image's intensities); "
+        "given, it wins over --contrast auto",
     )
     parser.add_argument(
         "--refine-lr",
@@ -369,8 +371,11 @@ def add_contrast_argument(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="do the images show the same contrast? auto (default): told from the pair after "
         "the affine stage (a T2 or FLAIR to a T1 is not); same: refine and judge with the "
-        "model's own similarity (local NCC for the bundled models); different: with mutual "
-        "information. An explicit "
+        "model's own similarity (local NCC for the bundled models); different: the network "
+        "and refinement see the moving image drawn in the fixed image's intensities, the "
+        "verdict uses normalised gradient fields (a field that raises them less "
+        f"than {100 * MIN_GAINS['ngf']:g} %% is not kept) and a default λ below 0.2 becomes "
+        "0.2. An explicit "
         "--refine-sim wins over auto",
     )
 

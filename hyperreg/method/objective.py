@@ -34,7 +34,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hyperreg.method.losses import NCCReference, gradient_loss, mi_loss, mse_loss, ncc_loss
+from hyperreg.method.losses import (
+    NCCReference,
+    gradient_loss,
+    mi_loss,
+    mse_loss,
+    ncc_loss,
+    ngf_loss,
+)
 from hyperreg.method.spatial import warp
 from hyperreg.method.similarities import SIMILARITIES as SIMILARITY_NAMES
 
@@ -123,7 +130,8 @@ class Objective:
         similarity: ``"ncc"`` (local NCC, :func:`~hyperreg.method.losses.ncc_loss`), ``"mse"``
             (MSE / σ², :func:`~hyperreg.method.losses.mse_loss`) or ``"mi"`` (mutual
             information, :func:`~hyperreg.method.losses.mi_loss`, for refinement across
-            contrasts).
+            contrasts) or ``"ngf"`` (normalised gradient fields,
+            :func:`~hyperreg.method.losses.ngf_loss`, the verdict across contrasts).
         ncc_window: NCC box width per axis.
         mse_sigma: σ of the MSE term (intensities in [0, 1]).
         label_loss: ``"none"``, ``"dice"`` (1 − mean soft Dice over the labels present in the
@@ -201,6 +209,8 @@ class Objective:
             )
         if self.similarity == "mse":
             return mse_loss(moved, fixed, sigma=self.mse_sigma, reduction="none")
+        if self.similarity == "ngf":
+            return ngf_loss(moved, fixed, reduction="none")
         return mi_loss(moved, fixed, reduction="none")
 
     def smoothness(self, field: Tensor, image_shape: tuple[int, ...]) -> Tensor:

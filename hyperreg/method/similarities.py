@@ -15,11 +15,14 @@ SIMILARITIES: dict[str, str] = {
     "ncc": "local normalised cross-correlation (window of the model, 9 by default)",
     "mse": "mean squared intensity difference, scaled by the model's noise sigma",
     "mi": "global mutual information (pairs of different contrast, e.g. T2 to T1)",
+    "ngf": "normalised gradient fields: whether edges lie along each other (judges pairs of "
+    "different contrast)",
 }
 """Every image similarity, name -> one line saying what it is."""
 
 TRAIN_SIMILARITIES: tuple[str, ...] = ("ncc", "mse")
 """The similarities a model can be trained with (``hyperreg train --sim``)."""
 
-REFINE_SIMILARITIES: tuple[str, ...] = tuple(SIMILARITIES)
-"""The similarities a test-time refinement can minimise (``--refine-sim``)."""
+REFINE_SIMILARITIES: tuple[str, ...] = ("ncc", "mse", "mi")
+"""The similarities a test-time refinement can minimise (``--refine-sim``); ``"ngf"`` only
+judges (the verdict of pairs of different contrast), it is not offered for refinement."""

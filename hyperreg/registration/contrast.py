@@ -6,10 +6,15 @@ the head. Where both images show the same contrast (T1 and T1, even of two peopl
 and a monotone change of it) the moving image's median intensity rises from the fixed image's
 darkest tissue to its brightest. Where they do not (a T2 or FLAIR to a T1) it does not: CSF is
 dark in T1 and bright in T2, grey matter is darker than white matter in T1 and brighter in T2
-and FLAIR. :func:`similarity_for` turns the answer into the refinement's and the verdict's
-similarity (``"ncc"`` for the same contrast, as the networks were trained; ``"mi"`` otherwise),
-:func:`contrast_note` into the one line the command line logs. Pure functions of numpy arrays;
-must not import the pipeline, training, apps or cli.
+and FLAIR. :func:`similarity_for` turns the answer into the verdict's similarity (None, the
+model's own, for the same contrast; :data:`OTHER_SIMILARITY`, normalised gradient fields,
+otherwise), :func:`remap_pair` gives the network and refinement the moving image drawn in the
+fixed image's intensities (:func:`hyperreg.geometry.intensity_map.intensity_map`: the networks
+were trained on T1-like images; refinement then keeps the model's own similarity, local NCC
+for the bundled models, which on the bundled 3D model gave a higher Dice than mutual
+information at a fifth of the time, ``benchmarks/RESULTS_contrast.md``) and
+:func:`contrast_note` says it in the one line the command line logs.
+Must not import the pipeline, training, apps or cli.
 
 The rule (:data:`RISE_THRESHOLD`, :data:`HEAD_FRACTION`, :data:`BINS`) was set on the shared
 data (``benchmarks/RESULTS_contrast.md``): the 109 T1 to T1 pairs there scored 0.77 to 1.00
@@ -34,6 +39,7 @@ import numpy as np
 
 from hyperreg._checks import check_option
 from hyperreg._errors import InputError
+from hyperreg.geometry.intensity_map import intensity_map
 from hyperreg.registration.refine import Refinement
 
 __all__ = [
@@ -41,15 +47,18 @@ __all__ = [
     "CONTRAST_CHOICES",
     "HEAD_FRACTION",
     "MIN_OVERLAP",
+    "OTHER_MIN_LAMBDA",
+    "OTHER_SIMILARITY",
     "RISE_THRESHOLD",
     "TIE_FRACTION",
     "ContrastCheck",
     "compare_contrasts",
+    "contrast_lambda",
     "contrast_note",
     "contrast_options",
     "contrast_similarity",
     "pair_similarity",
-    "refinement_for",
+    "remap_pair",
     "similarity_for",
 ]
 
@@ -61,6 +70,8 @@ HEAD_FRACTION = 0.1  # a voxel is head when above this fraction of its image's 9
 MIN_OVERLAP = 500  # fewer head voxels in both images: too little to judge (the same contrast)
 TIE_FRACTION = 0.05  # binned medians within this fraction of the intensity range are ties
 RISE_THRESHOLD = 0.72  # the lower rank correlation below this: contrasts differ
+OTHER_SIMILARITY = "ngf"  # the verdict of other contrasts: normalised gradient fields
+OTHER_MIN_LAMBDA = 0.2  # a model's default λ below this is raised to it for other contrasts
 
 
 @dataclass(frozen=True)
@@ -141,9 +152,9 @@ def compare_contrasts(moving: np.ndarray, fixed: np.ndarray) -> ContrastCheck:
 
 
 def similarity_for(contrast: str, check: ContrastCheck | None) -> str | None:
-    """The similarity to refine and judge with: ``"mi"`` when ``contrast`` is
-    ``"different"``, or ``"auto"`` and ``check.differ``; else None (the model's own: local NCC
-    for the bundled models, MSE for a model trained with it).
+    """The similarity to judge with: :data:`OTHER_SIMILARITY` (``"ngf"``) when ``contrast``
+    is ``"different"``, or ``"auto"`` and ``check.differ``; else None (the model's own: local
+    NCC for the bundled models, MSE for a model trained with it).
 
     Raises:
         InputError: If ``contrast`` is not one of :data:`CONTRAST_CHOICES`, or is ``"auto"``
@@ -154,7 +165,7 @@ def similarity_for(contrast: str, check: ContrastCheck | None) -> str | None:
     if contrast == "auto" and check is None:
         raise InputError(fn, "{0} 'auto' needs {1}", "contrast", "check")
     if contrast == "different" or (contrast == "auto" and check is not None and check.differ):
-        return "mi"
+        return OTHER_SIMILARITY
     return None
 
 
@@ -176,20 +187,39 @@ def pair_similarity(
     return similarity_for(contrast, check), check
 
 
-def refinement_for(refinement: Refinement | None, similarity: str | None) -> Refinement | None:
-    """``refinement`` refining with mutual information when ``similarity`` is ``"mi"``; as
-    given otherwise (a refinement asked to use MI keeps it), and None stays None."""
-    if refinement is None or similarity != "mi" or refinement.sim == "mi":
-        return refinement
-    return dataclasses.replace(refinement, sim="mi")
+def contrast_lambda(lam: float, similarity: str | None) -> float | None:
+    """The λ a pair of other contrasts is registered at instead of a model's default ``lam``:
+    :data:`OTHER_MIN_LAMBDA` when ``similarity`` is :data:`OTHER_SIMILARITY` and ``lam`` is
+    below it (a smoother field: with the bundled 2D model, λ 0.2 gave the synthetic T2 and
+    FLAIR slices of ``benchmarks/RESULTS_contrast.md`` a higher Dice than its default 0.05);
+    None when ``lam`` stays."""
+    if similarity == OTHER_SIMILARITY and lam < OTHER_MIN_LAMBDA:
+        return OTHER_MIN_LAMBDA
+    return None
+
+
+def remap_pair(pair: Any) -> None:
+    """Give ``pair`` (a :class:`~hyperreg.registration.prepared.PreparedPair`) the moving
+    image the network sees for other contrasts: ``pair.aligned`` drawn in the fixed image's
+    intensities (:func:`~hyperreg.geometry.intensity_map.intensity_map`) as
+    ``pair.remapped``. The outputs are then sampled from the moving image as read
+    (``pair.chained`` set), and the verdict scores that image, not the remapped one.
+
+    Raises:
+        InputError: If the moving image has fewer than two intensity levels.
+    """
+    mapping = intensity_map(pair.aligned.data, pair.fixed.data)
+    pair.remapped = dataclasses.replace(pair.aligned, data=mapping.apply(pair.aligned.data))
+    pair.chained = True  # outputs from the file as read, never the remapped copy
 
 
 def contrast_similarity(pair: Any, contrast: str) -> str | None:
-    """The similarity a prepared pair is refined and judged by (``"mi"``, or None for the
+    """The similarity a prepared pair is judged by (:data:`OTHER_SIMILARITY`, or None for the
     model's own):
     :func:`pair_similarity` on ``pair.aligned.data`` (the moving image after the affine stage)
     and ``pair.fixed.data`` (a :class:`~hyperreg.registration.prepared.PreparedPair`); one
-    INFO line (:func:`contrast_note`) when ``"auto"`` found other contrasts.
+    INFO line (:func:`contrast_note`) when ``"auto"`` found other contrasts. For other
+    contrasts the pair is given its remapped moving image (:func:`remap_pair`).
 
     Raises:
         InputError: If ``contrast`` is not one of :data:`CONTRAST_CHOICES`.
@@ -197,23 +227,25 @@ def contrast_similarity(pair: Any, contrast: str) -> str | None:
     similarity, check = pair_similarity(contrast, pair.aligned.data, pair.fixed.data)
     if check is not None and check.differ:
         logger.info("%s", contrast_note(check))
+    if similarity == OTHER_SIMILARITY:
+        remap_pair(pair)
     return similarity
 
 
 def contrast_options(pair: Any, contrast: str, refinement: Refinement | None) -> dict[str, Any]:
     """The keyword arguments ``refinement`` and ``similarity`` of
     :meth:`~hyperreg.registration.prepared.PreparedPair.register` for ``pair``: the similarity
-    of :func:`contrast_similarity` and ``refinement`` switched to it
-    (:func:`refinement_for`)."""
-    similarity = contrast_similarity(pair, contrast)
-    return {"refinement": refinement_for(refinement, similarity), "similarity": similarity}
+    of :func:`contrast_similarity` (which remaps the pair's moving image for other contrasts)
+    and ``refinement`` as given (it refines the remapped image with its own similarity)."""
+    return {"refinement": refinement, "similarity": contrast_similarity(pair, contrast)}
 
 
 def contrast_note(check: ContrastCheck) -> str:
     """The one line logged when ``auto`` found other contrasts."""
     return (
-        f"other contrasts ({check.reason}): refinement and the verdict use mutual "
-        "information (--contrast same: local NCC)"
+        f"other contrasts ({check.reason}): the network and refinement see the moving image "
+        "drawn in the fixed image's intensities and the verdict uses normalised gradient "
+        "fields (--contrast same: the images as read)"
     )
 
 

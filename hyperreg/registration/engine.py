@@ -89,7 +89,7 @@ def _raw_results(
             return [
                 register_passes(
                     model,
-                    prepared.aligned,
+                    prepared.network_image(),
                     prepared.fixed,
                     lam,
                     settings.passes,
@@ -104,7 +104,7 @@ def _raw_results(
         return [
             refine_pair(
                 model,
-                prepared.aligned,
+                prepared.network_image(),
                 prepared.fixed,
                 lam,
                 settings.refinement or Refinement(steps=0),
@@ -117,7 +117,7 @@ def _raw_results(
     if settings.passes == 1:
         return sweep_lambdas(
             model,
-            prepared.aligned,
+            prepared.network_image(),
             prepared.fixed,
             lams,
             chunk=settings.chunk,
@@ -145,7 +145,7 @@ def _batched_passes(
     moving image warped once by the composed field so far)."""
     notes: list[str] = []
     device = next(model.parameters()).device
-    moving, fixed = prepared.aligned, prepared.fixed
+    moving, fixed = prepared.network_image(), prepared.fixed
     moving_t, fixed_t, grid = network_inputs(
         model, moving, fixed, prepared.normalization, device, notes
     )

@@ -37,7 +37,7 @@ from hyperreg.registration.results import AffineStage, PairResult
 from hyperreg.registration.settings import resolve_settings
 from hyperreg.registration.similarity import network_input, network_similarity, on_fixed_grid
 from hyperreg.registration.transform_chain import TransformChain
-from hyperreg.registration.verdict import Verdict, decompose_affine, judge
+from hyperreg.registration.verdict import MIN_GAINS, Verdict, decompose_affine, judge
 
 __all__ = ["PreparedPair", "ndim_error"]
 
@@ -71,6 +71,9 @@ class PreparedPair:
         fixed_mask: The fixed cost mask on the fixed grid (boolean), or None.
         fov_fraction: Share of the fixed head inside the moving image's field of view after
             the affine stage (:func:`~hyperreg.registration.masks.field_of_view`), or None.
+        remapped: ``aligned`` drawn in the fixed image's intensities for a pair of other
+            contrasts (:func:`hyperreg.registration.contrast.remap_pair`), what the network
+            and refinement then see (:meth:`network_image`); None: ``aligned`` itself.
     """
 
     moving: Volume
@@ -90,6 +93,7 @@ class PreparedPair:
     moving_mask: Volume | None = None
     fixed_mask: Volume | None = None
     fov_fraction: float | None = None
+    remapped: Volume | None = None
     _similarity: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def register(
@@ -146,10 +150,10 @@ class PreparedPair:
                 and no never-worse rule, the model's own fields as they are (a λ search
                 scoring the model, which saves the similarity evaluations).
             lambda_source: Where the λ came from, recorded in the settings (default "given").
-            similarity: The similarity the verdict judges by (``"ncc"``, ``"mi"``: the
-                model's objective with that image term); None (default): the refinement's,
-                or the model's own without refinement. ``"mi"`` for a pair of other
-                contrasts (:func:`hyperreg.registration.contrast.pair_similarity`).
+            similarity: The similarity the verdict judges by (``"ncc"``, ``"mi"``,
+                ``"ngf"``: the model's objective with that image term); None (default): the
+                refinement's, or the model's own without refinement. ``"ngf"`` for a pair of
+                other contrasts (:func:`hyperreg.registration.contrast.pair_similarity`).
 
         Returns:
             One :class:`PairResult` per λ, in the order given.
@@ -175,6 +179,11 @@ class PreparedPair:
             fn="PreparedPair.register",
         )
         return run(self, model, settings)
+
+    def network_image(self) -> Volume:
+        """The moving image the network and refinement see on the fixed grid: ``remapped``
+        when set, else ``aligned``."""
+        return self.aligned if self.remapped is None else self.remapped
 
     def cost_masks(self) -> tuple[Volume | None, Volume | None] | None:
         """The cost masks on the fixed grid for refinement (computed once), or None."""
@@ -287,8 +296,10 @@ class PreparedPair:
         similarity: str | None = None,
     ) -> Verdict:
         """The verdict on one registration (:func:`~hyperreg.registration.verdict.judge`), by
-        ``similarity`` when given (else the refinement's or the model's); the similarities
-        before and after the affine are scored once per pair and similarity."""
+        ``similarity`` when given (else the refinement's or the model's; the gain it must
+        show, :data:`~hyperreg.registration.verdict.MIN_GAINS`); the similarities before and
+        after the affine are scored once per pair and similarity, on the moving image as
+        read (never the ``remapped`` one the network saw)."""
         refined = refinement is not None and refinement.steps > 0
         objective = refine_objective(model, refinement) if refined else model.objective
         if similarity is not None and similarity != objective.similarity:
@@ -326,6 +337,7 @@ class PreparedPair:
             affine=shape,
             never_worse=never_worse,
             field_of_view=self.fov_fraction,
+            min_gain=MIN_GAINS.get(objective.similarity, 0.0),
         )
 
 

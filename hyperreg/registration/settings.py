@@ -44,9 +44,10 @@ class RegistrationSettings:
         never_worse: Keep the better of the pair as it came and the affine alone when the
             registration lowered the similarity.
         judged: Give each result its verdict (False: no verdict, no never-worse rule).
-        similarity: The similarity the verdict judges by (``"ncc"``, ``"mse"``, ``"mi"``);
-            None: the refinement's, or the model's own without refinement (``"mi"`` for a pair
-            of other contrasts, :func:`hyperreg.registration.contrast.pair_similarity`).
+        similarity: The similarity the verdict judges by (``"ncc"``, ``"mse"``, ``"mi"``,
+            ``"ngf"``); None: the refinement's, or the model's own without refinement
+            (``"ngf"`` for a pair of other contrasts,
+            :func:`hyperreg.registration.contrast.pair_similarity`).
     """
 
     lams: tuple[float, ...]

@@ -25,6 +25,7 @@ __all__ = [
     "MAX_FOLDING",
     "MAX_SHEAR",
     "MIN_FIELD_OF_VIEW",
+    "MIN_GAINS",
     "SCALE_RANGE",
     "SIMILARITY_MARGIN",
     "AffineShape",
@@ -48,6 +49,13 @@ interpolation); the network's field on a slice registered to itself lowers it by
 registrations of different people at λ <= 0.6 raise it by 82-285 %."""
 
 _ABSOLUTE_MARGIN = 1e-4
+
+MIN_GAINS = {"ngf": 0.07}
+"""Similarity -> the share by which a registration judged by it must raise the best of the
+pair as it came and the affine alone to be kept (0 for the others). Normalised gradient fields
+judge pairs of other contrasts (:mod:`hyperreg.registration.contrast`), where the network's
+field raises every similarity a little even on a pair already aligned; measured with the
+bundled 2D model (``benchmarks/RESULTS_contrast.md``)."""
 
 SCALE_RANGE = (0.6, 1.6)
 """Plausible scales of an affine between two heads (fixed world -> moving world)."""
@@ -169,6 +177,7 @@ def judge(
     never_worse: bool = True,
     margin: float = SIMILARITY_MARGIN,
     field_of_view: float | None = None,
+    min_gain: float = 0.0,
 ) -> Verdict:
     """The verdict on one pair, and the result to keep.
 
@@ -191,15 +200,20 @@ def judge(
         field_of_view: Share of the fixed head inside the moving image's field of view
             (:func:`~hyperreg.registration.masks.field_of_view`), or None; below
             :data:`MIN_FIELD_OF_VIEW` a reason to check.
+        min_gain: Share (``>= 0``, :data:`MIN_GAINS`) by which the registration must raise
+            the best of the other two to count as better; one that is not worse but gains
+            less is treated as worse (kept or replaced alike), with its own reason.
 
     Returns:
         A :class:`Verdict`.
 
     Raises:
-        ValueError: If ``margin`` is negative or not finite.
+        ValueError: If ``margin`` or ``min_gain`` is negative or not finite.
     """
     if not (math.isfinite(margin) and margin >= 0):
         raise ValueError(f"judge(): 'margin' must be a finite number >= 0, got {margin}")
+    if not (math.isfinite(min_gain) and min_gain >= 0):
+        raise ValueError(f"judge(): 'min_gain' must be a finite number >= 0, got {min_gain}")
     affine_sim = math.nan if similarity_affine is None else float(similarity_affine)
     reasons: list[str] = []
     if affine is not None:
@@ -218,8 +232,15 @@ def judge(
     if candidates and math.isfinite(similarity_after):
         best_kind = max(candidates, key=lambda k: (candidates[k], k == "affine"))
         best = candidates[best_kind]
+        text = None
         if _worse(similarity_after, best, margin):
             text = f"registration lowered similarity {best:.4f} -> {similarity_after:.4f}"
+        elif min_gain > 0 and similarity_after < best + min_gain * abs(best):
+            text = (
+                f"registration raised similarity only {best:.4f} -> {similarity_after:.4f} "
+                f"(less than {100 * min_gain:g} %)"
+            )
+        if text is not None:
             if never_worse:
                 kept = best_kind
                 reasons.append(f"{text}; kept {_KEPT_TEXT[best_kind]}")
