@@ -62,8 +62,9 @@ _Masks = tuple["sitk.Image | None", "sitk.Image | None"]
 _LEVELS_MM = (4.0, 2.0)  # voxel size of each resolution level, coarse first
 # Gaussian sigma applied after each level's block averaging, in voxels of that level (as ANTs
 # smooths each shrunken level): a smoother MI cost. Measured on six native 2 mm IXI pairs
-# (different people), sigma 4 mm then 2 mm: affine-alone DLMUSE Dice 0.424 -> 0.435 on average
-# (ANTs' Affine 0.441); 2 mm then 1 mm: 0.430
+# (different people), sigma 4 mm then 2 mm: affine-alone DLMUSE Dice 0.424 -> 0.436 on average
+# (label maps moved by nearest neighbour; ANTs' Affine scored the same way 0.431); 2 mm then
+# 1 mm: 0.430; 4 mm then none at the 2 mm level: 0.427 (benchmarks/RESULTS_rotations.md)
 _SMOOTH_VOXELS = 1.0
 _LEVEL_VOXELS = (32, 64)  # at least this many voxels across the smallest extent per level
 _SEARCH_VOXELS = 16  # the rotation search's level: SEARCH_MM voxels, at least this many across
@@ -319,12 +320,12 @@ def register_affine(
     """Find the rigid or affine world transform that best aligns ``moving`` to ``fixed``.
 
     Two resolutions on block-averaged copies of the images, each smoothed by a Gaussian of one
-    of its voxels (voxels of about 4 mm, then 2 mm,
-    never coarser than 32 and 64 voxels across the smallest extent: an affine needs no finer
-    detail), with Mattes mutual information (32 bins, 10 000 then 20 000 jittered random
-    voxels whatever the image size), so it works across contrasts and its cost does not grow
-    with the volume. Intensities are used as they are (MI does not care about scale). Rigid
-    runs use regular-step gradient descent, affine runs conjugate gradients with a line search.
+    of its voxels (voxels of about 4 mm, then 2 mm, never coarser than 32 and 64 voxels across
+    the smallest extent: an affine needs no finer detail), with Mattes mutual information (32
+    bins, 10 000 then 20 000 jittered random voxels whatever the image size), so it works
+    across contrasts and its cost does not grow with the volume. Intensities are used as they
+    are (MI does not care about scale). Rigid runs use regular-step gradient descent, affine
+    runs conjugate gradients with a line search.
 
     Without ``initial`` the stage starts from the centres of mass of the two images (ITK's
     moments initialiser: translation only; from the identity when they already agree within
