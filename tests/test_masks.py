@@ -2,7 +2,7 @@
 (hyperreg.registration.masks), the affine stage's metric counting only voxels inside, and the
 command line's options.
 
-Synthetic images whose answers are known: two blob "heads" 6 mm apart, the moving one with a
+Synthetic images whose answers are known: two ellipsoid "heads" 6 mm apart, the moving one with a
 bright block far from the head that drags an unmasked affine stage away.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from lambda_helpers import blob, write_nifti
+from lambda_helpers import write_nifti
 from shared_paths import data_path, needs_data
 
 from hyperreg._errors import InputError
@@ -27,10 +27,20 @@ AFFINE = np.diag([2.0, 2.0, 2.0, 1.0])
 AFFINE[:3, 3] = -47.0
 
 
+def _ellipsoid(centre: tuple[float, float, float], axes: tuple[float, ...]) -> np.ndarray:
+    """Boolean ``SHAPE`` array: the voxels inside the ellipsoid (voxel units)."""
+    grid = np.meshgrid(*[np.arange(n, dtype=np.float32) for n in SHAPE], indexing="ij")
+    return sum(((g - c) / a) ** 2 for g, c, a in zip(grid, centre, axes)) < 1
+
+
 def _head(centre: tuple[float, float, float]) -> np.ndarray:
-    """A blob with an off-centre lobe (so that a rotation is not free), peak about 1.6."""
-    lobe = (centre[0] + 6, centre[1] - 4, centre[2])
-    return (blob(SHAPE, centre, 8.0) + 0.6 * blob(SHAPE, lobe, 4.0)).astype(np.float32)
+    """An ellipsoid "head" (1.0, semi-axes 14, 11, 9 voxels) with an off-centre inner
+    ellipsoid (1.6) on none of its axes, so that no rotation is free. Sharp edges: on a pair of
+    smooth Gaussian blobs Mattes MI scored a 50° turn better than the true shift, so the stage
+    landed on one of several turns (which one was incidental)."""
+    head = _ellipsoid(centre, (14, 11, 9)).astype(np.float32)
+    head[_ellipsoid((centre[0] + 5, centre[1] - 3, centre[2] + 2), (5, 4, 3))] = 1.6
+    return head
 
 
 def _volume(data: np.ndarray, affine: np.ndarray = AFFINE) -> Volume:

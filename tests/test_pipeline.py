@@ -38,8 +38,12 @@ def _pair_with_a_fixed_only_label(folder: Path) -> dict[str, Path]:
     moving, fixed = blob(SHAPE, (11, 9)), blob(SHAPE, (13, 10))
     fixed_seg = labels_of(fixed)
     fixed_seg[:3, :3] = 9
-    data = {"moving": moving, "fixed": fixed, "moving_seg": labels_of(moving),
-            "fixed_seg": fixed_seg}
+    data = {
+        "moving": moving,
+        "fixed": fixed,
+        "moving_seg": labels_of(moving),
+        "fixed_seg": fixed_seg,
+    }
     return {k: write_nifti(folder / f"{k}.nii.gz", v[..., None]) for k, v in data.items()}
 
 
@@ -56,8 +60,14 @@ def test_every_command_scores_dice_over_the_labels_of_the_inputs(
     segs = {"moving_seg": files["moving_seg"], "fixed_seg": files["fixed_seg"]}
     # an untrained model: its fields as given (never-worse rule off), as tune scores them
     result = register_files(
-        tiny_model(), files["moving"], files["fixed"], 0.5, init="none",
-        moved_seg=tmp_path / "moved_seg.nii.gz", never_worse=False, **segs,
+        tiny_model(),
+        files["moving"],
+        files["fixed"],
+        0.5,
+        init="none",
+        moved_seg=tmp_path / "moved_seg.nii.gz",
+        never_worse=False,
+        **segs,
     )
     assert result.dice is not None and set(result.dice) == {3, 4, 9} and result.dice[9] == 0.0
     register_dice = result.mean_dice
@@ -65,27 +75,68 @@ def test_every_command_scores_dice_over_the_labels_of_the_inputs(
     # sweep
     common = ["--model", str(model), "--device", "cpu", "--init", "none"]
     keep = ["--keep-worse"]  # tune scores the model's own fields; register and sweep alike
-    pair_args = ["--moving", str(files["moving"]), "--fixed", str(files["fixed"]),
-                 "--moving-seg", str(files["moving_seg"]), "--fixed-seg", str(files["fixed_seg"])]
-    assert main(["sweep", *common, *keep, *pair_args, "--lambdas", "0.5", "--out",
-                 str(tmp_path / "sweep")]) == 0
+    pair_args = [
+        "--moving",
+        str(files["moving"]),
+        "--fixed",
+        str(files["fixed"]),
+        "--moving-seg",
+        str(files["moving_seg"]),
+        "--fixed-seg",
+        str(files["fixed_seg"]),
+    ]
+    assert (
+        main(
+            [
+                "sweep",
+                *common,
+                *keep,
+                *pair_args,
+                "--lambdas",
+                "0.5",
+                "--out",
+                str(tmp_path / "sweep"),
+            ]
+        )
+        == 0
+    )
     row = (tmp_path / "sweep" / "sweep.csv").read_text().splitlines()
     header, values = row[0].split(","), row[1].split(",")
     assert float(values[header.index("mean_dice")]) == pytest.approx(register_dice, abs=1e-6)
     assert float(values[header.index("dice_9")]) == 0.0
     # tune
     csv = tmp_path / "pairs.csv"
-    csv.write_text("moving,fixed,moving_seg,fixed_seg\n" + ",".join(
-        str(files[k]) for k in ("moving", "fixed", "moving_seg", "fixed_seg")) + "\n")
-    assert main(["tune", *common, "--pairs", str(csv), "--lambdas", "0.5,1",
-                 "--refine-rounds", "0", "--out", str(tmp_path / "tune")]) == 0
+    csv.write_text(
+        "moving,fixed,moving_seg,fixed_seg\n"
+        + ",".join(str(files[k]) for k in ("moving", "fixed", "moving_seg", "fixed_seg"))
+        + "\n"
+    )
+    assert (
+        main(
+            [
+                "tune",
+                *common,
+                "--pairs",
+                str(csv),
+                "--lambdas",
+                "0.5,1",
+                "--refine-rounds",
+                "0",
+                "--out",
+                str(tmp_path / "tune"),
+            ]
+        )
+        == 0
+    )
     grid = json.loads((tmp_path / "tune" / "tune.json").read_text())["grid"]
     at = next(r for r in grid if r["lambda"] == 0.5)
     assert at["mean_dice"] == pytest.approx(register_dice, abs=1e-6)
     # evaluate, with the moving label map named
     rows = tmp_path / "evaluate.csv"
-    rows.write_text(f"moved_seg,fixed_seg,moving_seg\n{tmp_path / 'moved_seg.nii.gz'},"
-                    f"{files['fixed_seg']},{files['moving_seg']}\n")
+    rows.write_text(
+        f"moved_seg,fixed_seg,moving_seg\n{tmp_path / 'moved_seg.nii.gz'},"
+        f"{files['fixed_seg']},{files['moving_seg']}\n"
+    )
     report = evaluate_csv(rows, tmp_path / "evaluation")
     assert report.pairs[0].mean_dice == pytest.approx(register_dice, abs=1e-6)
     capsys.readouterr()
@@ -198,8 +249,19 @@ def test_an_unwritable_output_fails_before_registration_naming_the_option(
 
     monkeypatch.setattr(pipeline, "load_pair", never)
     monkeypatch.setattr(register_app, "load_pair", never)
-    args = ["register", "--model", str(model), "--device", "cpu", "--lambda", "0.5",
-            "--moving", str(files["moving"]), "--fixed", str(files["fixed"])]
+    args = [
+        "register",
+        "--model",
+        str(model),
+        "--device",
+        "cpu",
+        "--lambda",
+        "0.5",
+        "--moving",
+        str(files["moving"]),
+        "--fixed",
+        str(files["fixed"]),
+    ]
     assert main([*args, "--moved", "/proc/m.nii.gz"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--moved" in err and "/proc" in err
@@ -211,13 +273,45 @@ def test_a_missing_output_folder_is_created_and_said(
     files = _pair_with_a_fixed_only_label(tmp_path / "data")
     model = save_tiny_model(tmp_path / "model.pt")
     moved = tmp_path / "new" / "folder" / "m.nii.gz"
-    args = ["register", "--model", str(model), "--device", "cpu", "--lambda", "0.5",
-            "--init", "none", "--moving", str(files["moving"]), "--fixed", str(files["fixed"])]
+    args = [
+        "register",
+        "--model",
+        str(model),
+        "--device",
+        "cpu",
+        "--lambda",
+        "0.5",
+        "--init",
+        "none",
+        "--moving",
+        str(files["moving"]),
+        "--fixed",
+        str(files["fixed"]),
+    ]
     assert main([*args, "--moved", str(moved)]) == 0
     assert moved.is_file()
     out = capsys.readouterr().out
     assert f"created folder {moved.parent}" in out
     assert out.index("created folder") < out.index("wrote")  # said before what went into it
+
+
+def test_a_stage_that_keeps_the_identity_scores_the_pair_as_it_came(tmp_path: Path) -> None:
+    """An affine stage that keeps the identity (the same image twice) has an affine-alone Dice,
+    the Dice as the pair came (label maps that differ); without a stage there is none."""
+    image = blob(SHAPE, (11, 9))[..., None]
+    paths = {
+        "moving": write_nifti(tmp_path / "m.nii.gz", image),
+        "fixed": write_nifti(tmp_path / "f.nii.gz", image),
+        "moving_seg": write_nifti(tmp_path / "ms.nii.gz", labels_of(image)),
+        "fixed_seg": write_nifti(
+            tmp_path / "fs.nii.gz", labels_of(blob(SHAPE, (13, 10))[..., None])
+        ),
+    }
+    pair = load_pair(**paths, init="affine")
+    assert pair.affine is not None and pair.affine.identity_kept and not pair.chained
+    assert pair.dice_before is not None and pair.dice_before < 0.99
+    assert pair.dice_affine == pair.dice_before
+    assert load_pair(**paths, init="none").dice_affine is None
 
 
 def test_identity_kept_says_why_and_shows_no_mi_change() -> None:

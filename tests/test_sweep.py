@@ -195,6 +195,9 @@ def test_sweep_saves_what_register_saves_with_an_affine_stage(
 ) -> None:
     """Under --init affine (the default) warp_lam<λ> is the composed transform register --warp
     writes at that λ (not the deformable field alone), and moved/moved_seg are register's."""
+    # blobs 5.4 voxels apart: the stage keeps the identity for motions under 3 voxels (the
+    # fixture's pair, 2.2 voxels apart, was kept as it came; an affine there was a wrong zoom)
+    files = {**files, **write_pair(files["out"].parent / "shifted", "b", offset=4.0)}
     out = files["out"]
     segs = ["--moving-seg", str(files["moving_seg"])]
     sweep = [*segs, "--fixed-seg", str(files["fixed_seg"]), "--lambdas", "0.2,0.7"]

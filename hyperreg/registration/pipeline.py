@@ -359,6 +359,8 @@ def _prepared(
         if chained and affine is not None:
             alone = sample_volume(moving_seg, transform, None, fixed, label=True).data
             dice_affine = mean_registration_dice(alone, fixed_seg.data, labels=labels)
+        elif affine is not None:  # the stage kept the identity on the fixed grid
+            dice_affine = dice_before
     return PreparedPair(
         moving=moving,
         fixed=fixed,

@@ -63,7 +63,8 @@ class PreparedPair:
         aligned_seg: The moving label map on the fixed grid when not ``chained``, else None.
         labels: Label ids scored (the inputs' union), or None without both label maps.
         dice_before: Mean Dice with no registration, or None.
-        dice_affine: Mean Dice of the affine alone (``chained`` only), or None.
+        dice_affine: Mean Dice of the affine alone (the Dice as it came where the stage kept the
+            identity on the fixed grid), or None without an affine stage.
         affine: The affine stage's statistics, or None.
         normalization: Intensity normalisation of the model inputs.
         notes: What was resampled onto which grid.
