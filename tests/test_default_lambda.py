@@ -87,6 +87,9 @@ def test_register_cli_default_and_auto(pair: dict[str, Path], capsys) -> None:
     out = capsys.readouterr().out
     line = next(t for t in out.splitlines() if "auto:" in t)
     assert float(line.split("=")[1].split(":")[0]) in AUTO_GRID
+    assert main([*base, "--lambda", "auto"]) == 0  # without -v the λ line still says why
+    line = next(t for t in capsys.readouterr().out.splitlines() if t.startswith("λ = "))
+    assert "(auto: " in line and ("similarity" in line or "folding" in line)
     assert main([*base, "--lambda", "0.3"]) == 0
     assert "default λ" not in capsys.readouterr().out
 

@@ -336,7 +336,9 @@ def _report(args: argparse.Namespace, model: Any, result: Any, folders: list[Pat
 def _stages_line(args: argparse.Namespace, model: Any, result: Any, passes: int) -> str:
     """One line: λ and where it came from, the network's passes and flips, the refinement."""
     reason = result.lam_reason.split(" (", 1)[0].split(": ", 1)[0]
-    if reason == "given" and getattr(args, "lam_source", None):  # --lambda tune.json
+    if reason == "auto":  # --lambda auto says why it chose this λ, as the README promises
+        reason = result.lam_reason
+    elif reason == "given" and getattr(args, "lam_source", None):  # --lambda tune.json
         reason = args.lam_source.split(": ", 1)[0]
     parts = [f"λ = {result.lam:.4g} ({reason})"]
     network = f"{passes} network pass{'es' if passes > 1 else ''}"
