@@ -226,3 +226,16 @@ def test_sweep_passes_its_masks_to_the_pair(
     with pytest.raises(Seen):
         main([*args, "--moving-mask", paths["mask"], "--debug"])
     assert seen["fixed_mask"] == paths["mask"] and seen["moving_mask"] == paths["mask"]
+
+
+def test_2d_mask_in_another_world_plane_is_refused_as_not_overlapping(tmp_path: Path) -> None:
+    from hyperreg.geometry.io import load_volume
+
+    plane = np.eye(4)
+    image = load_volume(write_nifti(tmp_path / "image.nii.gz", np.ones((20, 24, 1)), plane))
+    far = plane.copy()
+    far[2, 3] = 1000.0  # the same slice shape 1000 mm away along its normal
+    path = write_nifti(tmp_path / "far_slice_mask.nii.gz", np.ones((20, 24, 1), np.uint8), far)
+    with pytest.raises(InputError, match="does not overlap its image") as err:
+        load_mask(path, image, argument="fixed_mask")
+    assert "far_slice_mask.nii.gz" in str(err.value) and "resample_to" not in str(err.value)

@@ -77,15 +77,19 @@ def load_mask(
     data = volume.data.astype(np.int32)
     note = None
     if not same_grid(volume, image):
-        moved = resample_to(dataclasses.replace(volume, data=data), image, label=True).data
+        missed = InputError(
+            fn,
+            "the mask '{path}' does not overlap its image '{image}' in world space",
+            argument,
+            path=volume.path or "<in-memory>",
+            image=image.path or "<in-memory>",
+        )
+        try:
+            moved = resample_to(dataclasses.replace(volume, data=data), image, label=True).data
+        except ValueError as err:  # a 2D mask in another world plane than its image's
+            raise missed from err
         if not moved.any():
-            raise InputError(
-                fn,
-                "the mask '{path}' does not overlap its image '{image}' in world space",
-                argument,
-                path=volume.path or "<in-memory>",
-                image=image.path or "<in-memory>",
-            )
+            raise missed
         data = moved
         note = (
             f"resampled the {argument.replace('_', ' ')} '{volume.path}' onto the grid of "
