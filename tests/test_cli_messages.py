@@ -19,7 +19,7 @@ from hyperreg._errors import InputError, MissingInputError, passed_as
 from hyperreg.apps.inputs import MAX_LABELS, check_label_map
 from hyperreg.cli import build_parser, main
 from hyperreg.cli.args import subparser
-from hyperreg.cli.messages import error_text, options_of
+from hyperreg.cli.messages import error_text, one_map_labels_text, options_of
 
 
 @pytest.fixture()
@@ -657,3 +657,12 @@ def test_a_colour_image_is_refused_before_any_output(
     err = _one_line_error(capsys, "register")
     assert f"argument --moving: '{colour}' has shape (24, 20, 3): a 2D colour image" in err
     assert not out.exists()
+
+
+def test_labels_in_one_map_only_are_counted_and_the_mean_over_both_is_given() -> None:
+    dice = {3: 0.8, 4: 0.0, 5: 0.0, 6: 0.6}
+    line = one_map_labels_text(dice, [3, 6])
+    assert line is not None and line.startswith("2 of those labels are in one map only")
+    assert "over the 2 labels both maps hold, mean Dice 0.7000" in line
+    assert one_map_labels_text(dice, [3, 4, 5, 6]) is None  # every label in both maps
+    assert one_map_labels_text(dice, None) is None and one_map_labels_text(None, [3]) is None

@@ -204,7 +204,12 @@ def test_label_maps_of_two_labellings_warn_before_dice(tmp_path: Path) -> None:
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # one labelling: no warning
-        load_pair(moving, fixed, moving_seg=ours, fixed_seg=ours, init="none")
+        pair = load_pair(moving, fixed, moving_seg=ours, fixed_seg=ours, init="none")
+    assert pair.shared_labels == pair.labels == [3, 4]  # the ids both maps hold
+    one_more = write_nifti(tmp_path / "fs5.nii.gz", np.where(seg == 4, 5, seg).astype(np.uint8))
+    with pytest.warns(UserWarning, match=r"share only 1 of the 3 label ids"):
+        pair = load_pair(moving, fixed, moving_seg=ours, fixed_seg=one_more, init="none")
+    assert pair.labels == [3, 4, 5] and pair.shared_labels == [3]
 
 
 def test_init_none_without_overlap_is_an_error(tmp_path: Path) -> None:

@@ -155,3 +155,19 @@ def verdict_last(name: str = "hyperreg.registration.prepared") -> Iterator[None]
         logger.removeFilter(hold)
         for record in held:
             logger.handle(record)
+
+
+def one_map_labels_text(dice: dict[int, float] | None, shared: list[int] | None) -> str | None:
+    """The line under a mean Dice whose labels are not all in both maps: how many are in one
+    map only (each scores 0 in the mean, hyperreg's convention) and the mean over the labels
+    of both maps (the other convention, as voxelmorph and Learn2Reg report); None when every
+    label is in both maps or nothing says which are."""
+    if not dice or shared is None or len(shared) >= len(dice):
+        return None
+    both = [dice[label] for label in shared if label in dice]
+    scored = [value for value in both if value == value]  # NaN: a label scored nowhere
+    mean_both = sum(scored) / len(scored) if scored else float("nan")
+    return (
+        f"{len(dice) - len(both)} of those labels are in one map only and count 0; over the "
+        f"{len(both)} labels both maps hold, mean Dice {mean_both:.4f}"
+    )

@@ -21,7 +21,14 @@ from hyperreg.cli.inputs import (
     pair_options,
     tuned_lambda,
 )
-from hyperreg.cli.messages import affine_text, folding_text, mi_text, refine_text, verdict_last
+from hyperreg.cli.messages import (
+    affine_text,
+    folding_text,
+    mi_text,
+    one_map_labels_text,
+    refine_text,
+    verdict_last,
+)
 
 __all__ = ["COMMANDS", "add_parsers"]
 
@@ -330,6 +337,8 @@ def _report(args: argparse.Namespace, model: Any, result: Any, folders: list[Pat
             f"mean Dice {result.mean_dice:.4f} over {len(result.dice)} labels of the input label "
             f"maps (before registration: {result.dice_before:.4f}{alone})"
         )
+        if (line := one_map_labels_text(result.dice, result.shared_labels)) is not None:
+            print(line)
     _print_field_summary(result.folding_fraction, result.log_jacobian_std)
 
 

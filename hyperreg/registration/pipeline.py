@@ -345,7 +345,7 @@ def _prepared(
             0, f"moving '{moving.path}' sampled once through {through} onto the fixed grid"
         )
     assert aligned is not None
-    labels = dice_before = dice_affine = None
+    labels = shared = dice_before = dice_affine = None
     if moving_seg is not None and fixed_seg is not None:
         labels, shared = label_sets(moving_seg.data, fixed_seg.data)
         if (message := label_ids_warning(moving_seg, fixed_seg, labels, shared)) is not None:
@@ -376,4 +376,5 @@ def _prepared(
         affine=affine,
         normalization=normalization,
         notes=notes,
+        shared_labels=None if shared is None else list(shared),
     )

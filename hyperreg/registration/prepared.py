@@ -72,6 +72,8 @@ class PreparedPair:
         fixed_mask: The fixed cost mask on the fixed grid (boolean), or None.
         fov_fraction: Share of the fixed head inside the moving image's field of view after
             the affine stage (:func:`~hyperreg.registration.masks.field_of_view`), or None.
+        shared_labels: The label ids both maps hold (the rest of ``labels`` is in one map
+            only and scores 0), or None without both label maps.
         remapped: ``aligned`` drawn in the fixed image's intensities for a pair of other
             contrasts (:func:`hyperreg.registration.contrast.remap_pair`), what the network
             and refinement then see (:meth:`network_image`); None: ``aligned`` itself.
@@ -93,6 +95,7 @@ class PreparedPair:
     notes: list[str]
     moving_mask: Volume | None = None
     fixed_mask: Volume | None = None
+    shared_labels: list[int] | None = None
     fov_fraction: float | None = None
     remapped: Volume | None = None
     _similarity: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -272,6 +275,7 @@ class PreparedPair:
             dice=dice,
             dice_before=self.dice_before if dice is not None else None,
             dice_affine=self.dice_affine if dice is not None else None,
+            shared_labels=self.shared_labels if dice is not None else None,
             folding_fraction=raw.folding_fraction,
             log_jacobian_std=raw.log_jacobian_std,
             smoothness=raw.smoothness,

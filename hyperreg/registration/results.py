@@ -158,6 +158,8 @@ class PairResult:
         dice: ``{label: Dice}`` (:func:`~hyperreg.method.metrics.registration_dice`), or None.
         dice_before: Mean Dice with no registration (through the headers), same labels.
         dice_affine: Mean Dice of the affine stage alone, or None without one.
+        shared_labels: The label ids both input maps hold (the others of ``dice`` are in one
+            map only and score 0), or None when not recorded.
         folding_fraction: Share of voxels with ``J <= 0`` of ``disp``.
         log_jacobian_std: Standard deviation of ``log J`` of ``disp``.
         smoothness: The training's smoothness term of the field, or None.
@@ -185,6 +187,7 @@ class PairResult:
     dice: dict[int, float] | None = None
     dice_before: float | None = None
     dice_affine: float | None = None
+    shared_labels: list[int] | None = None
     folding_fraction: float = 0.0
     log_jacobian_std: float = 0.0
     smoothness: float | None = None
