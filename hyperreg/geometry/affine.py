@@ -168,15 +168,16 @@ def _shrink(image: sitk.Image, spacing: float, sigma: float = 0.0) -> sitk.Image
     return image
 
 
-def _pyramid(frame: Frame) -> list[tuple[sitk.Image, sitk.Image]]:
+def _pyramid(frame: Frame, smooth: bool = True) -> list[tuple[sitk.Image, sitk.Image]]:
     """``(fixed, moving)`` images per level, coarse first: voxels of :data:`_LEVELS_MM`,
-    smoothed by a Gaussian of :data:`_SMOOTH_VOXELS` of the level's voxels, but coarse enough
+    smoothed (unless not ``smooth``) by a Gaussian of :data:`_SMOOTH_VOXELS` of the level's
+    voxels, but coarse enough
     only to keep at least 32 (coarse level) and 64 (fine level) voxels across the fixed image's
     smallest extent, so small images (a 48 mm phantom) keep their detail. Each image's blocks
     follow its own spacing (the moving image may sit on another grid)."""
     extent = min(n * s for n, s in zip(frame.fixed.GetSize(), frame.fixed.GetSpacing()))
     spacings = [min(mm, extent / n) for mm, n in zip(_LEVELS_MM, _LEVEL_VOXELS)]
-    sigmas = [_SMOOTH_VOXELS * mm for mm in spacings]
+    sigmas = [_SMOOTH_VOXELS * mm if smooth else 0.0 for mm in spacings]
     return [
         (_shrink(frame.fixed, mm, sigma), _shrink(frame.moving, mm, sigma))
         for mm, sigma in zip(spacings, sigmas)
@@ -367,7 +368,8 @@ def register_affine(
             the metric counts only samples inside the fixed mask whose mapped point lies
             inside the moving mask (ANTs' ``-x``; SimpleITK's metric masks); for the centres
             of mass and the 8 mm orientation search, which score every voxel, the voxels
-            outside are set to their image's minimum.
+            outside are set to their image's minimum. With a mask the levels are not
+            smoothed (smoothing would carry the intensities left out into counted voxels).
 
     Returns:
         An :class:`AffineTransform` (fixed world point -> moving world point, RAS mm) whose
@@ -442,7 +444,9 @@ def _register(
     tic = time.perf_counter()
     frame = Frame(moving, fixed, _name(moving, "moving"))
     masks = _metric_masks(frame, *mask_volumes)
-    levels = _pyramid(frame)
+    # with a cost mask, no smoothing: it would carry the intensities the mask leaves out (a
+    # cavity, the part of the head a cut scan lacks) into the voxels the metric counts
+    levels = _pyramid(frame, smooth=all(m is None for m in mask_volumes))
     ndim = frame.fixed.GetDimension()
     rigid: sitk.Transform = sitk.Euler2DTransform() if ndim == 2 else sitk.Euler3DTransform()
     start_matrix = np.eye(4) if initial is None else initial.matrix
