@@ -43,6 +43,7 @@ __all__ = [
     "mask_tensors",
     "masked_image",
     "masks_on_fixed_grid",
+    "moving_footprint",
 ]
 
 
@@ -240,6 +241,17 @@ def masks_on_fixed_grid(
     return fixed_f, moving_f
 
 
+def moving_footprint(
+    fixed: Volume, moving: Volume, transform: AffineTransform, chained: bool
+) -> np.ndarray:
+    """Boolean array on ``fixed``'s grid: the voxels inside the moving image's array (mapped
+    through ``transform`` when ``chained``, else the headers; half a voxel beyond the array's
+    edge counts as inside, :func:`~hyperreg.registration.chain.sample_volume`'s rule)."""
+    whole = dataclasses.replace(moving, data=np.ones(moving.spatial_shape, dtype=np.float32))
+    footprint = masks_on_fixed_grid(fixed, None, whole, transform, chained)[1]
+    return np.asarray(footprint.data) > 0.5
+
+
 def fixed_in_view(
     fixed: Volume, moving: Volume, transform: AffineTransform, chained: bool
 ) -> Volume:
@@ -249,9 +261,7 @@ def fixed_in_view(
     its background value (its minimum): for a moving scan with a cut field of view, the
     network then sees both heads cut at the same plane, and does not stretch the moving
     head to fill the fixed one's missing part. ``fixed`` itself when every voxel is inside."""
-    whole = dataclasses.replace(moving, data=np.ones(moving.spatial_shape, dtype=np.float32))
-    footprint = masks_on_fixed_grid(fixed, None, whole, transform, chained)[1]
-    inside = np.asarray(footprint.data) > 0.5
+    inside = moving_footprint(fixed, moving, transform, chained)
     if inside.all():
         return fixed
     data = np.array(fixed.data, dtype=np.float32, copy=True)

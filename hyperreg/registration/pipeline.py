@@ -50,7 +50,7 @@ from hyperreg.registration.inputs import (
     load_input,
 )
 from hyperreg.registration.masks import FOV_PARTIAL, field_of_view, fixed_in_view, load_masks
-from hyperreg.registration.masks import masked_image, masks_on_fixed_grid
+from hyperreg.registration.masks import masked_image, moving_footprint
 from hyperreg.registration.pairs import PathLike, onto_fixed_grid
 from hyperreg.registration.prepared import PreparedPair, ndim_error
 from hyperreg.registration.results import AffineStage, PairResult, RefineStats
@@ -240,9 +240,7 @@ def _affine_in_view(
     moving, fixed = seen
     if init == "none" or field_of_view(moving, fixed, transform) >= FOV_PARTIAL:
         return transform
-    whole = dataclasses.replace(moving, data=np.ones(moving.spatial_shape, dtype=np.float32))
-    footprint = masks_on_fixed_grid(fixed, None, whole, transform, True)[1]
-    inside = np.asarray(footprint.data) > 0.5
+    inside = moving_footprint(fixed, moving, transform, True)
     if masks["fixed_mask"] is not None:
         inside &= np.asarray(masks["fixed_mask"].data, dtype=bool)
     if inside.sum() < 0.01 * inside.size:  # next to no overlap: nothing to run again on
