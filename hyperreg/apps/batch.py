@@ -21,7 +21,7 @@ column, :func:`hyperreg.apps.inputs.read_pairs`)::
                                  (:mod:`hyperreg.apps.batch_report`), rewritten with the summary
 
 A rerun skips finished pairs; one whose settings differ from a finished pair's record (λ,
-refinement, affine stage, passes, flip averaging) is refused before any work unless
+refinement, affine stage, passes, flip averaging, contrast) is refused before any work unless
 ``overwrite`` is set, which registers those pairs again, saying which.
 """
 
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hyperreg.apps.batch_checks import check_batch, check_rerun, warn_missing
+from hyperreg.apps.batch_checks import check_batch, check_rerun, rank_device, warn_missing
 from hyperreg.apps.batch_pair import PairRun
 from hyperreg.apps.batch_records import finished, merge_records, read_record
 from hyperreg.apps.inputs import PairSpec, check_pair_masks, read_pairs, shard
@@ -119,6 +119,7 @@ def batch_register(
     job: Sequence[PairSpec] | None = None,
     replace_nonfinite: float | None = None,
     html_report: bool = False,
+    contrast: str = "auto",
 ) -> BatchReport:
     """Register every pair of ``pairs`` (one shard) with per-pair records, resumably.
 
@@ -178,6 +179,10 @@ def batch_register(
         html_report: Also write the web report, ``report.html`` and a page per pair
             (:func:`hyperreg.apps.batch_report.write_report`), whenever the summary is merged,
             so an interrupted run's report lists the finished pairs.
+        contrast: For rows without a ``contrast`` cell: ``"auto"`` (default), ``"same"`` or
+            ``"different"`` (:func:`~hyperreg.apps.register.register_files`); records hold
+            the one asked (``contrast``, part of a pair's identity) and the one run
+            (``contrast_used``).
 
     Returns:
         A :class:`BatchReport`.
@@ -202,13 +207,14 @@ def batch_register(
         normalization=normalization,
         resample=resample,
         warp_format=warp_format,
-        refine=check_batch(fn, lam, model, refine),
+        refine=check_batch(fn, lam, model, refine, contrast),
         init=DEFAULT_INIT if init is None else init,
         npz_geometry=npz_geometry,
         passes=passes,
         bias_correct=bias_correct,
         never_worse=never_worse,
         replace_nonfinite=replace_nonfinite,
+        contrast=contrast,
     )
     default = model_default_lambda(model).lam
     run = PairRun(model, lam, default, rank, Path(out) / "pairs", _register_pair, options)
@@ -290,8 +296,8 @@ def _register_pair(
     outputs: dict[str, str],
     **options: Any,
 ) -> Any:
-    """Check a pair's label maps and register it with its outputs in ``folder``: the
-    :class:`~hyperreg.registration.pipeline.PairResult` of
+    """Check a pair's label maps and register it with its outputs in ``folder`` (its row's
+    contrast, else the batch's): the :class:`~hyperreg.registration.pipeline.PairResult` of
     :func:`~hyperreg.apps.register.register_files`."""
     from hyperreg.apps.register import register_files
     from hyperreg.apps.inputs import check_label_map
@@ -313,7 +319,7 @@ def _register_pair(
         initial_affine=pair.initial_affine,
         fixed_mask=pair.fixed_mask,
         moving_mask=pair.moving_mask,
-        **options,
+        **{**options, "contrast": pair.contrast or options["contrast"]},
     )
 
 
@@ -362,6 +368,7 @@ def run_batch(
     overwrite: bool = False,
     replace_nonfinite: float | None = None,
     html_report: bool = False,
+    contrast: str = "auto",
 ) -> BatchRun:
     """One process of a batch job: read the pairs, run this rank's shard, merge.
 
@@ -403,6 +410,7 @@ def run_batch(
             :func:`batch_register`).
         html_report: Write the web report as pairs finish and once merged (see
             :func:`batch_register`).
+        contrast: For rows without a ``contrast`` cell (see :func:`batch_register`).
 
     Returns:
         A :class:`BatchRun`.
@@ -424,7 +432,7 @@ def run_batch(
     check_pair_masks("run_batch", pairs_csv, pairs)
     check_lambda("run_batch", lam)
     mine = shard(pairs, rank, world)
-    resolved = _rank_device(device, world, local_rank)
+    resolved = rank_device(device, world, local_rank)
     resolved_model = resolve_model(model, resolved, image=pairs[0].fixed, flip_average=flip_average)
     group = world > 1 and "MASTER_ADDR" in os.environ and torch.distributed.is_available()
     if group and not torch.distributed.is_initialized():
@@ -451,6 +459,7 @@ def run_batch(
             job=pairs,
             replace_nonfinite=replace_nonfinite,
             html_report=html_report,
+            contrast=contrast,
         )
         merged = _merge_job(out, pairs, group, rank)
         if html_report and merged is not None:
@@ -469,19 +478,6 @@ def run_batch(
         model=resolved_model.path,
         bundled=resolved_model.bundled.name if resolved_model.bundled else None,
     )
-
-
-def _rank_device(device: str, world: int, local_rank: int) -> Any:
-    """The ``torch.device`` of this rank: ``device`` resolved; ``"auto"`` or ``"cuda"`` (no
-    index) with several ranks: GPU ``LOCAL_RANK`` (modulo the GPUs present)."""
-    import torch
-
-    from hyperreg._checks import resolve_device
-
-    resolved = resolve_device("run_batch", device)
-    if resolved.type == "cuda" and resolved.index is None and world > 1:
-        resolved = torch.device("cuda", local_rank % torch.cuda.device_count())
-    return resolved
 
 
 def _merge_job(

@@ -1,6 +1,7 @@
 """What a batch checks and says before any work, so that every rank refuses or warns alike.
 
-:func:`check_batch` checks λ and resolves the refinement, :func:`check_rerun` refuses (or, with
+:func:`check_batch` checks λ and the contrast and resolves the refinement, :func:`rank_device`
+picks a process's device, :func:`check_rerun` refuses (or, with
 ``overwrite``, announces) a rerun whose settings differ from the finished records
 (:func:`hyperreg.apps.batch_records.changed_settings`), and :func:`warn_missing` names the pairs
 whose files do not exist. Used by :mod:`hyperreg.apps.batch`. Must not import
@@ -20,20 +21,40 @@ from hyperreg.apps.batch_records import changed_settings, read_record
 if TYPE_CHECKING:  # annotations only
     from hyperreg.apps.inputs import PairSpec
 
-__all__ = ["check_batch", "check_rerun", "warn_missing"]
+__all__ = ["check_batch", "check_rerun", "rank_device", "warn_missing"]
 
 logger = logging.getLogger(__name__)
 
 
-def check_batch(fn: str, lam: float | str | None, model: Any, refine: Any) -> Any:
-    """Before any work: λ, and the refinement resolved (None: the model's; none: 0 steps)."""
+def check_batch(
+    fn: str, lam: float | str | None, model: Any, refine: Any, contrast: str = "auto"
+) -> Any:
+    """Before any work: λ, the contrast (one of
+    :data:`~hyperreg.registration.contrast.CONTRAST_CHOICES`), and the refinement resolved
+    (None: the model's; none: 0 steps)."""
+    from hyperreg._checks import check_option
     from hyperreg.apps.models import check_lambda, pair_refinement
+    from hyperreg.registration.contrast import CONTRAST_CHOICES
     from hyperreg.registration.refine import Refinement, check_refinement
 
+    check_option(fn, "contrast", contrast, CONTRAST_CHOICES)
     if isinstance(refine, Refinement):
         check_refinement(fn, refine)
     check_lambda(fn, lam)
     return pair_refinement(model, refine) or Refinement(steps=0)
+
+
+def rank_device(device: str, world: int, local_rank: int) -> Any:
+    """Before any work: the ``torch.device`` of this rank, ``device`` resolved; ``"auto"`` or
+    ``"cuda"`` (no index) with several ranks: GPU ``LOCAL_RANK`` (modulo the GPUs present)."""
+    import torch
+
+    from hyperreg._checks import resolve_device
+
+    resolved = resolve_device("run_batch", device)
+    if resolved.type == "cuda" and resolved.index is None and world > 1:
+        resolved = torch.device("cuda", local_rank % torch.cuda.device_count())
+    return resolved
 
 
 def check_rerun(

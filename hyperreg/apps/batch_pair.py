@@ -32,6 +32,7 @@ from hyperreg.apps.batch_records import (
     read_record,
     scores,
 )
+from hyperreg.registration.contrast import OTHER_SIMILARITY
 from hyperreg.registration.refine import Refinement, with_model_similarity
 
 if TYPE_CHECKING:  # annotations only
@@ -72,8 +73,9 @@ class PairRun:
 
     def identity(self, pair: PairSpec) -> dict[str, Any]:
         """What a finished record of ``pair`` must match
-        (:func:`~hyperreg.apps.batch_records.pair_identity`, plus ``bias_correct`` when on and
-        ``keep_worse`` when ``never_worse`` is off)."""
+        (:func:`~hyperreg.apps.batch_records.pair_identity`, plus ``bias_correct`` when on,
+        ``keep_worse`` when ``never_worse`` is off and ``contrast`` when the row's, else the
+        batch's, is not ``"auto"``)."""
         options, config = self.options, self.model.config
         planned = pair.lam if pair.lam is not None else self.lam  # None: the model's default
         refine = options["refine"]
@@ -91,6 +93,9 @@ class PairRun:
             identity["bias_correct"] = True
         if not options["never_worse"]:
             identity["keep_worse"] = True
+        contrast = pair.contrast or options.get("contrast", "auto")
+        if contrast != "auto":  # a record made with auto is not this registration
+            identity["contrast"] = contrast
         return identity
 
     def run(self, pair: PairSpec) -> str:
@@ -147,16 +152,22 @@ def stopped(err: OSError) -> OSError:
 
 def record_cells(pair: PairSpec, lam: float | str | None, result: Any, said: list[str]) -> dict:
     """A finished pair's record cells (beside its identity, time, rank and outputs): the λ used
-    and why, its scores, what was resampled, its warnings, its Dice per label and the settings
-    it ran with (:class:`~hyperreg.registration.settings.RegistrationSettings`)."""
+    and why, the contrast it ran as (``contrast_used``: ``"different"`` when the moving image
+    was drawn in the fixed image's intensities and judged by normalised gradient fields,
+    :mod:`hyperreg.registration.contrast`, else ``"same"``), its scores, what was resampled,
+    its warnings, its Dice per label and the settings it ran with
+    (:class:`~hyperreg.registration.settings.RegistrationSettings`)."""
+    settings = result.settings
+    other = settings is not None and settings.similarity == OTHER_SIMILARITY
     return {
         "lambda_chosen": result.lam,
         "lambda_reason": _lambda_reason(pair, lam, result),
+        "contrast_used": "different" if other else "same",
         **scores(result),
         "resampled": "; ".join(result.resampled),
         "warnings": "; ".join(said),
         "dice": {str(k): v for k, v in (result.dice or {}).items()},
-        "settings": None if result.settings is None else result.settings.as_dict(),
+        "settings": None if settings is None else settings.as_dict(),
     }
 
 

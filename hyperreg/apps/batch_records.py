@@ -51,6 +51,7 @@ SUMMARY_COLUMNS = (
     "fixed_seg",
     "fixed_mask",
     "moving_mask",
+    "contrast",
     "lambda",
     "lambda_chosen",
     "lambda_reason",
@@ -65,6 +66,7 @@ SUMMARY_COLUMNS = (
     "refine_similarity_after",
     "verdict",
     "kept",
+    "contrast_used",
     "similarity_before",
     "similarity_affine",
     "similarity_after",
@@ -134,7 +136,8 @@ def finished(folder: Path, record: dict[str, Any] | None, identity: dict[str, An
 def changed_settings(record: dict[str, Any] | None, identity: dict[str, Any]) -> list[str]:
     """The settings of an earlier ``record`` that differ from ``identity``, as
     ``"<key> <old> -> <new>"`` (``refine`` and ``init`` read ``none`` when absent, ``passes``
-    1, ``flip_average``, ``bias_correct`` and ``keep_worse`` False, the masks ``""``; the
+    1, ``flip_average``, ``bias_correct`` and ``keep_worse`` False, the masks ``""``,
+    ``contrast`` ``auto``; the
     row's ``index`` is not a setting: a pair keeps its folder, named after it, when rows are
     added or reordered); empty when there is no record or nothing changed."""
     if record is None:
@@ -148,6 +151,7 @@ def changed_settings(record: dict[str, Any] | None, identity: dict[str, Any]) ->
         "keep_worse": False,
         "fixed_mask": "",
         "moving_mask": "",
+        "contrast": "auto",
     }
     keys = [k for k in (*identity, *(k for k in absent if k not in identity)) if k != "index"]
     changed = []

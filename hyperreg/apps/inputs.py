@@ -1,8 +1,8 @@
 """The input files of the applications, read and checked before any work.
 
 Pair lists (:func:`read_pairs`: a CSV of ``moving``, ``fixed``, optional ``moving_seg``,
-``fixed_seg``, ``lambda``, ``initial_affine``, ``fixed_mask``, ``moving_mask`` and ``name``, each
-pair named after its files
+``fixed_seg``, ``lambda``, ``initial_affine``, ``fixed_mask``, ``moving_mask``, ``contrast`` and
+``name``, each pair named after its files
 unless its row names it; :func:`shard` for several processes), label maps
 (:func:`check_label_map`: integer ids, not an intensity image) and λ lists
 (:func:`parse_lambdas`). Used by ``batch``, ``tune``, ``sweep`` and the command line. Light to
@@ -49,6 +49,7 @@ PAIR_COLUMNS = (
     "initial_affine",
     "fixed_mask",
     "moving_mask",
+    "contrast",
     "name",
 )
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")  # a pair's folder: safe anywhere
@@ -71,6 +72,8 @@ class PairSpec:
         fixed_mask: The row's fixed cost mask (as ``--fixed-mask``: a NIfTI/MGZ of 0 and 1),
             or None when its ``fixed_mask`` cell is empty or absent.
         moving_mask: The row's moving cost mask (as ``--moving-mask``), or None.
+        contrast: The row's ``contrast`` cell (as ``--contrast``: ``"auto"``, ``"same"`` or
+            ``"different"``), or None when it is empty or absent (the batch's own).
         name: The pair's name (its output folder in ``batch``): the row's ``name`` cell, else
             one made from the file names (:func:`read_pairs`); ``pair00042`` for row 42 when
             none is given here.
@@ -85,6 +88,7 @@ class PairSpec:
     initial_affine: Path | None = None
     fixed_mask: Path | None = None
     moving_mask: Path | None = None
+    contrast: str | None = None
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -97,10 +101,11 @@ def read_pairs(path: PathLike, *, require_segs: bool = False) -> list[PairSpec]:
 
     Args:
         path: CSV with a header holding ``moving`` and ``fixed``, optionally ``moving_seg``,
-            ``fixed_seg``, ``lambda``, ``initial_affine``, ``fixed_mask``, ``moving_mask``
-            and ``name`` (other columns are ignored). Empty cells mean "none". Relative paths
-            are relative to the CSV's folder. Files are not opened here (a mask's contents
-            are checked when its pair runs: :func:`hyperreg.registration.masks.load_mask`).
+            ``fixed_seg``, ``lambda``, ``initial_affine``, ``fixed_mask``, ``moving_mask``,
+            ``contrast`` and ``name`` (other columns are ignored). Empty cells mean "none".
+            Relative paths are relative to the CSV's folder. Files are not opened here (a
+            mask's contents are checked when its pair runs:
+            :func:`hyperreg.registration.masks.load_mask`).
         require_segs: Every row must name both label maps (for λ tuning on Dice).
 
     Returns:
@@ -114,7 +119,8 @@ def read_pairs(path: PathLike, *, require_segs: bool = False) -> list[PairSpec]:
     Raises:
         FileNotFoundError: If ``path`` does not exist.
         ValueError: If the header lacks ``moving`` or ``fixed``, a row has an empty ``moving``
-            or ``fixed`` cell, a ``lambda`` cell is not a number in [0, 1], a ``name`` cell is
+            or ``fixed`` cell, a ``lambda`` cell is not a number in [0, 1], a ``contrast`` cell
+            is not ``auto``, ``same`` or ``different``, a ``name`` cell is
             not a folder name (letters, digits and ``._+-``, starting with a letter or digit,
             at most 200 characters) or is another row's, a label map is missing with
             ``require_segs``, or there are no rows.
@@ -170,6 +176,7 @@ def read_pairs(path: PathLike, *, require_segs: bool = False) -> list[PairSpec]:
             initial_affine=resolve(row.get("initial_affine", "")),
             fixed_mask=resolve(row.get("fixed_mask", "")),
             moving_mask=resolve(row.get("moving_mask", "")),
+            contrast=_contrast_cell(fn, where, row.get("contrast", "")),
         )
         if require_segs and (spec.moving_seg is None or spec.fixed_seg is None):
             raise InputError(
@@ -183,6 +190,27 @@ def read_pairs(path: PathLike, *, require_segs: bool = False) -> list[PairSpec]:
         PairSpec(**{**vars(spec), "name": name or made[spec.index]})
         for spec, name in zip(pairs, given)
     ]
+
+
+def _contrast_cell(fn: str, where: str, cell: str) -> str | None:
+    """A row's ``contrast`` cell, checked: None when empty, else one of
+    :data:`~hyperreg.registration.contrast.CONTRAST_CHOICES` (surrounding spaces and case
+    ignored)."""
+    if not cell.strip():
+        return None
+    from hyperreg.registration.contrast import CONTRAST_CHOICES  # only for rows that name one
+
+    value = cell.strip().lower()
+    if value not in CONTRAST_CHOICES:
+        raise InputError(
+            fn,
+            "{where}, column 'contrast': must be one of {choices}, got {cell!r}",
+            "path",
+            where=where,
+            choices=", ".join(CONTRAST_CHOICES),
+            cell=cell,
+        )
+    return value
 
 
 def _given_names(fn: str, path: Path, cells: list[str]) -> list[str]:

@@ -45,7 +45,8 @@ def _add_batch(sub: Any) -> None:
         batch,
         "moving, fixed, optional moving_seg, fixed_seg, lambda, initial_affine (an ITK "
         ".mat/.tfm per pair), fixed_mask and moving_mask (cost masks of 0 and 1 per pair, as "
-        "register's --fixed-mask/--moving-mask) and name (the pair's output folder; default: "
+        "register's --fixed-mask/--moving-mask), contrast (auto, same or different per pair, as "
+        "--contrast) and name (the pair's output folder; default: "
         "from the file names, <moving>__to__<fixed>)",
     )
     opts.add_out_argument(
@@ -72,6 +73,7 @@ def _add_batch(sub: Any) -> None:
     opts.add_init_argument(batch, initial=False)  # per pair: the CSV's initial_affine column
     opts.add_preprocessing_arguments(batch, then="then a failed pair")
     opts.add_npz_geometry_argument(batch)
+    opts.add_contrast_argument(batch)  # for rows without a 'contrast' cell
     batch.add_argument(
         "--overwrite",
         action="store_true",
@@ -153,6 +155,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
             flip_average=args.flip_average,
             overwrite=args.overwrite,
             html_report=args.report,
+            contrast=opts.contrast_from(args),
             **preprocessing_options(args),
         )
     except BatchInterrupted as stop:  # Ctrl-C: what finished is in summary.csv
