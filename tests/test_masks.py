@@ -168,6 +168,16 @@ def test_cut_2d_moving_gets_the_field_of_view_note_and_verdict() -> None:
         pair = load_pair(cut, fixed, model=model)
     assert pair.fov_fraction is not None and 0.3 < pair.fov_fraction < 0.8
     assert pair.moving_mask is not None and pair.moving_mask.data.all()  # its array: the mask
+    # the network sees the cut slice, and the fixed slice beyond the cut; outputs come from
+    # the file as read (chained)
+    from hyperreg.registration.masks import moving_footprint
+
+    inside = moving_footprint(pair.fixed, pair.moving, pair.transform, True)
+    assert pair.remapped is not None and pair.chained and 0 < inside.mean() < 0.9
+    assert np.array_equal(pair.remapped.data[inside], pair.aligned.data[inside])
+    assert not pair.aligned.data[~inside].any()  # nothing of the moving slice there
+    beyond = pair.remapped.data[~inside] / pair.fixed.data[~inside].clip(1e-6)
+    assert np.ptp(beyond[pair.fixed.data[~inside] > 0.05]) < 1e-3  # the fixed slice, scaled
     result = pair.register(model, [0.05])[0]
     assert result.verdict is not None and not result.verdict.ok
     assert any("partial field of view" in r for r in result.verdict.reasons)

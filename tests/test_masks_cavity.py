@@ -1,7 +1,7 @@
-"""A masked lesion or cavity stays open, and a cut field of view is cut alike in the fixed image:
-the holes of a cost mask filled from the tissue around them for the affine stage and the network
-(hyperreg.registration.masks.masked_image, mask_holes, inpainted) and the network's fixed image
-cut to the moving scan's field of view (fixed_in_view).
+"""A masked lesion or cavity stays open, and a cut field of view does not pull the field: the
+holes of a cost mask filled from the tissue around them for the affine stage and the network
+(hyperreg.registration.masks.masked_image, mask_holes, inpainted), and the network's moving
+image filled with the fixed image beyond the moving scan's field of view (filled_view).
 
 Synthetic arrays whose answers are known, and one 2D OASIS pair with the bundled 2D model
 (skipped without the shared data).
@@ -17,7 +17,13 @@ from shared_paths import data_path, needs_data
 
 from hyperreg.geometry.affine import AffineTransform
 from hyperreg.geometry.io import Volume
-from hyperreg.registration.masks import fixed_in_view, inpainted, mask_holes, masked_image
+from hyperreg.registration.masks import (
+    filled_view,
+    inpainted,
+    mask_holes,
+    masked_image,
+    moving_footprint,
+)
 
 
 def _volume(data: np.ndarray, affine: np.ndarray | None = None) -> Volume:
@@ -60,16 +66,21 @@ def test_masked_image_fills_an_enclosed_hole_and_blanks_what_reaches_the_edge() 
     assert (out[mask] == data[mask]).all()
 
 
-def test_fixed_in_view_blanks_the_fixed_voxels_outside_the_moving_array() -> None:
-    fixed = _volume(np.full((20, 20, 20), 0.5, dtype=np.float32))
-    fixed.data[0, 0, 0] = 0.1  # its minimum
+def test_filled_view_takes_the_fixed_image_scaled_beyond_the_moving_array() -> None:
+    rng = np.random.default_rng(0)
+    fixed = _volume(rng.uniform(0.5, 1.0, (20, 20, 20)).astype(np.float32))
     shifted = np.eye(4)
     shifted[1, 3] = 8.0  # the moving array starts 8 voxels along j
     moving = _volume(np.ones((20, 12, 20), dtype=np.float32), shifted)
-    out = fixed_in_view(fixed, moving, AffineTransform.identity(), chained=True).data
-    assert np.allclose(out[:, :8], 0.1) and (out[1:, 8:] == 0.5).all()
-    whole = _volume(np.ones((20, 20, 20), dtype=np.float32))
-    assert fixed_in_view(fixed, whole, AffineTransform.identity(), chained=False) is fixed
+    inside = moving_footprint(fixed, moving, AffineTransform.identity(), chained=True)
+    assert not inside[:, :8].any() and inside[:, 8:].all()
+    on_grid = _volume(np.where(inside, 3.0 * fixed.data, 0.0).astype(np.float32))
+    out = filled_view(on_grid, fixed, inside).data
+    assert (out[inside] == on_grid.data[inside]).all()  # the moving data kept
+    # beyond the array: the fixed image in the moving image's units (here 3 times brighter)
+    assert np.allclose(out[~inside], 3.0 * fixed.data[~inside], rtol=1e-3)
+    whole = np.ones(inside.shape, dtype=bool)
+    assert filled_view(on_grid, fixed, whole) is on_grid
 
 
 @needs_data("neurite-oasis")

@@ -40,6 +40,7 @@ import numpy as np
 from hyperreg._checks import check_option
 from hyperreg._errors import InputError
 from hyperreg.geometry.intensity_map import intensity_map
+from hyperreg.registration.masks import cut_view, filled_view
 from hyperreg.registration.refine import Refinement
 
 __all__ = [
@@ -203,13 +204,20 @@ def remap_pair(pair: Any) -> None:
     image the network sees for other contrasts: ``pair.aligned`` drawn in the fixed image's
     intensities (:func:`~hyperreg.geometry.intensity_map.intensity_map`) as
     ``pair.remapped``. The outputs are then sampled from the moving image as read
-    (``pair.chained`` set), and the verdict scores that image, not the remapped one.
+    (``pair.chained`` set), and the verdict scores that image, not the remapped one. For a cut
+    field of view (:func:`~hyperreg.registration.masks.cut_view`) the map is found inside the
+    moving array's footprint only and the fixed image fills the rest
+    (:func:`~hyperreg.registration.masks.filled_view`).
 
     Raises:
         InputError: If the moving image has fewer than two intensity levels.
     """
-    mapping = intensity_map(pair.aligned.data, pair.fixed.data)
-    pair.remapped = dataclasses.replace(pair.aligned, data=mapping.apply(pair.aligned.data))
+    inside, aligned = cut_view(pair), pair.aligned.data
+    seen = aligned if inside is None else np.where(inside, aligned, np.nan)
+    mapping = intensity_map(seen, pair.fixed.data)
+    pair.remapped = dataclasses.replace(pair.aligned, data=mapping.apply(aligned))
+    if inside is not None:
+        pair.remapped = filled_view(pair.remapped, pair.fixed, inside)
     pair.chained = True  # outputs from the file as read, never the remapped copy
 
 

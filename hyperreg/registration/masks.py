@@ -14,6 +14,7 @@ mask and the warped moving mask (:func:`masks_on_fixed_grid`, :func:`mask_tensor
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -27,6 +28,9 @@ from hyperreg.registration.chain import sample_volume
 from hyperreg.registration.inputs import load_input
 from hyperreg.registration.pairs import PathLike, network_grid
 
+if TYPE_CHECKING:  # annotations only (prepared imports this module)
+    from hyperreg.registration.prepared import PreparedPair
+
 FOV_PARTIAL = 0.9
 """Below this share of the fixed head inside the moving image's field of view, the moving
 image's array is its cost mask by default (:func:`field_of_view`)."""
@@ -34,8 +38,9 @@ image's array is its cost mask by default (:func:`field_of_view`)."""
 __all__ = [
     "FOV_PARTIAL",
     "check_mask_values",
+    "cut_view",
     "field_of_view",
-    "fixed_in_view",
+    "filled_view",
     "inpainted",
     "load_mask",
     "load_masks",
@@ -252,21 +257,42 @@ def moving_footprint(
     return np.asarray(footprint.data) > 0.5
 
 
-def fixed_in_view(
-    fixed: Volume, moving: Volume, transform: AffineTransform, chained: bool
-) -> Volume:
-    """``fixed`` (the network's copy) with its voxels outside the moving image's array (mapped
-    through ``transform`` when ``chained``, else the headers; half a voxel beyond the array's
-    edge counts as inside, :func:`~hyperreg.registration.chain.sample_volume`'s rule) set to
-    its background value (its minimum): for a moving scan with a cut field of view, the
-    network then sees both heads cut at the same plane, and does not stretch the moving
-    head to fill the fixed one's missing part. ``fixed`` itself when every voxel is inside."""
-    inside = moving_footprint(fixed, moving, transform, chained)
+def filled_view(moving: Volume, fixed: Volume, inside: np.ndarray) -> Volume:
+    """``moving`` (the moving image the network sees, on ``fixed``'s grid) with its voxels
+    outside ``inside`` (boolean on that grid: the moving array's footprint,
+    :func:`moving_footprint`) taken from ``fixed``, scaled by the ratio of the two images'
+    99th head percentiles inside (head: above 10 % of the image's 99th percentile there). For
+    a moving scan with a cut field of view the network and refinement then see a whole head
+    whose missing part is the fixed image's own, so that no edge of background at the cut
+    pulls the field (refinement's similarity still counts only the moving array, its cost
+    mask; outputs come from the moving file). ``moving`` itself when every voxel is inside.
+    """
     if inside.all():
-        return fixed
-    data = np.array(fixed.data, dtype=np.float32, copy=True)
-    data[~inside] = float(np.min(fixed.data))
-    return dataclasses.replace(fixed, data=data)
+        return moving
+    data = np.array(moving.data, dtype=np.float32, copy=True)
+    known, reference = data[inside], np.asarray(fixed.data, dtype=np.float32)[inside]
+    low, high = _head_top(known), _head_top(reference)
+    scale = low / high if low > 0 and high > 0 else 1.0
+    data[~inside] = np.asarray(fixed.data, dtype=np.float32)[~inside] * scale
+    return dataclasses.replace(moving, data=data)
+
+
+def _head_top(values: np.ndarray) -> float:
+    """The 99th percentile of the finite ``values`` above 10 % of their 99th (0 for none)."""
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        return 0.0
+    head = values[values > 0.1 * float(np.percentile(values, 99))]
+    return float(np.percentile(head, 99)) if head.size else 0.0
+
+
+def cut_view(pair: PreparedPair) -> np.ndarray | None:
+    """A prepared pair's moving footprint on the fixed grid (:func:`moving_footprint`) when
+    its moving image covers under :data:`FOV_PARTIAL` of the fixed head (``pair.fov_fraction``:
+    a cut field of view), else None."""
+    if pair.fov_fraction is None or pair.fov_fraction >= FOV_PARTIAL:
+        return None
+    return moving_footprint(pair.fixed, pair.moving, pair.transform, pair.chained)
 
 
 def mask_tensors(

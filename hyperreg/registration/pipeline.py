@@ -49,8 +49,8 @@ from hyperreg.registration.inputs import (
     initial_transform,
     load_input,
 )
-from hyperreg.registration.masks import FOV_PARTIAL, field_of_view, fixed_in_view, load_masks
-from hyperreg.registration.masks import masked_image, moving_footprint
+from hyperreg.registration.masks import FOV_PARTIAL, cut_view, field_of_view, filled_view
+from hyperreg.registration.masks import load_masks, masked_image, moving_footprint
 from hyperreg.registration.pairs import PathLike, onto_fixed_grid
 from hyperreg.registration.prepared import PreparedPair, ndim_error
 from hyperreg.registration.results import AffineStage, PairResult, RefineStats
@@ -288,14 +288,16 @@ def _with_masks(
     """Give ``pair`` its cost masks and their notes, and its field-of-view share
     (:func:`~hyperreg.registration.masks.field_of_view`): below :data:`FOV_PARTIAL` without a
     moving mask, the moving image's array becomes its mask (refinement then counts only where
-    both images have data) and the network's fixed image is cut to it
-    (:func:`~hyperreg.registration.masks.fixed_in_view`); below
+    both images have data), and beyond that array the network and refinement see the fixed
+    image (:func:`~hyperreg.registration.masks.filled_view`, as ``pair.remapped``); below
     :data:`~hyperreg.registration.verdict.MIN_FIELD_OF_VIEW`, a one-line warning."""
     pair.moving_mask, pair.fixed_mask = masks["moving_mask"], masks["fixed_mask"]
     pair.notes.extend(notes)
     pair.fov_fraction = fraction = field_of_view(moving, fixed, pair.transform)
-    if fraction < FOV_PARTIAL:  # the network sees the fixed head cut where the moving one is
-        pair.fixed = fixed_in_view(pair.fixed, moving, pair.transform, pair.chained)
+    inside = cut_view(pair)
+    if inside is not None:  # the network sees a whole head: the fixed one where the moving is cut
+        pair.remapped = filled_view(pair.aligned, pair.fixed, inside)
+        pair.chained = True  # outputs from the file as read, never the filled copy
     if fraction < FOV_PARTIAL and pair.moving_mask is None:
         whole = np.ones(moving.spatial_shape, dtype=bool)
         pair.moving_mask = dataclasses.replace(moving, data=whole)

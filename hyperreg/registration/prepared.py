@@ -75,8 +75,10 @@ class PreparedPair:
         shared_labels: The label ids both maps hold (the rest of ``labels`` is in one map
             only and scores 0), or None without both label maps.
         remapped: ``aligned`` drawn in the fixed image's intensities for a pair of other
-            contrasts (:func:`hyperreg.registration.contrast.remap_pair`), what the network
-            and refinement then see (:meth:`network_image`); None: ``aligned`` itself.
+            contrasts (:func:`hyperreg.registration.contrast.remap_pair`), and/or filled with
+            the fixed image beyond a cut field of view
+            (:func:`hyperreg.registration.masks.filled_view`): what the network and
+            refinement then see (:meth:`network_image`); None: ``aligned`` itself.
     """
 
     moving: Volume
