@@ -213,6 +213,7 @@ def register_files(
         replace_nonfinite=replace_nonfinite,
         fixed_mask=fixed_mask,
         moving_mask=moving_mask,
+        contrast=contrast,
     )
     similarity = contrast_similarity(pair, contrast)
     chosen = pair_lambda(pair, model, lam)

@@ -225,6 +225,7 @@ def sweep_files(
         replace_nonfinite=replace_nonfinite,
         fixed_mask=fixed_mask,
         moving_mask=moving_mask,
+        contrast=contrast,
     )
     chosen = None if lam is None else pair_lambda(pair, model, lam)
     lambdas = list(lambdas)

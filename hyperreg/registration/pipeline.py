@@ -38,6 +38,7 @@ from hyperreg.geometry.bias import correct_bias
 from hyperreg.geometry.inspect import check_pair_contents, label_grid_warning
 from hyperreg.geometry.inspect import label_ids_warning, spacing_warning
 from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION, winsorize
+from hyperreg.geometry.intensity_map import intensity_map
 from hyperreg.geometry.io import Volume, check_same_grid, check_same_ndim, same_grid
 from hyperreg.geometry.resample import resample_to
 from hyperreg.method.metrics import label_sets, mean_registration_dice
@@ -92,6 +93,7 @@ def load_pair(
     replace_nonfinite: float | None = None,
     fixed_mask: PathLike | Volume | None = None,
     moving_mask: PathLike | Volume | None = None,
+    contrast: str = "same",
 ) -> PreparedPair:
     """Read and check a pair once, run its affine stage once: a :class:`PreparedPair`.
 
@@ -136,6 +138,11 @@ def load_pair(
             is resampled onto it through the headers (nearest; a note),
             :func:`~hyperreg.registration.masks.load_mask`. Kept on the result
             (``fixed_mask``, ``moving_mask``).
+        contrast: ``"same"`` (default): one affine stage. ``"auto"`` or ``"different"``:
+            when the pair shows other contrasts after it
+            (:func:`~hyperreg.registration.contrast.pair_similarity`), the affine stage runs
+            again from the start on the moving image drawn in the fixed image's intensities
+            (:func:`_affine_other_contrast`).
 
     Returns:
         A :class:`PreparedPair` whose ``fixed`` and ``aligned`` hold the intensities the
@@ -194,12 +201,16 @@ def load_pair(
     # bias correction); the outputs are sampled from the volumes as read
     seen = [model_image(masked_image(v, m), normalization, bias_correct) for v, m in masks]
     metric_masks = dict(moving_mask=masks[0][1], fixed_mask=masks[1][1])
+    drawn = seen  # what the affine stage registers (other contrasts: the drawn moving image)
     if initial is not None and init == "none":
         transform, affine = initial, AffineStage.of(initial, "initial")
         chained = not _is_identity(transform, moving_v, fixed_v)
-    else:  # a cut field of view runs again on the part of the fixed head it covers
+    else:  # other contrasts and a cut field of view run again (see each)
         transform = register_affine(*seen, init, seed=seed, initial=initial, **metric_masks)
-        transform = _affine_in_view(seen, transform, init, seed, initial, metric_masks)
+        drawn, transform = _affine_other_contrast(
+            seen, transform, init, initial, contrast, seed, metric_masks
+        )
+        transform = _affine_in_view(drawn, transform, init, seed, initial, metric_masks)
         affine = AffineStage.of(transform) if init != "none" else None
         chained = init != "none" and not _is_identity(transform, moving_v, fixed_v)
     if seen[0] is not moving_v:  # outputs from the moving file as read, not the model's copy
@@ -217,9 +228,44 @@ def load_pair(
     if seen[0] is not moving_v:
         pair.moving = moving_v
     _with_masks(pair, metric_masks, mask_notes, moving_v, fixed_v)
+    if drawn is not seen:
+        pair.notes.append(
+            "other contrasts: the affine stage ran again on the moving image drawn in the fixed "
+            "image's intensities (its Mattes MI is that image's)"
+        )
     if bias_correct:
         pair.notes.append("bias field corrected (N4) for the affine stage and the network")
     return pair
+
+
+def _affine_other_contrast(
+    seen: list[Volume],
+    transform: AffineTransform,
+    init: str,
+    initial: AffineTransform | None,
+    contrast: str,
+    seed: int,
+    masks: dict,
+) -> tuple[list[Volume], AffineTransform]:
+    """The affine stage of a pair of other contrasts (``contrast`` ``"different"``, or
+    ``"auto"`` and :func:`~hyperreg.registration.contrast.pair_similarity` finds them on the
+    moving image through ``transform``): run again from the start on the moving image drawn in
+    the fixed image's intensities (:func:`~hyperreg.geometry.intensity_map.intensity_map`
+    found through ``transform``), with the same cost ``masks``. Returns the images the affine
+    stage then registers (the drawn moving image, the fixed one) and the transform (seconds:
+    both runs'); ``seen`` and ``transform`` themselves for the same contrast, without an affine
+    stage (``init`` "none") or from an initial transform."""
+    from hyperreg.registration.contrast import OTHER_SIMILARITY, pair_similarity
+
+    if contrast == "same" or init == "none" or initial is not None:
+        return seen, transform
+    moving, fixed = seen
+    aligned = sample_volume(moving, transform, None, fixed).data
+    if pair_similarity(contrast, aligned, fixed.data)[0] != OTHER_SIMILARITY:
+        return seen, transform
+    drawn = dataclasses.replace(moving, data=intensity_map(aligned, fixed.data).apply(moving.data))
+    again = register_affine(drawn, fixed, init, seed=seed, **masks)
+    return [drawn, fixed], dataclasses.replace(again, seconds=again.seconds + transform.seconds)
 
 
 def _affine_in_view(
