@@ -14,7 +14,7 @@ mask and the warped moving mask (:func:`masks_on_fixed_grid`, :func:`mask_tensor
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,9 +27,6 @@ from hyperreg.method.model import HyperMorph
 from hyperreg.registration.chain import sample_volume
 from hyperreg.registration.inputs import load_input
 from hyperreg.registration.pairs import PathLike, network_grid
-
-if TYPE_CHECKING:  # annotations only (prepared imports this module)
-    from hyperreg.registration.prepared import PreparedPair
 
 FOV_PARTIAL = 0.9
 """Below this share of the fixed head inside the moving image's field of view, the moving
@@ -286,10 +283,11 @@ def _head_top(values: np.ndarray) -> float:
     return float(np.percentile(head, 99)) if head.size else 0.0
 
 
-def cut_view(pair: PreparedPair) -> np.ndarray | None:
-    """A prepared pair's moving footprint on the fixed grid (:func:`moving_footprint`) when
-    its moving image covers under :data:`FOV_PARTIAL` of the fixed head (``pair.fov_fraction``:
-    a cut field of view), else None."""
+def cut_view(pair: Any) -> np.ndarray | None:
+    """A prepared pair's (:class:`~hyperreg.registration.prepared.PreparedPair`) moving
+    footprint on the fixed grid (:func:`moving_footprint` of its ``fixed``, ``moving``,
+    ``transform`` and ``chained``) when its moving image covers under :data:`FOV_PARTIAL` of
+    the fixed head (its ``fov_fraction``: a cut field of view), else None."""
     if pair.fov_fraction is None or pair.fov_fraction >= FOV_PARTIAL:
         return None
     return moving_footprint(pair.fixed, pair.moving, pair.transform, pair.chained)

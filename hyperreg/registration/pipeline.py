@@ -201,16 +201,11 @@ def load_pair(
     # bias correction); the outputs are sampled from the volumes as read
     seen = [model_image(masked_image(v, m), normalization, bias_correct) for v, m in masks]
     metric_masks = dict(moving_mask=masks[0][1], fixed_mask=masks[1][1])
-    drawn = seen  # what the affine stage registers (other contrasts: the drawn moving image)
     if initial is not None and init == "none":
-        transform, affine = initial, AffineStage.of(initial, "initial")
+        transform, affine, again = initial, AffineStage.of(initial, "initial"), []
         chained = not _is_identity(transform, moving_v, fixed_v)
     else:  # other contrasts and a cut field of view run again (see each)
-        transform = register_affine(*seen, init, seed=seed, initial=initial, **metric_masks)
-        drawn, transform = _affine_other_contrast(
-            seen, transform, init, initial, contrast, seed, metric_masks
-        )
-        transform = _affine_in_view(drawn, transform, init, seed, initial, metric_masks)
+        transform, again = _affine_stages(seen, init, seed, initial, contrast, metric_masks)
         affine = AffineStage.of(transform) if init != "none" else None
         chained = init != "none" and not _is_identity(transform, moving_v, fixed_v)
     if seen[0] is not moving_v:  # outputs from the moving file as read, not the model's copy
@@ -228,14 +223,34 @@ def load_pair(
     if seen[0] is not moving_v:
         pair.moving = moving_v
     _with_masks(pair, metric_masks, mask_notes, moving_v, fixed_v)
-    if drawn is not seen:
-        pair.notes.append(
-            "other contrasts: the affine stage ran again on the moving image drawn in the fixed "
-            "image's intensities (its Mattes MI is that image's)"
-        )
+    pair.notes.extend(again)
     if bias_correct:
         pair.notes.append("bias field corrected (N4) for the affine stage and the network")
     return pair
+
+
+def _affine_stages(
+    seen: list[Volume],
+    init: str,
+    seed: int,
+    initial: AffineTransform | None,
+    contrast: str,
+    masks: dict,
+) -> tuple[AffineTransform, list[str]]:
+    """The affine stage of ``seen`` (the model's moving and fixed images) with its cost
+    ``masks``, run again for other contrasts (:func:`_affine_other_contrast`) and for a cut
+    field of view (:func:`_affine_in_view`): the transform, and a note when the first rerun
+    ran."""
+    transform = register_affine(*seen, init, seed=seed, initial=initial, **masks)
+    drawn, transform = _affine_other_contrast(seen, transform, init, initial, contrast, seed, masks)
+    transform = _affine_in_view(drawn, transform, init, seed, initial, masks)
+    if drawn is seen:
+        return transform, []
+    note = (
+        "other contrasts: the affine stage ran again on the moving image drawn in the fixed "
+        "image's intensities (its Mattes MI is that image's)"
+    )
+    return transform, [note]
 
 
 def _affine_other_contrast(
