@@ -40,7 +40,7 @@ from hyperreg.geometry.inspect import label_ids_warning, spacing_warning
 from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION, winsorize
 from hyperreg.geometry.intensity_map import intensity_map
 from hyperreg.geometry.io import Volume, check_same_grid, check_same_ndim, same_grid
-from hyperreg.geometry.resample import resample_to
+from hyperreg.geometry.resample import isotropic_grid, resample_to
 from hyperreg.method.metrics import label_sets, mean_registration_dice
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.chain import sample_volume
@@ -74,6 +74,9 @@ __all__ = [
 
 DEFAULT_INIT = "affine"
 """The affine stage every entry point runs unless told otherwise (Python and CLI alike)."""
+JUDGE_VOXELS = 2_000_000
+"""Above this many fixed voxels the contrast check before the affine stage's rerun for other
+contrasts (:func:`_affine_other_contrast`) runs on a grid of 2 mm voxels."""
 
 
 def load_pair(
@@ -275,10 +278,13 @@ def _affine_other_contrast(
     if contrast == "same" or init == "none" or initial is not None:
         return seen, transform
     moving, fixed = seen
-    aligned = sample_volume(moving, transform, None, fixed).data
-    if pair_similarity(contrast, aligned, fixed.data)[0] != OTHER_SIMILARITY:
+    grid = fixed  # judged on a grid of 2 mm voxels or larger when the image is large
+    if fixed.data.size > JUDGE_VOXELS and (coarse := isotropic_grid(fixed, 2.0)) is not None:
+        grid = dataclasses.replace(coarse, data=resample_to(fixed, coarse).data)
+    aligned = sample_volume(moving, transform, None, grid).data
+    if pair_similarity(contrast, aligned, grid.data)[0] != OTHER_SIMILARITY:
         return seen, transform
-    drawn = dataclasses.replace(moving, data=intensity_map(aligned, fixed.data).apply(moving.data))
+    drawn = dataclasses.replace(moving, data=intensity_map(aligned, grid.data).apply(moving.data))
     again = register_affine(drawn, fixed, init, seed=seed, **masks)
     return [drawn, fixed], dataclasses.replace(again, seconds=again.seconds + transform.seconds)
 
