@@ -148,3 +148,32 @@ def test_a_t2_like_slice_of_another_person_reaches_t1_dice(tmp_path: Path) -> No
     t2_result = register_files(model, moving, fixed, **segs)
     assert t2_result.verdict is not None and t2_result.verdict.kept == "registered"
     assert t2_result.mean_dice >= t1_dice - 0.05
+
+
+def test_a_cut_moving_image_is_mapped_inside_its_footprint_and_filled_beyond() -> None:
+    from types import SimpleNamespace
+
+    from hyperreg.geometry.affine import AffineTransform
+    from hyperreg.geometry.io import Volume
+    from hyperreg.registration.contrast import remap_pair
+
+    def volume(data: np.ndarray) -> Volume:
+        return Volume(data=data, affine=np.eye(4), disk_shape=data.shape, path=None)
+
+    fixed = np.repeat(phantom(T1)[..., None], 4, axis=2)  # a 64 x 64 x 4 head
+    t2 = np.repeat(phantom(T2, seed=1)[..., None], 4, axis=2)
+    moving = volume(np.ascontiguousarray(t2[:40]))  # cut: the first 40 rows only
+    aligned = np.where(np.arange(64)[:, None, None] < 40, t2, 0.0).astype(np.float32)
+    pair = SimpleNamespace(
+        aligned=volume(aligned), fixed=volume(fixed), moving=moving, fov_fraction=0.5,
+        transform=AffineTransform.identity(), chained=True, remapped=None,
+    )  # fmt: skip
+    remap_pair(pair)
+    out = pair.remapped.data
+    # beyond the cut: the fixed head itself (the map draws the moving image in its units)
+    assert np.allclose(out[41:], fixed[41:], rtol=0.05, atol=0.02)
+    # inside: the T2 drawn in T1 intensities, with the map found there only (the cut-off rows'
+    # zeros would otherwise pull the dark end of the map toward the fixed head's tissue)
+    inside = np.abs(out[:39] - fixed[:39])
+    assert inside[fixed[:39] > 0.1].mean() < 0.1
+    assert np.abs(out[:39][fixed[:39] == 0]).max() < 0.05  # the background stays dark
