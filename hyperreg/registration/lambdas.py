@@ -5,7 +5,8 @@ so the hypernetwork generates K weight sets **once** and the U-Net runs them as 
 convolutions (:func:`hyperreg.method.layers.conv`); ``chunk`` bounds memory by running at most
 that many λ per pass. On a CPU the default is one λ per pass: there a batch-1 convolution takes
 PyTorch's fastest (oneDNN) path and 16 passes of one λ ran 1.2–1.7× faster than one pass of 16
-(``benchmarks/RESULTS_hypernet.md``). Grids and label maps are handled as in
+(``benchmarks/RESULTS_hypernet.md``), and with more than one torch thread those one-λ passes
+run side by side (:func:`map_lambda_chunks`). Grids and label maps are handled as in
 :func:`hyperreg.registration.pairs.register_pair` (same helpers). The engine
 (:func:`hyperreg.registration.engine.run`) runs a one-pass model's network-only λ through it.
 Must not import training, apps or cli.
@@ -15,7 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import torch
 
@@ -33,9 +36,52 @@ from hyperreg.registration.pairs import (
     smoothness_of,
 )
 
-__all__ = ["labels_scored", "sweep_lambdas"]
+__all__ = ["labels_scored", "map_lambda_chunks", "sweep_lambdas"]
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+
+def map_lambda_chunks(
+    run_chunk: Callable[[int], list[_T]], starts: Iterable[int], device: torch.device, step: int
+) -> list[_T]:
+    """``run_chunk(start)`` for every chunk start, the results joined in order.
+
+    On a CPU with chunks of one λ, more than one chunk and more than one torch thread, the
+    chunks run side by side, one per worker thread (as many as torch threads), each on one
+    torch thread: a batch-1 3D forward pass spreads over threads less well than separate λ do
+    (convolutions, the per-volume sampling of integration and warps). The operations of each
+    chunk are the same; on the bundled 3D model the fields came out bitwise equal to one λ at
+    a time on two threads. Memory: the activations of that many λ at once. The torch thread
+    count is restored afterwards; an error in a chunk is raised here.
+
+    Args:
+        run_chunk: Registers the λ chunk that starts at its argument; thread-safe (no shared
+            state written except through thread-safe appends).
+        starts: Chunk starts, in result order.
+        device: Where the model runs.
+        step: λ per chunk.
+
+    Returns:
+        The chunks' results, concatenated in the order of ``starts``.
+    """
+    starts = list(starts)
+    threads = torch.get_num_threads()
+    workers = min(threads, len(starts))
+    if device.type != "cpu" or step != 1 or workers < 2:
+        return [r for start in starts for r in run_chunk(start)]
+
+    def one_thread() -> None:  # torch's thread count is per thread: set it in each worker
+        torch.set_num_threads(1)
+
+    torch.set_num_threads(1)
+    try:
+        with ThreadPoolExecutor(workers, initializer=one_thread) as pool:
+            chunks = list(pool.map(run_chunk, starts))
+    finally:
+        torch.set_num_threads(threads)
+    return [r for chunk in chunks for r in chunk]
 
 
 def labels_scored(moving_seg: Volume | None, fixed_seg: Volume | None) -> list[int] | None:
@@ -137,8 +183,9 @@ def sweep_lambdas(
         before = sum(scores.values()) / len(scores) if scores else float("nan")
     moving_t, fixed_t, grid = network_inputs(model, moving, fixed, normalization, device, notes)
     step = chunk or (1 if device.type == "cpu" else count)
-    results: list[RegistrationResult] = []
-    for start in range(0, count, step):
+
+    @torch.no_grad()
+    def run_chunk(start: int) -> list[RegistrationResult]:
         lam = lam_all[start : start + step]
         size = lam.numel()
         shape = (size, *moving_t.shape[1:])
@@ -149,10 +196,19 @@ def sweep_lambdas(
         if ncc:
             similarity = -ncc_loss(out.moved.float(), fixed_t.expand(shape), reduction="none")
         smoothness = smoothness_of(model, out)
+        results = []
         for index in range(size):
             result = result_from_output(
-                out, index, float(lam[index]), moving_seg, fixed_seg, notes, labels,
-                moving=moving, grid=grid, images=images,
+                out,
+                index,
+                float(lam[index]),
+                moving_seg,
+                fixed_seg,
+                notes,
+                labels,
+                moving=moving,
+                grid=grid,
+                images=images,
             )
             if similarity is not None:
                 result.ncc = float(similarity[index])
@@ -161,4 +217,6 @@ def sweep_lambdas(
                 result.dice_before = before
             results.append(result)
         logger.debug("%s(): λ %d-%d of %d done", fn, start + 1, start + size, count)
-    return results
+        return results
+
+    return map_lambda_chunks(run_chunk, range(0, count, step), device, step)
