@@ -36,29 +36,59 @@ from hyperreg.registration.pairs import (
     smoothness_of,
 )
 
-__all__ = ["labels_scored", "map_lambda_chunks", "sweep_lambdas"]
+__all__ = ["labels_scored", "map_lambda_chunks", "side_by_side", "sweep_lambdas"]
 
 logger = logging.getLogger(__name__)
 
+_S = TypeVar("_S")
 _T = TypeVar("_T")
+
+
+def side_by_side(
+    fn: Callable[[_S], _T], items: Sequence[_S], device: torch.device | str = "cpu"
+) -> list[_T]:
+    """``[fn(item) for item in items]``, on a CPU with more than one torch thread computed side
+    by side: one worker thread per torch thread (at most one per item), each on one torch
+    thread, for work that spreads over threads less well than separate items do (a batch-1 3D
+    forward pass, per-volume sampling). Each item's operations are the same as one at a time;
+    memory is that of as many items at once. The torch thread count is restored afterwards;
+    an error of an item is raised here.
+
+    Args:
+        fn: Thread-safe (it writes no shared state but through thread-safe appends, and
+            switches on autograd or autocast, which are per thread, itself when it needs them).
+        items: The inputs, in result order.
+        device: Where ``fn`` computes; not a CPU: one at a time.
+
+    Returns:
+        ``fn``'s results in the order of ``items``.
+    """
+    threads = torch.get_num_threads()
+    workers = min(threads, len(items))
+    if torch.device(device).type != "cpu" or workers < 2:
+        return [fn(item) for item in items]
+
+    def one_thread() -> None:  # torch's thread count is per thread: set it in each worker
+        torch.set_num_threads(1)
+
+    torch.set_num_threads(1)
+    try:
+        with ThreadPoolExecutor(workers, initializer=one_thread) as pool:
+            return list(pool.map(fn, items))
+    finally:
+        torch.set_num_threads(threads)
 
 
 def map_lambda_chunks(
     run_chunk: Callable[[int], list[_T]], starts: Iterable[int], device: torch.device, step: int
 ) -> list[_T]:
-    """``run_chunk(start)`` for every chunk start, the results joined in order.
-
-    On a CPU with chunks of one λ, more than one chunk and more than one torch thread, the
-    chunks run side by side, one per worker thread (as many as torch threads), each on one
-    torch thread: a batch-1 3D forward pass spreads over threads less well than separate λ do
-    (convolutions, the per-volume sampling of integration and warps). The operations of each
-    chunk are the same; on the bundled 3D model the fields came out bitwise equal to one λ at
-    a time on two threads. Memory: the activations of that many λ at once. The torch thread
-    count is restored afterwards; an error in a chunk is raised here.
+    """``run_chunk(start)`` for every chunk start, the results joined in order; chunks of one
+    λ (``step == 1``) on a CPU run :func:`side_by_side`. On the bundled 3D model the fields came
+    out bitwise equal to one λ at a time on two threads.
 
     Args:
-        run_chunk: Registers the λ chunk that starts at its argument; thread-safe (no shared
-            state written except through thread-safe appends).
+        run_chunk: Registers the λ chunk that starts at its argument (thread-safe, see
+            :func:`side_by_side`).
         starts: Chunk starts, in result order.
         device: Where the model runs.
         step: λ per chunk.
@@ -67,21 +97,9 @@ def map_lambda_chunks(
         The chunks' results, concatenated in the order of ``starts``.
     """
     starts = list(starts)
-    threads = torch.get_num_threads()
-    workers = min(threads, len(starts))
-    if device.type != "cpu" or step != 1 or workers < 2:
+    if step != 1:
         return [r for start in starts for r in run_chunk(start)]
-
-    def one_thread() -> None:  # torch's thread count is per thread: set it in each worker
-        torch.set_num_threads(1)
-
-    torch.set_num_threads(1)
-    try:
-        with ThreadPoolExecutor(workers, initializer=one_thread) as pool:
-            chunks = list(pool.map(run_chunk, starts))
-    finally:
-        torch.set_num_threads(threads)
-    return [r for chunk in chunks for r in chunk]
+    return [r for chunk in side_by_side(run_chunk, starts, device) for r in chunk]
 
 
 def labels_scored(moving_seg: Volume | None, fixed_seg: Volume | None) -> list[int] | None:
