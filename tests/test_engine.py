@@ -114,6 +114,8 @@ def test_settings_are_resolved_once_and_carried_by_every_result() -> None:
         (dict(passes=0), "passes"),
         (dict(chunk=0), "chunk"),
         (dict(passes=2, inverse=True), "inverse"),
+        (dict(chunk=2, refinement=Refinement(steps=5)), "chunk"),  # one λ at a time
+        (dict(chunk=2, inverse=True), "chunk"),
     ],
 )
 def test_an_option_a_path_cannot_honour_is_an_error_naming_it(options: dict, argument: str) -> None:
@@ -135,6 +137,25 @@ def test_sweep_with_amp_and_refinement_is_refused_before_work(
     err = capsys.readouterr().err
     assert "--amp" in err and len(err.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_sweep_chunk_with_refinement_is_refused_before_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--chunk bounds batched network passes; refinement runs each λ alone: one line naming
+    --chunk, nothing written; --refine 0 takes it."""
+    model = save_tiny_model(tmp_path / "model.pt")
+    files = write_pair(tmp_path, "p")
+    out = tmp_path / "sweep"
+    args = ["sweep", "--model", str(model), "--moving", str(files["moving"]), "--fixed",
+            str(files["fixed"]), "--out", str(out), "--lambdas", "0.2,0.6", "--device", "cpu",
+            "--init", "none", "--chunk", "2"]  # fmt: skip
+    assert main([*args, "--refine", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "--chunk" in err and "--refine" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+    assert main([*args, "--refine", "0"]) == 0
+    assert (out / "sweep.csv").exists()
 
 
 def test_register_sweep_and_batch_give_the_same_numbers(
