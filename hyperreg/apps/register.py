@@ -1,7 +1,7 @@
 """Register scan pairs with a trained model at a chosen λ, and apply or inspect saved fields.
 
 :func:`register_files` registers files: on top of
-:func:`hyperreg.registration.pairs.register_pair` (loaded volumes in, numpy out) it loads and
+:func:`hyperreg.registration.lambdas.register_pair` (loaded volumes in, numpy out) it loads and
 validates every input first, registers, and only then writes the outputs (each atomically), so
 bad input never leaves half-written files. Registration is voxel-to-voxel on the fixed grid: a
 moving image (or label map) on another grid is first resampled onto it through both affines

@@ -7,7 +7,7 @@ that many λ per pass. On a CPU the default is one λ per pass: there a batch-1 
 PyTorch's fastest (oneDNN) path and 16 passes of one λ ran 1.2–1.7× faster than one pass of 16
 (``benchmarks/RESULTS_hypernet.md``), and with more than one torch thread those one-λ passes
 run side by side (:func:`map_lambda_chunks`). Grids and label maps are handled as in
-:func:`hyperreg.registration.pairs.register_pair` (same helpers). The engine
+:func:`hyperreg.registration.lambdas.register_pair` (same helpers). The engine
 (:func:`hyperreg.registration.engine.run`) runs a one-pass model's network-only λ through it.
 Must not import training, apps or cli.
 """
@@ -36,7 +36,13 @@ from hyperreg.registration.pairs import (
     smoothness_of,
 )
 
-__all__ = ["labels_scored", "map_lambda_chunks", "side_by_side", "sweep_lambdas"]
+__all__ = [
+    "labels_scored",
+    "map_lambda_chunks",
+    "register_pair",
+    "side_by_side",
+    "sweep_lambdas",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +136,7 @@ def sweep_lambdas(
 
     The pair is repeated K times and run with a λ tensor of shape ``(K,)`` (per-sample generated
     weights, grouped convolutions), in passes of at most ``chunk`` values. Each result equals
-    :func:`hyperreg.registration.pairs.register_pair` at that λ up to float rounding (grouped and
+    :func:`hyperreg.registration.lambdas.register_pair` at that λ up to float rounding (grouped and
     plain convolutions sum in a different order). Dice is scored on the non-zero labels of the
     **input** label maps (:func:`~hyperreg.method.metrics.registration_dice`), the same set for
     every λ (a label that vanishes scores 0 instead of dropping out of the mean). With ``ncc``,
@@ -138,7 +144,7 @@ def sweep_lambdas(
     (window 9, in [0, 1], float32) between the moved and the fixed image; ``result.smoothness``
     holds the training's smoothness term of the field; with label maps,
     ``result.dice_before`` holds the mean Dice without registration (same labels), as
-    :func:`~hyperreg.registration.pairs.register_pair` reports it.
+    :func:`~hyperreg.registration.lambdas.register_pair` reports it.
 
     Args:
         model: A trained :class:`~hyperreg.method.model.HyperMorph`.
@@ -238,3 +244,67 @@ def sweep_lambdas(
         return results
 
     return map_lambda_chunks(run_chunk, range(0, count, step), device, step)
+
+
+def register_pair(
+    model: HyperMorph,
+    moving: Volume,
+    fixed: Volume,
+    lam: float,
+    *,
+    moving_seg: Volume | None = None,
+    fixed_seg: Volume | None = None,
+    normalization: str = DEFAULT_NORMALIZATION,
+    resample: bool = False,
+) -> RegistrationResult:
+    """Register ``moving`` to ``fixed`` at λ = ``lam`` with one network pass on the model's
+    device: :func:`sweep_lambdas` at that one λ (the engine's network path, the model's flip
+    averaging included; no affine stage, no refinement, no verdict: for those, and the model's
+    own passes, :meth:`~hyperreg.registration.pipeline.PreparedPair.register`).
+
+    Registration is voxel-to-voxel on the fixed grid. With ``resample=True``, ``moving`` (linear
+    interpolation) and ``moving_seg`` / ``fixed_seg`` (nearest neighbour, label ids preserved)
+    are first resampled onto the fixed grid through their own affines when they are not on it
+    (:func:`hyperreg.geometry.io.same_grid` false: shape, spacing, orientation or position differ),
+    and ``RegistrationResult.resampled`` says which. Intensities are normalised after resampling.
+
+    Args:
+        model: A trained :class:`~hyperreg.method.model.HyperMorph` (its ``ndim`` must match).
+        moving: Moving image, on the fixed grid unless ``resample`` is True.
+        fixed: Fixed image.
+        lam: λ in [0, 1].
+        moving_seg: Optional moving label map (int32), on the grid of ``moving`` (or anywhere
+            in world space with ``resample``), warped with nearest neighbour.
+        fixed_seg: Optional fixed label map; with ``moving_seg`` it enables Dice (the labels
+            of both maps, :func:`labels_scored`) and ``dice_before``.
+        normalization: Intensity normalisation, see
+            :func:`hyperreg.geometry.intensity.normalize_intensity`.
+        resample: Resample inputs that are not on the fixed grid (default False: they are an
+            error, as in :func:`hyperreg.geometry.io.check_same_grid`).
+
+    Returns:
+        A :class:`~hyperreg.registration.results.RegistrationResult`; every array is on the
+        fixed grid.
+
+    Raises:
+        TypeError: If ``lam`` is not a number.
+        ValueError: If the grids differ and ``resample`` is False, a label map is not on its
+            image's grid (without ``resample``), the dimensionality does not match the model or
+            between the images, or ``lam`` lies outside [0, 1].
+    """
+    try:
+        value = None if isinstance(lam, bool) else float(lam)
+    except (TypeError, ValueError):
+        value = None
+    if value is None:
+        raise TypeError(f"register_pair(): 'lam' must be a number, got {type(lam).__name__}")
+    return sweep_lambdas(
+        model,
+        moving,
+        fixed,
+        [value],
+        moving_seg=moving_seg,
+        fixed_seg=fixed_seg,
+        normalization=normalization,
+        resample=resample,
+    )[0]
