@@ -292,7 +292,7 @@ def _report(
     for message in result.resampled:  # the routine notes (the model's grid, one sampling): -v
         if args.verbose or message.startswith("resampled"):
             print(f"{opts.PROG} register: {message}")
-    passes = args.passes or (1 if args.inverse_warp_out else model.config.passes)
+    passes = result.settings.passes  # as resolved once for the run (resolve_settings)
     if args.inverse_warp_out and not args.passes and model.config.passes > 1:
         print(
             f"{opts.PROG} register: note: with --inverse-warp the network runs one pass (the "
@@ -327,7 +327,7 @@ def _stages_line(args: argparse.Namespace, model: Any, result: Any, passes: int)
         reason = args.lam_source.split(": ", 1)[0]
     parts = [f"λ = {result.lam:.4g} ({reason})"]
     network = f"{passes} network pass{'es' if passes > 1 else ''}"
-    if model.config.flip_average:
+    if result.settings.flips:
         network += " with left-right flip averaging"
     parts.append(network)
     stats = result.refinement
@@ -344,13 +344,12 @@ def _report_stages(args: argparse.Namespace, model: Any, result: Any, passes: in
     if passes > 1:
         source = "" if args.passes else " (the model's default; --passes 1: one)"
         print(f"{passes} network passes, each registering the last one's moved image{source}")
-    if model.config.flip_average:
+    if result.settings.flips:
         source = "" if args.flip_average else " (the model's default; --no-flip-average: off)"
         print(f"the network's velocity averaged with the pair mirrored left-right{source}")
     if refine_text(result.refinement):
         print(_default_refine_note(args, model) + refine_text(result.refinement))
-    if result.settings is not None:
-        print(result.settings.text())
+    print(result.settings.text())
 
 
 def _default_refine_note(args: argparse.Namespace, model: Any) -> str:
