@@ -186,17 +186,11 @@ def register_files(
     fn = "register_files"
     check_lambda(fn, lam)
     check_option(fn, "contrast", contrast, CONTRAST_CHOICES)
-    spec = OutputSpec(
-        moved=moved, warp_out=warp_out, moved_seg=moved_seg, inverse_warp_out=inverse_warp_out,
-        affine_out=affine_out, field_out=field_out, warp_format=warp_format,
+    spec = _spec(
+        fn, outputs, moved=moved, warp_out=warp_out, moved_seg=moved_seg,
+        inverse_warp_out=inverse_warp_out, affine_out=affine_out, field_out=field_out,
+        warp_format=warp_format,
     )  # fmt: skip
-    if outputs is not None:
-        if spec != OutputSpec():
-            message = "{0} holds every output: give it or the output keywords, not both"
-            raise InputError(fn, message, "outputs")
-        spec = outputs
-    if spec.moved_seg is not None and moving_seg is None:
-        raise InputError(fn, "{0} needs {1} (the label map to warp)", "moved_seg", "moving_seg")
     _check_outputs(fn, (moving, fixed, moving_seg, fixed_seg), spec, figure)
     inverse = spec.inverse_warp_out is not None
     if inverse:
@@ -239,12 +233,27 @@ def register_files(
     return result
 
 
+def _spec(fn: str, outputs: OutputSpec | None, **keywords: Any) -> OutputSpec:
+    """``outputs``, or the :class:`~hyperreg.apps.outputs.OutputSpec` of the output keywords of
+    :func:`register_files`; both given is an InputError (``outputs``)."""
+    spec = OutputSpec(**keywords)
+    if outputs is None:
+        return spec
+    if spec != OutputSpec():
+        message = "{0} holds every output: give it or the output keywords, not both"
+        raise InputError(fn, message, "outputs")
+    return outputs
+
+
 def _check_outputs(
     fn: str, inputs: tuple[PathLike | None, ...], spec: OutputSpec, figure: PathLike | None
 ) -> None:
-    """Check the outputs of a register call (:meth:`~hyperreg.apps.outputs.OutputSpec.check`:
-    a known warp format, outputs that overwrite no input, a transform file's suffix) and that
-    the figure is a ``.png``."""
+    """Check the outputs of a register call: a moved label map needs the moving one (``inputs``
+    are moving, fixed, moving_seg, fixed_seg); :meth:`~hyperreg.apps.outputs.OutputSpec.check`
+    (a known warp format, outputs that overwrite no input, a transform file's suffix); the
+    figure is a ``.png``."""
+    if spec.moved_seg is not None and inputs[2] is None:
+        raise InputError(fn, "{0} needs {1} (the label map to warp)", "moved_seg", "moving_seg")
     spec.check(fn, inputs)
     if figure is not None and not str(figure).lower().endswith(".png"):
         raise InputError(fn, "{0} must end in .png, got '{figure}'", "figure", figure=figure)

@@ -176,21 +176,8 @@ def sweep_lambdas(
     """
     fn = "sweep_lambdas"
     device = next(model.parameters()).device
-    if isinstance(lambdas, torch.Tensor):
-        lam_all = lambdas.detach().reshape(-1).to(torch.float32)
-    elif isinstance(lambdas, Sequence) and not isinstance(lambdas, str):
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in lambdas):
-            raise TypeError(f"{fn}(): 'lambdas' must hold numbers, got {list(lambdas)[:4]}")
-        lam_all = torch.tensor([float(v) for v in lambdas], dtype=torch.float32)
-    else:
-        raise TypeError(
-            f"{fn}(): 'lambdas' must be a sequence of floats or a tensor, "
-            f"got {type(lambdas).__name__}"
-        )
+    lam_all = _lambda_values(fn, lambdas, device)
     count = lam_all.numel()
-    if count == 0:
-        raise ValueError(f"{fn}(): 'lambdas' must hold at least one value, got none")
-    lam_all = as_lambda_tensor(fn, lam_all, count, device)[:, 0]
     if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
         raise ValueError(f"{fn}(): 'chunk' must be a positive integer or None, got {chunk!r}")
     if amp and device.type != "cuda":
@@ -244,6 +231,28 @@ def sweep_lambdas(
         return results
 
     return map_lambda_chunks(run_chunk, range(0, count, step), device, step)
+
+
+def _lambda_values(
+    fn: str, lambdas: Sequence[float] | torch.Tensor, device: torch.device
+) -> torch.Tensor:
+    """``lambdas`` as a checked ``(K,)`` float32 tensor on ``device`` (TypeError, ValueError
+    as :func:`sweep_lambdas` documents)."""
+    if isinstance(lambdas, torch.Tensor):
+        lam_all = lambdas.detach().reshape(-1).to(torch.float32)
+    elif isinstance(lambdas, Sequence) and not isinstance(lambdas, str):
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in lambdas):
+            raise TypeError(f"{fn}(): 'lambdas' must hold numbers, got {list(lambdas)[:4]}")
+        lam_all = torch.tensor([float(v) for v in lambdas], dtype=torch.float32)
+    else:
+        raise TypeError(
+            f"{fn}(): 'lambdas' must be a sequence of floats or a tensor, "
+            f"got {type(lambdas).__name__}"
+        )
+    count = lam_all.numel()
+    if count == 0:
+        raise ValueError(f"{fn}(): 'lambdas' must hold at least one value, got none")
+    return as_lambda_tensor(fn, lam_all, count, device)[:, 0]
 
 
 def register_pair(
