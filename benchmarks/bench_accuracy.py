@@ -13,7 +13,7 @@ discarded), loss (:func:`hyperreg.training.train.hypermorph_loss`, NCC), fused A
 best lr (HyperMorph: highest mean Dice over ``--lambdas``; a fixed model: highest Dice at its
 λ), picked on the evaluation pairs themselves (the same optimistic pick for both arms).
 Evaluation (:func:`hyperreg.training.validation.evaluate`, so
-:func:`hyperreg.registration.pairs.register_pair`) is on the validation pairs, whose moving scan
+:func:`hyperreg.registration.lambdas.register_pair`) is on the validation pairs, whose moving scan
 is a held-out person: HyperMorph on the λ grid 0, 0.05, …, 1 and at each fixed λ, each fixed
 model at its own λ. Reports mean Dice and folding % (J ≤ 0) per λ, the target HyperMorph Dice ≥
 fixed Dice − 0.01, and λ* (best HyperMorph grid Dice). Writes ``accuracy_vs_lambda.png`` into

@@ -133,7 +133,7 @@ def run_ants(kind: str, pair: dict, seed: int) -> dict:
 def run_hyperreg(model_path: str | Path, lam: float, pair: dict, repeats: int, device) -> dict:
     import numpy as np
 
-    from hyperreg.registration.pairs import register_pair
+    from hyperreg.registration.lambdas import register_pair
     from hyperreg.geometry.io import Volume
     from hyperreg.method.metrics import mean_registration_dice as mean_dice
     from hyperreg.method.model import load_checkpoint

@@ -7,7 +7,7 @@ one warm-up, the two sides interleaved):
   convolutions) against K calls ``model(moving, fixed, λ)``;
 * API: :func:`hyperreg.apps.sweep.sweep_lambdas` (its default chunk unless ``--chunk``: all K
   per pass on a GPU, one per pass on a CPU) against K calls of
-  :func:`hyperreg.registration.pairs.register_pair` (both also compute Dice, folding and log-J per
+  :func:`hyperreg.registration.lambdas.register_pair` (both also compute Dice, folding and log-J per
   λ).
 
 On a CPU the target (no slower than K single calls) applies to the API level, what users run;
@@ -35,7 +35,7 @@ def _bench_size(
     import torch
 
     from hyperreg.config import ModelConfig
-    from hyperreg.registration.pairs import register_pair
+    from hyperreg.registration.lambdas import register_pair
     from hyperreg.geometry.io import Volume
     from hyperreg.method.model import HyperMorph
     from hyperreg.apps.sweep import sweep_lambdas

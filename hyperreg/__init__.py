@@ -55,7 +55,7 @@ _EXPORTS = {
     "save_volume": "hyperreg.geometry.io",
     "registration_dice": "hyperreg.method.metrics",
     "RegistrationResult": "hyperreg.registration.pairs",
-    "register_pair": "hyperreg.registration.pairs",
+    "register_pair": "hyperreg.registration.lambdas",
     "load_pair": "hyperreg.registration.pipeline",
     "PreparedPair": "hyperreg.registration.pipeline",
     "PairResult": "hyperreg.registration.pipeline",

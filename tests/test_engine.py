@@ -53,6 +53,43 @@ def test_a_two_pass_sweep_runs_each_pass_once_for_all_lambdas() -> None:
     assert moved > 0.05  # the fields are not all zero
 
 
+def test_lambdas_side_by_side_on_cpu_threads_give_the_one_at_a_time_results() -> None:
+    """With two torch threads, one λ per chunk runs on worker threads (one torch thread
+    each): the same fields, Dice and statistics as one λ at a time on one thread, in the order
+    asked, for a two-pass and a one-pass model; the thread count comes back."""
+    import threading
+
+    import torch
+
+    prepared = _prepared()
+    lams = [0.9, 0.1, 0.5, 0.3, 0.7]
+    raw = dict(never_worse=False, ncc=True)
+    seen: set[int] = set()
+    for passes in (2, 1):
+        model = tiny_model(2)
+        hook = model.register_forward_hook(lambda *_: seen.add(threading.get_ident()))
+        saved = torch.get_num_threads()
+        try:
+            torch.set_num_threads(1)
+            singles = [prepared.register(model, [lam], passes=passes, **raw)[0] for lam in lams]
+            torch.set_num_threads(2)
+            seen.clear()
+            together = prepared.register(model, lams, passes=passes, **raw)
+            assert torch.get_num_threads() == 2  # restored
+        finally:
+            torch.set_num_threads(saved)
+            hook.remove()
+        # on the workers (at most two; a fast one may take every λ), never this thread
+        assert 1 <= len(seen) <= 2 and threading.get_ident() not in seen
+        assert [r.lam for r in together] == pytest.approx(lams)
+        for many, one in zip(together, singles):
+            np.testing.assert_allclose(many.disp, one.disp, atol=1e-6)
+            assert many.dice == pytest.approx(one.dice, abs=1e-9)
+            assert many.folding_fraction == pytest.approx(one.folding_fraction, abs=1e-12)
+            assert many.ncc == pytest.approx(one.ncc, abs=1e-6)
+        assert float(np.abs(together[0].disp - together[1].disp).max()) > 0.05  # λ differ
+
+
 def test_settings_are_resolved_once_and_carried_by_every_result() -> None:
     model, prepared = tiny_model(2), _prepared()
     refine = Refinement(steps=3, lr=0.1)
@@ -78,6 +115,8 @@ def test_settings_are_resolved_once_and_carried_by_every_result() -> None:
         (dict(passes=0), "passes"),
         (dict(chunk=0), "chunk"),
         (dict(passes=2, inverse=True), "inverse"),
+        (dict(chunk=2, refinement=Refinement(steps=5)), "chunk"),  # one λ at a time
+        (dict(chunk=2, inverse=True), "chunk"),
     ],
 )
 def test_an_option_a_path_cannot_honour_is_an_error_naming_it(options: dict, argument: str) -> None:
@@ -99,6 +138,25 @@ def test_sweep_with_amp_and_refinement_is_refused_before_work(
     err = capsys.readouterr().err
     assert "--amp" in err and len(err.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_sweep_chunk_with_refinement_is_refused_before_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--chunk bounds batched network passes; refinement runs each λ alone: one line naming
+    --chunk, nothing written; --refine 0 takes it."""
+    model = save_tiny_model(tmp_path / "model.pt")
+    files = write_pair(tmp_path, "p")
+    out = tmp_path / "sweep"
+    args = ["sweep", "--model", str(model), "--moving", str(files["moving"]), "--fixed",
+            str(files["fixed"]), "--out", str(out), "--lambdas", "0.2,0.6", "--device", "cpu",
+            "--init", "none", "--chunk", "2"]  # fmt: skip
+    assert main([*args, "--refine", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "--chunk" in err and "--refine" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+    assert main([*args, "--refine", "0"]) == 0
+    assert (out / "sweep.csv").exists()
 
 
 def test_register_sweep_and_batch_give_the_same_numbers(

@@ -14,7 +14,8 @@ from hyperreg.config import ModelConfig, TrainConfig, to_dict
 from hyperreg.geometry.io import Volume
 from hyperreg.geometry.resample import isotropic_grid, resample_to
 from hyperreg.method.model import checkpoint_config, load_checkpoint, save_checkpoint
-from hyperreg.registration.pairs import NetworkGrid, network_grid, register_pair
+from hyperreg.registration.lambdas import register_pair
+from hyperreg.registration.pairs import NetworkGrid, network_grid
 from hyperreg.training.checkpointing import init_from_model
 
 SHAPE_3D = (20, 24, 28)

@@ -11,7 +11,7 @@ import torch
 from lambda_helpers import blob, tiny_model
 from hyperreg.geometry.io import Volume
 from hyperreg.geometry.resample import conformed_grid
-from hyperreg.registration.pairs import register_pair
+from hyperreg.registration.lambdas import register_pair
 
 # LIA, 1 mm: the neurite-oasis / FreeSurfer storage order
 LIA = np.array([[-1.0, 0, 0, 12], [0, 0, 1, -14], [0, -1, 0, 10], [0, 0, 0, 1]])

@@ -9,7 +9,7 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 import pytest
-from lambda_helpers import tiny_model, write_pair
+from lambda_helpers import save_tiny_model, tiny_model, write_pair
 
 import hyperreg.apps.outputs as outputs
 from hyperreg.apps.outputs import OPTIONS, WRITERS, OutputSpec, write_outputs
@@ -107,3 +107,38 @@ def test_an_inverse_itk_field_the_moving_grid_cannot_hold_is_refused_before_any_
     with pytest.raises(ValueError, match="x-y plane"):
         write_outputs(spec, dataclasses.replace(result, inverse_disp=inverse), fake)
     assert not any(out.iterdir())
+
+
+def test_the_register_command_offers_every_output_and_passes_them_as_one_spec(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each output field of OutputSpec is the dest of a ``register`` option, and the command
+    hands register_files exactly OutputSpec.from_args of its arguments: an added output needs
+    its field and writer here and its option in the CLI, nothing more."""
+    from hyperreg.apps import register as register_app
+    from hyperreg.cli import main
+    from hyperreg.cli.messages import options_of
+    from hyperreg.cli.run import build_parser
+
+    options = options_of(build_parser(), "register")
+    assert set(OutputSpec().paths()) | set(OPTIONS) <= set(options)
+    seen: list[OutputSpec] = []
+
+    def fake(model, moving, fixed, lam, *, outputs, **rest):
+        seen.append(outputs)
+        raise SystemExit(0)  # the spec is all this test looks at
+
+    monkeypatch.setattr(register_app, "register_files", fake)
+    paths = write_pair(tmp_path / "data", "a")
+    model = tmp_path / "model.pt"
+    save_tiny_model(model)
+    args = ["register", "--model", str(model), "--moving", str(paths["moving"]), "--fixed",
+            str(paths["fixed"]), "--moved", str(tmp_path / "moved.nii.gz"), "--field-out",
+            str(tmp_path / "field.nii.gz"), "--warp-format", "itk"]  # fmt: skip
+    with pytest.raises(SystemExit):
+        main(args)
+    (spec,) = seen
+    assert spec == OutputSpec(
+        moved=str(tmp_path / "moved.nii.gz"), field_out=str(tmp_path / "field.nii.gz"),
+        warp_format="itk",
+    )  # fmt: skip

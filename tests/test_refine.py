@@ -18,7 +18,7 @@ from hyperreg.geometry.fields import load_displacement
 from hyperreg.geometry.io import Volume
 from hyperreg.method.model import HyperMorph, save_checkpoint
 from hyperreg.method.spatial import warp
-from hyperreg.registration.pairs import register_pair
+from hyperreg.registration.lambdas import register_pair
 from hyperreg.registration.pipeline import load_pair
 from hyperreg.registration.refine import (
     Refinement,

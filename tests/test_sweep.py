@@ -17,7 +17,7 @@ from torch import nn
 from hyperreg.apps.inputs import PairSpec
 from hyperreg.cli import main
 from hyperreg.config import ModelConfig
-from hyperreg.registration.pairs import register_pair
+from hyperreg.registration.lambdas import register_pair
 from hyperreg.geometry.io import Volume
 from hyperreg.method.objective import Objective
 from hyperreg.method.model import RegistrationOutput

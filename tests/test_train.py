@@ -118,7 +118,7 @@ def test_training_is_reproducible_from_seed(tmp_path: Path) -> None:
 def test_oasis_2d_acceptance(tmp_path: Path) -> None:
     """Issue 2's acceptance run: default 2D training, 1500 steps, then the shared slice pair."""
     torch.set_num_threads(os.cpu_count() or 1)  # a real run, not a tiny-tensor test
-    from hyperreg.registration.pairs import register_pair
+    from hyperreg.registration.lambdas import register_pair
     from hyperreg.geometry.io import load_volume
     from hyperreg.method.metrics import mean_dice
 

@@ -16,23 +16,28 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
+from hyperreg._checks import check_option
+from hyperreg.apps.transforms import check_transform_path
 from hyperreg.geometry.affine import AffineTransform, save_affine
-from hyperreg.geometry.fields import check_itk_grid, save_displacement
+from hyperreg.geometry.fields import DISPLACEMENT_FORMATS, check_itk_grid, save_displacement
 from hyperreg.geometry.io import save_volume
-from hyperreg.registration.pairs import PathLike
+from hyperreg.registration.pairs import PathLike, check_outputs
 from hyperreg.registration.pipeline import PairResult, PreparedPair
 
-__all__ = ["OPTIONS", "WRITERS", "OutputSpec", "write_outputs"]
+__all__ = ["OPTIONS", "TRANSFORMS", "WRITERS", "OutputSpec", "write_outputs"]
 
 Writer = Callable[[PathLike, PairResult, PreparedPair, Any], Callable[[], object] | None]
 
 OPTIONS = ("warp_format",)
 """Fields of :class:`OutputSpec` that are settings of the writers, not outputs."""
+
+TRANSFORMS = ("affine_out",)
+"""Output fields written as ITK transform files; the others are images and fields (NIfTI/MGZ)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,8 +50,8 @@ class OutputSpec:
         moved_seg: Moved label map (fixed grid, integer, nearest neighbour).
         inverse_warp_out: Inverse of the whole transform (the moving grid when the pair needs
             a chain, else the fixed grid).
-        field_out: The deformable field alone (fixed grid).
         affine_out: The affine stage as an ITK transform file (``.mat``, ``.tfm``, ``.txt``).
+        field_out: The deformable field alone (fixed grid).
         warp_format: ``"voxel"`` or ``"itk"`` for the displacement fields.
     """
 
@@ -54,8 +59,8 @@ class OutputSpec:
     warp_out: PathLike | None = None
     moved_seg: PathLike | None = None
     inverse_warp_out: PathLike | None = None
-    field_out: PathLike | None = None
     affine_out: PathLike | None = None
+    field_out: PathLike | None = None
     warp_format: str = "voxel"
 
     @classmethod
@@ -68,10 +73,28 @@ class OutputSpec:
         return cls(**{k: v for k, v in given.items() if v is not None})
 
     def paths(self) -> dict[str, PathLike | None]:
-        """``{field: path}`` of every output field (for ``check_outputs``)."""
+        """``{field: path}`` of every output field, in field order (None: not written)."""
         return {
             f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in OPTIONS
         }
+
+    def given(self) -> list[PathLike]:
+        """The paths to be written, in field order."""
+        return [path for path in self.paths().values() if path is not None]
+
+    def check(self, fn: str, inputs: Sequence[PathLike | None] = ()) -> None:
+        """Check the spec before any work: a known ``warp_format``; image and field outputs
+        (suffix, distinct, no input overwritten, a folder that takes files:
+        :func:`~hyperreg.registration.pairs.check_outputs`); transform files (suffix).
+
+        Raises:
+            InputError: Naming the field (``fn`` the public function named).
+        """
+        check_option(fn, "warp_format", self.warp_format, DISPLACEMENT_FORMATS)
+        paths = self.paths()
+        check_outputs(fn, inputs, **{k: v for k, v in paths.items() if k not in TRANSFORMS})
+        for name in TRANSFORMS:
+            check_transform_path(fn, name, paths[name])
 
 
 def _moved(path: PathLike, result: PairResult, pair: PreparedPair, spec: OutputSpec):

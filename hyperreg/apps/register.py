@@ -1,7 +1,7 @@
 """Register scan pairs with a trained model at a chosen λ, and apply or inspect saved fields.
 
 :func:`register_files` registers files: on top of
-:func:`hyperreg.registration.pairs.register_pair` (loaded volumes in, numpy out) it loads and
+:func:`hyperreg.registration.lambdas.register_pair` (loaded volumes in, numpy out) it loads and
 validates every input first, registers, and only then writes the outputs (each atomically), so
 bad input never leaves half-written files. Registration is voxel-to-voxel on the fixed grid: a
 moving image (or label map) on another grid is first resampled onto it through both affines
@@ -21,9 +21,8 @@ from hyperreg._checks import check_option
 from hyperreg._errors import InputError, passed_as
 from hyperreg.apps.models import DefaultSteps, check_lambda, pair_lambda, pair_refinement
 from hyperreg.apps.outputs import OutputSpec, write_outputs
-from hyperreg.apps.transforms import check_transform_path
 from hyperreg.geometry.affine import AffineTransform
-from hyperreg.geometry.fields import DISPLACEMENT_FORMATS, check_itk_grid
+from hyperreg.geometry.fields import check_itk_grid
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.contrast import (
     CONTRAST_CHOICES,
@@ -31,7 +30,7 @@ from hyperreg.registration.contrast import (
     contrast_similarity,
 )
 from hyperreg.registration.inputs import load_input
-from hyperreg.registration.pairs import PathLike, check_outputs
+from hyperreg.registration.pairs import PathLike
 from hyperreg.registration.pipeline import (
     DEFAULT_INIT,
     DEFAULT_NORMALIZATION,
@@ -80,6 +79,7 @@ def register_files(
     contrast: str = "auto",
     fixed_mask: PathLike | None = None,
     moving_mask: PathLike | None = None,
+    outputs: OutputSpec | None = None,
 ) -> PairResult:
     """Load, register and write one pair at one λ (``hyperreg register``).
 
@@ -164,6 +164,9 @@ def register_files(
             without asking. ``refine`` is used as given (its own similarity).
         fixed_mask, moving_mask: Cost masks (0/1 files; ANTs' ``-x``), or None: see
             :func:`~hyperreg.registration.pipeline.load_pair`.
+        outputs: Every output path and the warp format as one
+            :class:`~hyperreg.apps.outputs.OutputSpec` (what the command line passes), instead
+            of ``moved`` ... ``field_out`` and ``warp_format``; None: those keywords.
 
     Returns:
         The :class:`~hyperreg.registration.pipeline.PairResult` (``resampled`` lists what was
@@ -183,13 +186,13 @@ def register_files(
     fn = "register_files"
     check_lambda(fn, lam)
     check_option(fn, "contrast", contrast, CONTRAST_CHOICES)
-    if moved_seg is not None and moving_seg is None:
-        raise InputError(fn, "{0} needs {1} (the label map to warp)", "moved_seg", "moving_seg")
-    outputs = dict(moved=moved, warp_out=warp_out, moved_seg=moved_seg, field_out=field_out)
-    outputs["inverse_warp_out"] = inverse_warp_out
-    inputs = (moving, fixed, moving_seg, fixed_seg)
-    spec = _output_spec(fn, inputs, outputs, affine_out, warp_format, figure)
-    inverse = inverse_warp_out is not None
+    spec = _spec(
+        fn, outputs, moved=moved, warp_out=warp_out, moved_seg=moved_seg,
+        inverse_warp_out=inverse_warp_out, affine_out=affine_out, field_out=field_out,
+        warp_format=warp_format,
+    )  # fmt: skip
+    _check_outputs(fn, (moving, fixed, moving_seg, fixed_seg), spec, figure)
+    inverse = spec.inverse_warp_out is not None
     if inverse:
         _check_inverse(fn, model)
     if isinstance(refine, Refinement):
@@ -200,7 +203,7 @@ def register_files(
     pair = _prepare(
         moving,
         fixed,
-        itk_grid=(warp_out is not None or inverse_warp_out is not None) and warp_format == "itk",
+        itk_grid=spec.warp_format == "itk" and bool(spec.warp_out or spec.inverse_warp_out),
         model=model,
         moving_seg=moving_seg,
         fixed_seg=fixed_seg,
@@ -231,22 +234,30 @@ def register_files(
     return result
 
 
-def _output_spec(
-    fn: str,
-    inputs: tuple[PathLike | None, ...],
-    outputs: dict[str, PathLike | None],
-    affine_out: PathLike | None,
-    warp_format: str,
-    figure: PathLike | None,
-) -> OutputSpec:
-    """The checked :class:`~hyperreg.apps.outputs.OutputSpec` of a register call: a known
-    warp format, outputs that overwrite no input, a writable affine path, a ``.png`` figure."""
-    check_option(fn, "warp_format", warp_format, DISPLACEMENT_FORMATS)
-    check_outputs(fn, inputs, **outputs)
-    check_transform_path(fn, "affine_out", affine_out)
+def _spec(fn: str, outputs: OutputSpec | None, **keywords: Any) -> OutputSpec:
+    """``outputs``, or the :class:`~hyperreg.apps.outputs.OutputSpec` of the output keywords of
+    :func:`register_files`; both given is an InputError (``outputs``)."""
+    spec = OutputSpec(**keywords)
+    if outputs is None:
+        return spec
+    if spec != OutputSpec():
+        message = "{0} holds every output: give it or the output keywords, not both"
+        raise InputError(fn, message, "outputs")
+    return outputs
+
+
+def _check_outputs(
+    fn: str, inputs: tuple[PathLike | None, ...], spec: OutputSpec, figure: PathLike | None
+) -> None:
+    """Check the outputs of a register call: a moved label map needs the moving one (``inputs``
+    are moving, fixed, moving_seg, fixed_seg); :meth:`~hyperreg.apps.outputs.OutputSpec.check`
+    (a known warp format, outputs that overwrite no input, a transform file's suffix); the
+    figure is a ``.png``."""
+    if spec.moved_seg is not None and inputs[2] is None:
+        raise InputError(fn, "{0} needs {1} (the label map to warp)", "moved_seg", "moving_seg")
+    spec.check(fn, inputs)
     if figure is not None and not str(figure).lower().endswith(".png"):
         raise InputError(fn, "{0} must end in .png, got '{figure}'", "figure", figure=figure)
-    return OutputSpec(**outputs, affine_out=affine_out, warp_format=warp_format)
 
 
 def _prepare(

@@ -4,7 +4,7 @@
 pair at K values of λ, in **one batched forward pass** on a GPU (one λ per pass on a CPU, faster
 there). :func:`sweep_files` adds the file boundary
 (CSV, figures, optional NIfTI outputs); :mod:`hyperreg.apps.tune` builds λ* tuning on it.
-Grids and label maps are handled as in :func:`hyperreg.registration.pairs.register_pair` (same
+Grids and label maps are handled as in :func:`hyperreg.registration.lambdas.register_pair` (same
 helpers). Must not import train or cli.
 """
 

@@ -301,7 +301,9 @@ def add_batching_arguments(parser: argparse.ArgumentParser) -> None:
         "--chunk",
         type=positive_int,
         help="largest number of λ per batched forward pass (bounds memory; default: all at "
-        "once on a GPU, one per pass on a CPU, where that is faster)",
+        "once on a GPU, one per pass on a CPU, where that is faster, the λ side by side on "
+        "the threads); the network alone: with refinement (--refine N, or a model's default) "
+        "each λ runs alone and --chunk is refused",
     )
     parser.add_argument(
         "--amp",

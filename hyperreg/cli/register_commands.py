@@ -234,17 +234,11 @@ def _add_jacobian(sub: Any) -> None:
 
 
 def _cmd_register(args: argparse.Namespace) -> int:
-    outputs = (args.moved, args.warp_out, args.moved_seg, args.inverse_warp_out, args.affine_out)
-    folders = new_folders(*outputs, args.field_out, args.figure)
-    if not (
-        args.moved
-        or args.warp_out
-        or args.moved_seg
-        or args.inverse_warp_out
-        or args.affine_out
-        or args.field_out
-        or args.figure
-    ):
+    from hyperreg.apps.outputs import OutputSpec
+
+    outputs = OutputSpec.from_args(args)  # every output option, by its dest
+    folders = new_folders(*outputs.given(), args.figure)
+    if not (outputs.given() or args.figure):
         raise ValueError("nothing to write: give --moved, --warp and/or --moved-seg")
     if args.moved_seg and not args.moving_seg:
         raise ValueError("--moved-seg needs --moving-seg (the label map to warp)")
@@ -252,20 +246,18 @@ def _cmd_register(args: argparse.Namespace) -> int:
         raise ValueError("--moving-seg is used only with --moved-seg or --fixed-seg; add one")
     if args.fixed_seg and not args.moving_seg:
         raise ValueError("--fixed-seg needs --moving-seg (Dice compares the two label maps)")
-    from hyperreg.registration.pairs import check_outputs
-
     inputs = (args.moving, args.fixed, args.moving_seg, args.fixed_seg)
-    paths = dict(moved=args.moved, warp_out=args.warp_out, moved_seg=args.moved_seg)
-    paths.update(inverse_warp_out=args.inverse_warp_out, field_out=args.field_out)
-    check_outputs("register", inputs, **paths)  # said before any model is read
+    outputs.check("register", inputs)  # said before any model is read
     tuned_lambda(args)  # --lambda tune.json: its λ*, said with its source
     model = model_for(args)
     with verdict_last():  # the pair's verdict after the lines on the stages that led to it
-        _register_and_report(args, model, folders)
+        _register_and_report(args, model, folders, outputs)
     return 0
 
 
-def _register_and_report(args: argparse.Namespace, model: Any, folders: list[Path]) -> None:
+def _register_and_report(
+    args: argparse.Namespace, model: Any, folders: list[Path], outputs: Any
+) -> None:
     from hyperreg.apps.register import register_files
 
     result = register_files(
@@ -273,16 +265,10 @@ def _register_and_report(args: argparse.Namespace, model: Any, folders: list[Pat
         args.moving,
         args.fixed,
         args.lam,
-        moved=args.moved,
-        warp_out=args.warp_out,
-        moved_seg=args.moved_seg,
-        warp_format=args.warp_format,
+        outputs=outputs,
         refine=opts.refinement_from(args, model_default=True),
-        inverse_warp_out=args.inverse_warp_out,
         init=args.init,
         initial_affine=args.initial_affine,
-        affine_out=args.affine_out,
-        field_out=args.field_out,
         npz_geometry=args.npz_geometry,
         figure=args.figure,
         passes=args.passes,
@@ -292,10 +278,12 @@ def _register_and_report(args: argparse.Namespace, model: Any, folders: list[Pat
         moving_mask=args.moving_mask,
         **pair_options(args),
     )
-    _report(args, model, result, folders)
+    _report(args, model, result, folders, outputs.given())
 
 
-def _report(args: argparse.Namespace, model: Any, result: Any, folders: list[Path]) -> None:
+def _report(
+    args: argparse.Namespace, model: Any, result: Any, folders: list[Path], written: list[Any]
+) -> None:
     """What ``register`` says once the pair is written, in the order the stages ran: a few lines
     (what ran, λ and its source, where the outputs went, Dice, folding); ``-v`` says each
     stage's details."""
@@ -304,7 +292,7 @@ def _report(args: argparse.Namespace, model: Any, result: Any, folders: list[Pat
     for message in result.resampled:  # the routine notes (the model's grid, one sampling): -v
         if args.verbose or message.startswith("resampled"):
             print(f"{opts.PROG} register: {message}")
-    passes = args.passes or (1 if args.inverse_warp_out else model.config.passes)
+    passes = result.settings.passes  # as resolved once for the run (resolve_settings)
     if args.inverse_warp_out and not args.passes and model.config.passes > 1:
         print(
             f"{opts.PROG} register: note: with --inverse-warp the network runs one pass (the "
@@ -315,19 +303,7 @@ def _report(args: argparse.Namespace, model: Any, result: Any, folders: list[Pat
         _report_stages(args, model, result, passes)
     else:
         print(_stages_line(args, model, result, passes))
-    written = [
-        p
-        for p in (
-            args.moved,
-            args.warp_out,
-            args.moved_seg,
-            args.inverse_warp_out,
-            args.affine_out,
-            args.field_out,
-            args.figure,
-        )
-        if p
-    ]
+    written = [*written, *([args.figure] if args.figure else [])]
     created_folders(folders)
     print(f"λ = {result.lam:g}: wrote {', '.join(written)}")
     if result.dice is not None:
@@ -351,7 +327,7 @@ def _stages_line(args: argparse.Namespace, model: Any, result: Any, passes: int)
         reason = args.lam_source.split(": ", 1)[0]
     parts = [f"λ = {result.lam:.4g} ({reason})"]
     network = f"{passes} network pass{'es' if passes > 1 else ''}"
-    if model.config.flip_average:
+    if result.settings.flips:
         network += " with left-right flip averaging"
     parts.append(network)
     stats = result.refinement
@@ -368,13 +344,12 @@ def _report_stages(args: argparse.Namespace, model: Any, result: Any, passes: in
     if passes > 1:
         source = "" if args.passes else " (the model's default; --passes 1: one)"
         print(f"{passes} network passes, each registering the last one's moved image{source}")
-    if model.config.flip_average:
+    if result.settings.flips:
         source = "" if args.flip_average else " (the model's default; --no-flip-average: off)"
         print(f"the network's velocity averaged with the pair mirrored left-right{source}")
     if refine_text(result.refinement):
         print(_default_refine_note(args, model) + refine_text(result.refinement))
-    if result.settings is not None:
-        print(result.settings.text())
+    print(result.settings.text())
 
 
 def _default_refine_note(args: argparse.Namespace, model: Any) -> str:

@@ -27,8 +27,13 @@ def pyplot() -> Any:
 
 
 def save_figure(fig: Any, path: str | os.PathLike[str], dpi: int = 110) -> Path:
-    """Save ``fig`` as PNG through a temporary name and a rename, then close it."""
+    """Save ``fig`` as PNG through a temporary name and a rename, then close it.
+
+    zlib level 3 instead of Pillow's 6: the same pixels, files about 5 % larger, encoded about
+    2.5 times faster (the sweep's montage and alignment figures, measured).
+    """
+    png = {"compress_level": 3}
     try:
-        return atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=dpi))
+        return atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=dpi, pil_kwargs=png))
     finally:
         pyplot().close(fig)

@@ -125,7 +125,9 @@ class UNet(nn.Module):
 
         def block(name: str, h: Tensor, activate: bool = True) -> Tensor:
             h = conv(h, params[f"{name}.weight"], params[f"{name}.bias"])
-            return F.leaky_relu(h, 0.2) if activate else h
+            # in place: the convolution's output is needed by nothing else (its backward reads
+            # its input), and a new activation-sized tensor per layer costs page faults
+            return F.leaky_relu_(h, 0.2) if activate else h
 
         history = [x]
         h = x

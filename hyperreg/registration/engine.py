@@ -22,7 +22,7 @@ from hyperreg.method.losses import ncc_loss
 from hyperreg.geometry.io import Volume
 from hyperreg.method.model import HyperMorph, RegistrationOutput
 from hyperreg.method.spatial import compose_displacements, warp
-from hyperreg.registration.lambdas import sweep_lambdas
+from hyperreg.registration.lambdas import map_lambda_chunks, side_by_side, sweep_lambdas
 from hyperreg.registration.pairs import network_inputs, result_from_output, smoothness_of
 from hyperreg.registration.passes import register_passes
 from hyperreg.registration.refine import Refinement, refine_pair
@@ -37,7 +37,10 @@ def run(prepared: Any, model: HyperMorph, settings: RegistrationSettings) -> lis
 
     Each result carries ``settings`` (``PairResult.settings``). Without refinement and without
     an inverse, the λ run in batched forward passes of at most ``settings.chunk`` λ (all passes
-    of a chunk before the next chunk); otherwise one λ at a time.
+    of a chunk before the next chunk); otherwise one λ at a time. On a CPU with more than one
+    torch thread, one-λ chunks and the finishing of each λ (chain, Dice, verdict) after the
+    first run side by side on the threads
+    (:func:`~hyperreg.registration.lambdas.side_by_side`): the same values, sooner.
 
     Args:
         prepared: The :class:`~hyperreg.registration.prepared.PreparedPair` (the pair after
@@ -55,8 +58,9 @@ def run(prepared: Any, model: HyperMorph, settings: RegistrationSettings) -> lis
     if model.config.ndim != prepared.fixed.ndim:
         raise ndim_error(fn, model, prepared.fixed)
     raw = _raw_results(prepared, model, settings)
-    results = [
-        prepared.finish(
+
+    def finish(r: RegistrationResult) -> PairResult:
+        result = prepared.finish(
             r,
             settings.refinement,
             model,
@@ -64,11 +68,12 @@ def run(prepared: Any, model: HyperMorph, settings: RegistrationSettings) -> lis
             settings.judged,
             settings.similarity,
         )
-        for r in raw
-    ]
-    for result in results:
         result.settings = settings
-    return results
+        return result
+
+    # the first fills the pair's caches (similarities before and after the affine, masks)
+    first = [finish(r) for r in raw[:1]]
+    return first + side_by_side(finish, raw[1:], settings.device)
 
 
 def _raw_results(
@@ -142,7 +147,8 @@ def _batched_passes(
     """Composed network passes for every λ, batched: for each chunk of λ, pass 1 for all of
     them, then pass 2 on their moved images, ...; the same composition as
     :func:`~hyperreg.registration.passes.register_passes` (every pass sees the normalised
-    moving image warped once by the composed field so far)."""
+    moving image warped once by the composed field so far). Chunks of one λ on a CPU run side
+    by side on the torch threads (:func:`~hyperreg.registration.lambdas.map_lambda_chunks`)."""
     notes: list[str] = []
     device = next(model.parameters()).device
     moving, fixed = prepared.network_image(), prepared.fixed
@@ -153,8 +159,9 @@ def _batched_passes(
     count = lam_all.numel()
     step = settings.chunk or (1 if device.type == "cpu" else count)
     amp = torch.autocast("cuda", dtype=torch.bfloat16) if settings.amp else None
-    results: list[RegistrationResult] = []
-    for start in range(0, count, step):
+
+    @torch.no_grad()
+    def chunk(start: int) -> list[RegistrationResult]:
         lam = lam_all[start : start + step]
         shape = (lam.numel(), *moving_t.shape[1:])
         source, target = moving_t.expand(shape), fixed_t.expand(shape)
@@ -170,24 +177,19 @@ def _batched_passes(
         similarity = None
         if settings.ncc:
             similarity = -ncc_loss(current, target, reduction="none")
+        results = []
         for index in range(lam.numel()):
             result = result_from_output(
-                composed,
-                index,
-                float(lam[index]),
-                moving_seg,
-                fixed_seg,
-                notes,
-                prepared.labels,
-                moving=moving,
-                grid=grid,
-                images=images,
-            )
+                composed, index, float(lam[index]), moving_seg, fixed_seg, notes,
+                prepared.labels, moving=moving, grid=grid, images=images,
+            )  # fmt: skip
             result.smoothness = float(smoothness[index])
             if similarity is not None:
                 result.ncc = float(similarity[index])
             results.append(result)
-    return results
+        return results
+
+    return map_lambda_chunks(chunk, range(0, count, step), device, step)
 
 
 def ndim_error(fn: str, model: HyperMorph, fixed: Volume) -> InputError:

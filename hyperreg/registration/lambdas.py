@@ -5,8 +5,9 @@ so the hypernetwork generates K weight sets **once** and the U-Net runs them as 
 convolutions (:func:`hyperreg.method.layers.conv`); ``chunk`` bounds memory by running at most
 that many λ per pass. On a CPU the default is one λ per pass: there a batch-1 convolution takes
 PyTorch's fastest (oneDNN) path and 16 passes of one λ ran 1.2–1.7× faster than one pass of 16
-(``benchmarks/RESULTS_hypernet.md``). Grids and label maps are handled as in
-:func:`hyperreg.registration.pairs.register_pair` (same helpers). The engine
+(``benchmarks/RESULTS_hypernet.md``), and with more than one torch thread those one-λ passes
+run side by side (:func:`map_lambda_chunks`). Grids and label maps are handled as in
+:func:`hyperreg.registration.lambdas.register_pair` (same helpers). The engine
 (:func:`hyperreg.registration.engine.run`) runs a one-pass model's network-only λ through it.
 Must not import training, apps or cli.
 """
@@ -15,7 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import torch
 
@@ -33,9 +36,76 @@ from hyperreg.registration.pairs import (
     smoothness_of,
 )
 
-__all__ = ["labels_scored", "sweep_lambdas"]
+__all__ = [
+    "labels_scored",
+    "map_lambda_chunks",
+    "register_pair",
+    "side_by_side",
+    "sweep_lambdas",
+]
 
 logger = logging.getLogger(__name__)
+
+_S = TypeVar("_S")
+_T = TypeVar("_T")
+
+
+def side_by_side(
+    fn: Callable[[_S], _T], items: Sequence[_S], device: torch.device | str = "cpu"
+) -> list[_T]:
+    """``[fn(item) for item in items]``, on a CPU with more than one torch thread computed side
+    by side: one worker thread per torch thread (at most one per item), each on one torch
+    thread, for work that spreads over threads less well than separate items do (a batch-1 3D
+    forward pass, per-volume sampling). Each item's operations are the same as one at a time;
+    memory is that of as many items at once. The torch thread count is restored afterwards;
+    an error of an item is raised here.
+
+    Args:
+        fn: Thread-safe (it writes no shared state but through thread-safe appends, and
+            switches on autograd or autocast, which are per thread, itself when it needs them).
+        items: The inputs, in result order.
+        device: Where ``fn`` computes; not a CPU: one at a time.
+
+    Returns:
+        ``fn``'s results in the order of ``items``.
+    """
+    threads = torch.get_num_threads()
+    workers = min(threads, len(items))
+    if torch.device(device).type != "cpu" or workers < 2:
+        return [fn(item) for item in items]
+
+    def one_thread() -> None:  # torch's thread count is per thread: set it in each worker
+        torch.set_num_threads(1)
+
+    torch.set_num_threads(1)
+    try:
+        with ThreadPoolExecutor(workers, initializer=one_thread) as pool:
+            return list(pool.map(fn, items))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def map_lambda_chunks(
+    run_chunk: Callable[[int], list[_T]], starts: Iterable[int], device: torch.device, step: int
+) -> list[_T]:
+    """``run_chunk(start)`` for every chunk start, the results joined in order; chunks of one
+    λ (``step == 1``) on a CPU run :func:`side_by_side`. On the bundled 3D model the fields came
+    out bitwise equal to one λ at a time on two threads.
+
+    Args:
+        run_chunk: Registers the λ chunk that starts at its argument (thread-safe, see
+            :func:`side_by_side`).
+        starts: Chunk starts, in result order.
+        device: Where the model runs.
+        step: λ per chunk.
+
+    Returns:
+        The chunks' results, concatenated in the order of ``starts``.
+    """
+    starts = list(starts)
+    if step != 1:
+        return [r for start in starts for r in run_chunk(start)]
+    return [r for chunk in side_by_side(run_chunk, starts, device) for r in chunk]
 
 
 def labels_scored(moving_seg: Volume | None, fixed_seg: Volume | None) -> list[int] | None:
@@ -66,7 +136,7 @@ def sweep_lambdas(
 
     The pair is repeated K times and run with a λ tensor of shape ``(K,)`` (per-sample generated
     weights, grouped convolutions), in passes of at most ``chunk`` values. Each result equals
-    :func:`hyperreg.registration.pairs.register_pair` at that λ up to float rounding (grouped and
+    :func:`hyperreg.registration.lambdas.register_pair` at that λ up to float rounding (grouped and
     plain convolutions sum in a different order). Dice is scored on the non-zero labels of the
     **input** label maps (:func:`~hyperreg.method.metrics.registration_dice`), the same set for
     every λ (a label that vanishes scores 0 instead of dropping out of the mean). With ``ncc``,
@@ -74,7 +144,7 @@ def sweep_lambdas(
     (window 9, in [0, 1], float32) between the moved and the fixed image; ``result.smoothness``
     holds the training's smoothness term of the field; with label maps,
     ``result.dice_before`` holds the mean Dice without registration (same labels), as
-    :func:`~hyperreg.registration.pairs.register_pair` reports it.
+    :func:`~hyperreg.registration.lambdas.register_pair` reports it.
 
     Args:
         model: A trained :class:`~hyperreg.method.model.HyperMorph`.
@@ -106,21 +176,8 @@ def sweep_lambdas(
     """
     fn = "sweep_lambdas"
     device = next(model.parameters()).device
-    if isinstance(lambdas, torch.Tensor):
-        lam_all = lambdas.detach().reshape(-1).to(torch.float32)
-    elif isinstance(lambdas, Sequence) and not isinstance(lambdas, str):
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in lambdas):
-            raise TypeError(f"{fn}(): 'lambdas' must hold numbers, got {list(lambdas)[:4]}")
-        lam_all = torch.tensor([float(v) for v in lambdas], dtype=torch.float32)
-    else:
-        raise TypeError(
-            f"{fn}(): 'lambdas' must be a sequence of floats or a tensor, "
-            f"got {type(lambdas).__name__}"
-        )
+    lam_all = _lambda_values(fn, lambdas, device)
     count = lam_all.numel()
-    if count == 0:
-        raise ValueError(f"{fn}(): 'lambdas' must hold at least one value, got none")
-    lam_all = as_lambda_tensor(fn, lam_all, count, device)[:, 0]
     if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
         raise ValueError(f"{fn}(): 'chunk' must be a positive integer or None, got {chunk!r}")
     if amp and device.type != "cuda":
@@ -137,8 +194,9 @@ def sweep_lambdas(
         before = sum(scores.values()) / len(scores) if scores else float("nan")
     moving_t, fixed_t, grid = network_inputs(model, moving, fixed, normalization, device, notes)
     step = chunk or (1 if device.type == "cpu" else count)
-    results: list[RegistrationResult] = []
-    for start in range(0, count, step):
+
+    @torch.no_grad()
+    def run_chunk(start: int) -> list[RegistrationResult]:
         lam = lam_all[start : start + step]
         size = lam.numel()
         shape = (size, *moving_t.shape[1:])
@@ -149,10 +207,19 @@ def sweep_lambdas(
         if ncc:
             similarity = -ncc_loss(out.moved.float(), fixed_t.expand(shape), reduction="none")
         smoothness = smoothness_of(model, out)
+        results = []
         for index in range(size):
             result = result_from_output(
-                out, index, float(lam[index]), moving_seg, fixed_seg, notes, labels,
-                moving=moving, grid=grid, images=images,
+                out,
+                index,
+                float(lam[index]),
+                moving_seg,
+                fixed_seg,
+                notes,
+                labels,
+                moving=moving,
+                grid=grid,
+                images=images,
             )
             if similarity is not None:
                 result.ncc = float(similarity[index])
@@ -161,4 +228,92 @@ def sweep_lambdas(
                 result.dice_before = before
             results.append(result)
         logger.debug("%s(): λ %d-%d of %d done", fn, start + 1, start + size, count)
-    return results
+        return results
+
+    return map_lambda_chunks(run_chunk, range(0, count, step), device, step)
+
+
+def _lambda_values(
+    fn: str, lambdas: Sequence[float] | torch.Tensor, device: torch.device
+) -> torch.Tensor:
+    """``lambdas`` as a checked ``(K,)`` float32 tensor on ``device`` (TypeError, ValueError
+    as :func:`sweep_lambdas` documents)."""
+    if isinstance(lambdas, torch.Tensor):
+        lam_all = lambdas.detach().reshape(-1).to(torch.float32)
+    elif isinstance(lambdas, Sequence) and not isinstance(lambdas, str):
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in lambdas):
+            raise TypeError(f"{fn}(): 'lambdas' must hold numbers, got {list(lambdas)[:4]}")
+        lam_all = torch.tensor([float(v) for v in lambdas], dtype=torch.float32)
+    else:
+        raise TypeError(
+            f"{fn}(): 'lambdas' must be a sequence of floats or a tensor, "
+            f"got {type(lambdas).__name__}"
+        )
+    count = lam_all.numel()
+    if count == 0:
+        raise ValueError(f"{fn}(): 'lambdas' must hold at least one value, got none")
+    return as_lambda_tensor(fn, lam_all, count, device)[:, 0]
+
+
+def register_pair(
+    model: HyperMorph,
+    moving: Volume,
+    fixed: Volume,
+    lam: float,
+    *,
+    moving_seg: Volume | None = None,
+    fixed_seg: Volume | None = None,
+    normalization: str = DEFAULT_NORMALIZATION,
+    resample: bool = False,
+) -> RegistrationResult:
+    """Register ``moving`` to ``fixed`` at λ = ``lam`` with one network pass on the model's
+    device: :func:`sweep_lambdas` at that one λ (the engine's network path, the model's flip
+    averaging included; no affine stage, no refinement, no verdict: for those, and the model's
+    own passes, :meth:`~hyperreg.registration.pipeline.PreparedPair.register`).
+
+    Registration is voxel-to-voxel on the fixed grid. With ``resample=True``, ``moving`` (linear
+    interpolation) and ``moving_seg`` / ``fixed_seg`` (nearest neighbour, label ids preserved)
+    are first resampled onto the fixed grid through their own affines when they are not on it
+    (:func:`hyperreg.geometry.io.same_grid` false: shape, spacing, orientation or position differ),
+    and ``RegistrationResult.resampled`` says which. Intensities are normalised after resampling.
+
+    Args:
+        model: A trained :class:`~hyperreg.method.model.HyperMorph` (its ``ndim`` must match).
+        moving: Moving image, on the fixed grid unless ``resample`` is True.
+        fixed: Fixed image.
+        lam: λ in [0, 1].
+        moving_seg: Optional moving label map (int32), on the grid of ``moving`` (or anywhere
+            in world space with ``resample``), warped with nearest neighbour.
+        fixed_seg: Optional fixed label map; with ``moving_seg`` it enables Dice (the labels
+            of both maps, :func:`labels_scored`) and ``dice_before``.
+        normalization: Intensity normalisation, see
+            :func:`hyperreg.geometry.intensity.normalize_intensity`.
+        resample: Resample inputs that are not on the fixed grid (default False: they are an
+            error, as in :func:`hyperreg.geometry.io.check_same_grid`).
+
+    Returns:
+        A :class:`~hyperreg.registration.results.RegistrationResult`; every array is on the
+        fixed grid.
+
+    Raises:
+        TypeError: If ``lam`` is not a number.
+        ValueError: If the grids differ and ``resample`` is False, a label map is not on its
+            image's grid (without ``resample``), the dimensionality does not match the model or
+            between the images, or ``lam`` lies outside [0, 1].
+    """
+    try:
+        value = None if isinstance(lam, bool) else float(lam)
+    except (TypeError, ValueError):
+        value = None
+    if value is None:
+        raise TypeError(f"register_pair(): 'lam' must be a number, got {type(lam).__name__}")
+    return sweep_lambdas(
+        model,
+        moving,
+        fixed,
+        [value],
+        moving_seg=moving_seg,
+        fixed_seg=fixed_seg,
+        normalization=normalization,
+        resample=resample,
+    )[0]

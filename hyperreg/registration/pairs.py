@@ -4,14 +4,14 @@ It owns the pair boundary between loaded :class:`~hyperreg.geometry.io.Volume` o
 :class:`~hyperreg.method.model.HyperMorph`: checking a pair against the model, bringing every
 input onto the fixed grid (:func:`prepare_pair`), turning a volume into the model's input tensor
 (:func:`model_input`), turning a model output into a :class:`RegistrationResult` on the fixed
-grid (:func:`result_from_output`), one registration (:func:`register_pair`) and the check of
-output paths before any work (:func:`check_outputs`). Must not import training, apps or cli.
+grid (:func:`result_from_output`) and the check of output paths before any work
+(:func:`check_outputs`); one registration of loaded volumes is
+:func:`hyperreg.registration.lambdas.register_pair`. Must not import training, apps or cli.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import tempfile
 from collections.abc import Sequence
@@ -21,9 +21,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hyperreg._checks import as_lambda_tensor
 from hyperreg._errors import InputError, passed_as
-from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION, normalize_intensity
+from hyperreg.geometry.intensity import normalize_intensity
 from hyperreg.geometry.io import SAVE_SUFFIXES, VOLUME_SAVE_SUFFIXES, Volume, check_same_grid
 from hyperreg.geometry.io import same_grid
 from hyperreg.geometry.resample import conformed_grid, describe_grid, isotropic_grid, resample_to
@@ -45,7 +44,6 @@ __all__ = [
     "onto_fixed_grid",
     "onto_grid",
     "prepare_pair",
-    "register_pair",
     "result_from_output",
     "smoothness_of",
 ]
@@ -343,65 +341,6 @@ def smoothness_of(model: HyperMorph, out: RegistrationOutput) -> torch.Tensor:
     (:meth:`hyperreg.method.objective.Objective.smoothness`)."""
     field = out.velocity if out.velocity is not None else out.disp
     return model.objective.smoothness(field.float(), tuple(out.disp.shape[2:])).detach()
-
-
-@torch.no_grad()
-def register_pair(
-    model: HyperMorph,
-    moving: Volume,
-    fixed: Volume,
-    lam: float,
-    *,
-    moving_seg: Volume | None = None,
-    fixed_seg: Volume | None = None,
-    normalization: str = DEFAULT_NORMALIZATION,
-    resample: bool = False,
-) -> RegistrationResult:
-    """Register ``moving`` to ``fixed`` at λ = ``lam`` on the model's device.
-
-    Registration is voxel-to-voxel on the fixed grid. With ``resample=True``, ``moving`` (linear
-    interpolation) and ``moving_seg`` / ``fixed_seg`` (nearest neighbour, label ids preserved)
-    are first resampled onto the fixed grid through their own affines when they are not on it
-    (:func:`hyperreg.geometry.io.same_grid` false: shape, spacing, orientation or position differ),
-    and ``RegistrationResult.resampled`` says which. Intensities are normalised after resampling.
-
-    Args:
-        model: A trained :class:`~hyperreg.method.model.HyperMorph` (its ``ndim`` must match).
-        moving: Moving image, on the fixed grid unless ``resample`` is True.
-        fixed: Fixed image.
-        lam: λ in [0, 1].
-        moving_seg: Optional moving label map (int32), on the grid of ``moving`` (or anywhere
-            in world space with ``resample``), warped with nearest neighbour.
-        fixed_seg: Optional fixed label map; with ``moving_seg`` it enables Dice.
-        normalization: Intensity normalisation, see
-        :func:`hyperreg.geometry.intensity.normalize_intensity`.
-        resample: Resample inputs that are not on the fixed grid (default False: they are an
-            error, as in :func:`hyperreg.geometry.io.check_same_grid`).
-
-    Returns:
-        A :class:`RegistrationResult`; every array is on the fixed grid.
-
-    Raises:
-        ValueError: If the grids differ and ``resample`` is False, a label map is not on its
-            image's grid (without ``resample``), the dimensionality does not match the model or
-            between the images, or ``lam`` lies outside [0, 1].
-    """
-    fn = "register_pair"
-    moving, moving_seg, fixed_seg, notes = prepare_pair(
-        fn, model, moving, fixed, moving_seg, fixed_seg, resample=resample
-    )
-    device = next(model.parameters()).device
-    lam_t = as_lambda_tensor(fn, lam, 1, device)
-    moving_t, fixed_t, grid = network_inputs(model, moving, fixed, normalization, device, notes)
-    out = model(moving_t, fixed_t, lam_t)
-    result = result_from_output(
-        out, 0, float(lam_t.item()), moving_seg, fixed_seg, notes, moving=moving, grid=grid
-    )
-    result.smoothness = float(smoothness_of(model, out)[0])
-    if result.dice is not None and moving_seg is not None and fixed_seg is not None:
-        before = registration_dice(moving_seg.data, fixed_seg.data, labels=list(result.dice))
-        result.dice_before = float(np.mean(list(before.values()))) if before else math.nan
-    return result
 
 
 def check_outputs(

@@ -85,7 +85,7 @@ def register_passes(
 
     Raises:
         ValueError: If ``passes`` is not an integer in [1, MAX_PASSES], or as
-            :func:`~hyperreg.registration.pairs.register_pair` and ``refine_flow``.
+            :func:`~hyperreg.registration.lambdas.register_pair` and ``refine_flow``.
     """
     if isinstance(passes, bool) or not isinstance(passes, int) or not 1 <= passes <= MAX_PASSES:
         raise ValueError(

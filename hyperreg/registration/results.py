@@ -1,7 +1,7 @@
 """Typed results of the registration pipeline (:mod:`hyperreg.registration.pipeline`).
 
 :class:`RegistrationResult` is one model run on a pair on the fixed grid
-(:func:`~hyperreg.registration.pairs.register_pair`, sweeps, refinement); :class:`PairResult` is
+(:func:`~hyperreg.registration.lambdas.register_pair`, sweeps, refinement); :class:`PairResult` is
 one pair registered at one λ, every output already through the whole chain;
 :class:`AffineStage` and :class:`RefineStats` are the statistics of the affine stage and of
 test-time refinement, as fields rather than entries of an untyped dict. Must not import

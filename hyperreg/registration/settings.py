@@ -139,8 +139,9 @@ def resolve_settings(
     Raises:
         InputError: Naming the option: a λ outside [0, 1] or none (``lambda``); ``passes``
             not in 1..MAX_PASSES or more than 1 with ``inverse``; ``chunk`` not a positive
-            integer; ``amp`` on a model not on CUDA, or with refinement (the refinement's
-            gradients run in float32: it cannot honour ``amp``); invalid refinement settings.
+            integer, or given with refinement or ``inverse`` (each λ runs alone); ``amp`` on a
+            model not on CUDA, or with refinement (the refinement's gradients run in float32:
+            it cannot honour ``amp``); invalid refinement settings.
     """
     values = [float(v) for v in lams]
     if not values or not all(0.0 <= v <= 1.0 for v in values):
@@ -161,6 +162,10 @@ def resolve_settings(
         check_refinement(fn, refinement)
         if refinement.steps == 0:
             refinement = None
+    if chunk is not None and (refinement is not None or inverse):
+        # refinement and an inverse register one λ at a time: nothing is batched
+        message = "{0} bounds a batched network pass; with {1} each λ runs alone: leave {0} out"
+        raise InputError(fn, message, "chunk", "refine" if refinement is not None else "inverse")
     if amp and refinement is not None:
         message = "{0} applies to the network alone (refinement runs in float32): give {1} 0"
         raise InputError(fn, message, "amp", "refine")
