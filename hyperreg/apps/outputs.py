@@ -24,6 +24,7 @@ from typing import Any
 from hyperreg.geometry.affine import AffineTransform, save_affine
 from hyperreg.geometry.fields import check_itk_grid, save_displacement
 from hyperreg.geometry.io import save_volume
+from hyperreg.registration.memory import release_freed_memory
 from hyperreg.registration.pairs import PathLike
 from hyperreg.registration.pipeline import PairResult, PreparedPair
 
@@ -127,6 +128,7 @@ def write_outputs(spec: OutputSpec, result: PairResult, pair: PreparedPair) -> N
         KeyError: If a path field of ``spec`` has no entry in ``WRITERS`` (a programming error).
         Whatever a writer raises (ValueError, OSError), the first one, after every write ended.
     """
+    release_freed_memory()  # what registering freed, before the writers' buffers
     jobs: list[Callable[[], object]] = []
     for name, path in spec.paths().items():
         writer = WRITERS[name]

@@ -33,6 +33,7 @@ from hyperreg.registration.engine import ndim_error, run
 from hyperreg.registration.pairs import RegistrationResult
 from hyperreg.registration.refine import Refinement, refine_objective
 from hyperreg.registration.masks import mask_tensors, masks_on_fixed_grid
+from hyperreg.registration.memory import release_freed_memory
 from hyperreg.registration.results import AffineStage, PairResult
 from hyperreg.registration.settings import resolve_settings
 from hyperreg.registration.similarity import network_input, network_similarity, on_fixed_grid
@@ -198,20 +199,35 @@ class PreparedPair:
         return self._similarity["masks"]
 
     def _chain(
-        self, transform: AffineTransform, disp: np.ndarray | None, raw: RegistrationResult
+        self,
+        transform: AffineTransform,
+        disp: np.ndarray | None,
+        raw: RegistrationResult,
+        moved: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-        """``(moved, moved_seg, warp)`` through ``transform`` and ``disp`` (None: identity)."""
+        """``(moved, moved_seg, warp)`` through ``transform`` and ``disp`` (None: identity);
+        ``moved``, when given, is the moved image already sampled through them
+        (:meth:`_moved`), not sampled again."""
         if not self.chained and disp is None:  # the pair as it came, on the fixed grid
             seg = None if self.aligned_seg is None else self.aligned_seg.data
             return self.aligned.data, seg, np.zeros_like(raw.disp)
         if not self.chained:
             return raw.moved, raw.moved_seg, raw.disp
         chain = TransformChain(transform, disp, self.fixed, self.moving)
-        moved = chain.apply(self.moving).data
+        if moved is None:
+            moved = chain.apply(self.moving).data
         moved_seg = None
         if self.moving_seg is not None:
             moved_seg = chain.apply(self.moving_seg, label=True).data
         return moved, moved_seg, chain.displacement()
+
+    def _moved(self, raw: RegistrationResult) -> np.ndarray:
+        """The registered moved image alone (what the verdict judges), through the affine
+        stage and ``raw.disp`` when ``chained``, else the model's own."""
+        if not self.chained:
+            return raw.moved
+        chain = TransformChain(self.transform, raw.disp, self.fixed, self.moving)
+        return chain.apply(self.moving).data
 
     def chain(self, result: PairResult | None = None) -> TransformChain:
         """The transform of ``result`` as one :class:`~hyperreg.registration.transform_chain.
@@ -249,13 +265,21 @@ class PreparedPair:
     ) -> PairResult:
         """The chain's outputs, typed statistics and verdict of one raw model result (the
         engine's last step, :func:`hyperreg.registration.engine.run`)."""
-        moved, moved_seg, warp = self._chain(self.transform, raw.disp, raw)
+        # one full-size output at a time: the moved image, its verdict, then (a registration
+        # kept) the label map and the composed field, each after the last one's temporaries
+        # went back to the system (peak memory at 256³: the verdict never sees the field)
+        release_freed_memory()  # what the network and refinement freed
+        moved = self._moved(raw)
         verdict = None
         if judged:
             verdict = self._verdict(model, refinement, moved, raw, never_worse, similarity)
+            release_freed_memory()
         kept = "registered" if verdict is None else verdict.kept
         disp = raw.disp
-        if kept != "registered":  # the better of the pair as it came and the affine alone
+        if kept == "registered":
+            moved, moved_seg, warp = self._chain(self.transform, raw.disp, raw, moved)
+        else:  # the better of the pair as it came and the affine alone
+            del moved
             transform = self.transform if kept == "affine" else AffineTransform.identity()
             moved, moved_seg, warp = self._chain(transform, None, raw)
             disp = np.zeros_like(raw.disp)
