@@ -19,7 +19,7 @@ import os
 import warnings
 import zipfile
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import nibabel as nib
@@ -41,6 +41,7 @@ __all__ = [
     "check_replacement",
     "check_same_grid",
     "check_same_ndim",
+    "compact_labels",
     "format_of",
     "has_header",
     "load_volume",
@@ -688,6 +689,19 @@ def _label_dtype(fn: str, values: np.ndarray) -> np.dtype:
         if info.min <= lo and hi <= info.max:
             return np.dtype(dtype)
     raise ValueError(f"{fn}(): label values must fit in int32, got range [{lo}, {hi}]")
+
+
+def compact_labels(volume: Volume) -> Volume:
+    """A label map with its ids held in the smallest of uint8/int16/int32 that holds them (the
+    type :func:`save_volume` writes them in): the same ids and grid in a quarter or half of
+    int32's memory (a 256³ FreeSurfer aseg: 16 MiB instead of 64). ``volume`` itself when its
+    ids are already in that type.
+
+    Raises:
+        ValueError: If the ids do not fit in int32.
+    """
+    dtype = _label_dtype("compact_labels", volume.data)
+    return volume if volume.data.dtype == dtype else replace(volume, data=volume.data.astype(dtype))
 
 
 def save_volume(
