@@ -666,12 +666,15 @@ def check_replacement(fn: str, value: float | None) -> None:
         )
 
 
+_FINITE_BLOCK = 1 << 22  # values per block that check_finite tests at once (a 4 MiB mask)
+
+
 def check_finite(fn: str, name: str, arr: np.ndarray) -> None:
     # one block of the first axis at a time: no mask as large as a 3 x 256³ field at once
     if arr.ndim < 2:
         count = int(arr.size - np.count_nonzero(np.isfinite(arr)))
     else:
-        rows = max(1, (1 << 22) // max(1, int(np.prod(arr.shape[1:]))))
+        rows = max(1, _FINITE_BLOCK // max(1, int(np.prod(arr.shape[1:]))))
         blocks = (arr[i : i + rows] for i in range(0, len(arr), rows))
         count = sum(int(b.size - np.count_nonzero(np.isfinite(b))) for b in blocks)
     if count:
