@@ -31,7 +31,7 @@ __all__ = ["composed_displacement", "sample_volume"]
 
 logger = logging.getLogger(__name__)
 
-_SLAB_VOXELS = 500_000  # fixed voxels per slab when sampling (bounds the float64 temporaries)
+_SLAB_VOXELS = 524_288  # fixed voxels per slab when sampling (bounds the float64 temporaries)
 
 
 def _slabs(shape: tuple[int, ...]) -> list[slice]:
