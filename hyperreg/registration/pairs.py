@@ -319,6 +319,7 @@ def result_from_output(
     # one Jacobian for both statistics (field_summary computes it once per statistic); the
     # same formulas as metrics.folding_fraction and metrics.log_jacobian_std
     det = jacobian_determinant(disp.float())
+    release_freed_memory()  # the Jacobian's temporaries, before the statistics'
     summary = {
         "folding_fraction": float((det <= 0).float().mean()),
         "log_jacobian_std": float(det.clamp_min_(1e-9).log_().std()),  # in place: no copies
