@@ -54,7 +54,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike[str]
-_SLAB_VOXELS = 500_000  # fixed voxels per slab in NetworkGrid.to_fixed (bounds memory)
+_SLAB_VOXELS = 524_288  # fixed voxels per slab in NetworkGrid.to_fixed (bounds memory)
 OUTPUT_SUFFIXES = SAVE_SUFFIXES  # what fields.save_displacement writes (displacements)
 FIELD_OUTPUTS = ("warp_out", "inverse_warp_out", "field_out", "warp")  # the rest: io.save_volume
 
