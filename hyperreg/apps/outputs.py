@@ -26,6 +26,7 @@ from hyperreg.apps.transforms import check_transform_path
 from hyperreg.geometry.affine import AffineTransform, save_affine
 from hyperreg.geometry.fields import DISPLACEMENT_FORMATS, check_itk_grid, save_displacement
 from hyperreg.geometry.io import save_volume
+from hyperreg.registration.memory import release_freed_memory
 from hyperreg.registration.pairs import PathLike, check_outputs
 from hyperreg.registration.pipeline import PairResult, PreparedPair
 
@@ -150,6 +151,7 @@ def write_outputs(spec: OutputSpec, result: PairResult, pair: PreparedPair) -> N
         KeyError: If a path field of ``spec`` has no entry in ``WRITERS`` (a programming error).
         Whatever a writer raises (ValueError, OSError), the first one, after every write ended.
     """
+    release_freed_memory()  # what registering freed, before the writers' buffers
     jobs: list[Callable[[], object]] = []
     for name, path in spec.paths().items():
         writer = WRITERS[name]

@@ -19,7 +19,7 @@ import os
 import warnings
 import zipfile
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import nibabel as nib
@@ -41,6 +41,7 @@ __all__ = [
     "check_replacement",
     "check_same_grid",
     "check_same_ndim",
+    "compact_labels",
     "format_of",
     "has_header",
     "load_volume",
@@ -665,8 +666,17 @@ def check_replacement(fn: str, value: float | None) -> None:
         )
 
 
+_FINITE_BLOCK = 1 << 22  # values per block that check_finite tests at once (a 4 MiB mask)
+
+
 def check_finite(fn: str, name: str, arr: np.ndarray) -> None:
-    count = int(arr.size - np.count_nonzero(np.isfinite(arr)))
+    # one block of the first axis at a time: no mask as large as a 3 x 256³ field at once
+    if arr.ndim < 2:
+        count = int(arr.size - np.count_nonzero(np.isfinite(arr)))
+    else:
+        rows = max(1, _FINITE_BLOCK // max(1, int(np.prod(arr.shape[1:]))))
+        blocks = (arr[i : i + rows] for i in range(0, len(arr), rows))
+        count = sum(int(b.size - np.count_nonzero(np.isfinite(b))) for b in blocks)
     if count:
         raise ValueError(
             f"{fn}(): '{name}' must be finite, got {count} non-finite values (NaN or inf)"
@@ -682,6 +692,19 @@ def _label_dtype(fn: str, values: np.ndarray) -> np.dtype:
         if info.min <= lo and hi <= info.max:
             return np.dtype(dtype)
     raise ValueError(f"{fn}(): label values must fit in int32, got range [{lo}, {hi}]")
+
+
+def compact_labels(volume: Volume) -> Volume:
+    """A label map with its ids held in the smallest of uint8/int16/int32 that holds them (the
+    type :func:`save_volume` writes them in): the same ids and grid in a quarter or half of
+    int32's memory (a 256³ FreeSurfer aseg: 16 MiB instead of 64). ``volume`` itself when its
+    ids are already in that type.
+
+    Raises:
+        ValueError: If the ids do not fit in int32.
+    """
+    dtype = _label_dtype("compact_labels", volume.data)
+    return volume if volume.data.dtype == dtype else replace(volume, data=volume.data.astype(dtype))
 
 
 def save_volume(

@@ -311,7 +311,7 @@ def resample_through(
     Raises:
         ValueError: If an affine is singular.
     """
-    data = moving.data.astype(np.int32 if label else np.float32)
+    data = moving.data.astype(np.int32 if label else np.float32, copy=False)  # to_sitk copies
     image = to_sitk(Volume(data=data, affine=moving.affine, disk_shape=moving.disk_shape))
     size, origin, spacing, direction = grid_geometry(fn, fixed)
     resampled = sitk.Resample(

@@ -59,6 +59,32 @@ def _label_pair(
 
 
 _BINCOUNT_MAX = 1 << 20  # label ids up to this are counted with np.bincount (one pass per count)
+_COUNT_CHUNK = 1 << 20  # voxels per counted block: np.bincount's int64 copy of it stays 8 MiB
+
+
+def _counts(size: int, a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+    """Id counts (``np.bincount``, ``size`` bins) of ``a``; with ``b`` (same shape), rows:
+    ``a``, ``b``, and ``a`` where ``a == b``. Counted a block of one axis at a time, so
+    neither ``np.bincount``'s int64 copy nor the flattening copy of a map stored in another
+    memory order than the other is ever as large as a map (a 256³ int32 map: 128 MiB). Exact.
+    """
+    maps = [m.reshape(1) if m.ndim == 0 else m for m in (a, b) if m is not None]
+    counts = np.zeros((1 if b is None else 3, size), np.int64)
+    # blocks of the last axis for maps all in Fortran order (then each block is contiguous)
+    fortran = all(m.flags.f_contiguous for m in maps) and not all(
+        m.flags.c_contiguous for m in maps
+    )
+    axis = maps[0].ndim - 1 if fortran else 0
+    length = maps[0].shape[axis]
+    rows = max(1, _COUNT_CHUNK // max(1, maps[0].size // max(length, 1)))
+    for start in range(0, length, rows):
+        block = (slice(None),) * axis + (slice(start, start + rows),)
+        flat = _flat_ids(*(m[block] for m in maps))
+        for row, ids in enumerate(flat):
+            counts[row] += np.bincount(ids, minlength=size)
+        if b is not None:
+            counts[2] += np.bincount(flat[0][flat[0] == flat[1]], minlength=size)
+    return counts
 
 
 def _flat_ids(*maps: np.ndarray) -> list[np.ndarray]:
@@ -96,11 +122,8 @@ def _overlaps(
             in_a, in_b = a == label, b == label
             out[label] = (int(in_a.sum()), int(in_b.sum()), int((in_a & in_b).sum()))
         return out
-    flat_a, flat_b = _flat_ids(a, b)
     size = hi + 1
-    count_a = np.bincount(flat_a, minlength=size)
-    count_b = np.bincount(flat_b, minlength=size)
-    count_both = np.bincount(flat_a[flat_a == flat_b], minlength=size)
+    count_a, count_b, count_both = _counts(size, a, b)
 
     def at(counts: np.ndarray, label: int) -> int:
         return int(counts[label]) if 0 <= label < size else 0
@@ -116,7 +139,7 @@ def _ids(seg: np.ndarray) -> list[int]:
     if seg.size and seg.dtype.kind in "iu":
         lo, hi = int(seg.min()), int(seg.max())
         if 0 <= lo and hi <= _BINCOUNT_MAX:
-            counts = np.bincount(_flat_ids(seg)[0], minlength=hi + 1)
+            counts = _counts(hi + 1, seg)[0]
             return np.flatnonzero(counts).tolist()
     return np.unique(seg).tolist()
 

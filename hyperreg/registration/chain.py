@@ -31,7 +31,7 @@ __all__ = ["composed_displacement", "sample_volume"]
 
 logger = logging.getLogger(__name__)
 
-_SLAB_VOXELS = 2_000_000  # fixed voxels per slab when sampling (bounds float64 memory)
+_SLAB_VOXELS = 524_288  # fixed voxels per slab when sampling (bounds the float64 temporaries)
 
 
 def _slabs(shape: tuple[int, ...]) -> list[slice]:
@@ -148,13 +148,13 @@ def sample_volume(
     shape = fixed.spatial_shape
     if label:
         # nearest neighbour as an exact gather of the integer ids (no float round trip)
-        data = np.ascontiguousarray(volume.data)
+        data = np.asarray(volume.data)  # any memory order: no copy
         out = np.zeros(shape, np.int32)
         for rows in _slabs(shape):
             points = _slab_points(linear, offset, disp, shape, rows)
             out[rows] = _nearest(data, points, padding)
     else:
-        image = torch.from_numpy(volume.data.astype(np.float32))[None, None]
+        image = torch.from_numpy(np.asarray(volume.data, dtype=np.float32))[None, None]
         out = np.empty(shape, np.float32)
         for rows in _slabs(shape):
             points = torch.from_numpy(_slab_points(linear, offset, disp, shape, rows))

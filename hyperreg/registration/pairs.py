@@ -29,6 +29,7 @@ from hyperreg.geometry.resample import conformed_grid, describe_grid, isotropic_
 from hyperreg.method.metrics import registration_dice
 from hyperreg.method.model import HyperMorph, RegistrationOutput
 from hyperreg.method.spatial import jacobian_determinant, sample_at, warp
+from hyperreg.registration.memory import release_freed_memory
 from hyperreg.registration.results import RegistrationResult
 
 __all__ = [
@@ -51,7 +52,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike[str]
-_SLAB_VOXELS = 2_000_000  # fixed voxels per slab in NetworkGrid.to_fixed (bounds memory)
+_SLAB_VOXELS = 524_288  # fixed voxels per slab in NetworkGrid.to_fixed (bounds memory)
 OUTPUT_SUFFIXES = SAVE_SUFFIXES  # what fields.save_displacement writes (displacements)
 FIELD_OUTPUTS = ("warp_out", "inverse_warp_out", "field_out", "warp")  # the rest: io.save_volume
 
@@ -294,6 +295,7 @@ def result_from_output(
     and its statistics only (``moved`` and ``moved_seg`` None, no Dice): for a caller that
     samples the original files through an affine + field chain itself.
     """
+    release_freed_memory()  # what the network and refinement freed, before full-size arrays
     disp = out.disp[index : index + 1].float()
     if grid is not None:
         if moving is None and images:
@@ -301,6 +303,7 @@ def result_from_output(
                 "result_from_output(): a field on a network grid needs 'moving' to warp"
             )
         disp = grid.to_fixed(disp)
+        release_freed_memory()  # the resampling's temporaries, before the Jacobian's
     moved = moved_seg = None
     if images and moving is not None:
         raw = torch.from_numpy(moving.data.astype(np.float32))[None, None].to(disp.device)
@@ -314,9 +317,10 @@ def result_from_output(
     # one Jacobian for both statistics (field_summary computes it once per statistic); the
     # same formulas as metrics.folding_fraction and metrics.log_jacobian_std
     det = jacobian_determinant(disp.float())
+    release_freed_memory()  # the Jacobian's temporaries, before the statistics'
     summary = {
         "folding_fraction": float((det <= 0).float().mean()),
-        "log_jacobian_std": float(det.clamp_min(1e-9).log().std()),
+        "log_jacobian_std": float(det.clamp_min_(1e-9).log_().std()),  # in place: no copies
     }
     del det
     dice = None

@@ -26,13 +26,14 @@ from typing import Any
 import numpy as np
 
 from hyperreg.geometry.affine import AffineTransform
-from hyperreg.geometry.io import Volume
+from hyperreg.geometry.io import Volume, compact_labels
 from hyperreg.method.metrics import registration_dice
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.engine import ndim_error, run
 from hyperreg.registration.pairs import RegistrationResult
 from hyperreg.registration.refine import Refinement, refine_objective
 from hyperreg.registration.masks import mask_tensors, masks_on_fixed_grid
+from hyperreg.registration.memory import release_freed_memory
 from hyperreg.registration.results import AffineStage, PairResult
 from hyperreg.registration.settings import resolve_settings
 from hyperreg.registration.similarity import network_input, network_similarity, on_fixed_grid
@@ -53,7 +54,9 @@ class PreparedPair:
         fixed: The fixed image as the network sees it
             (:func:`~hyperreg.registration.pipeline.model_image`: outlying voxels clipped,
             bias-corrected on request); every output is on its grid.
-        moving_seg: The moving label map as read, or None.
+        moving_seg: The moving label map as read, or None. Label maps are held in the
+            smallest of uint8/int16/int32 that holds their ids
+            (:func:`~hyperreg.geometry.io.compact_labels`).
         fixed_seg: The fixed label map on the fixed grid, or None.
         transform: Fixed world -> moving world affine (identity without an affine stage).
         chained: Outputs are sampled through ``transform`` and the field from the originals
@@ -101,6 +104,13 @@ class PreparedPair:
     fov_fraction: float | None = None
     remapped: Volume | None = None
     _similarity: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # label maps are held in the smallest integer type of their ids (the same ids; a 256³
+        # aseg in 16 MiB instead of 64): they stay for every registration of the pair
+        for name in ("moving_seg", "fixed_seg", "aligned_seg"):
+            if (seg := getattr(self, name)) is not None:
+                setattr(self, name, compact_labels(seg))
 
     def register(
         self,
@@ -200,20 +210,35 @@ class PreparedPair:
         return self._similarity["masks"]
 
     def _chain(
-        self, transform: AffineTransform, disp: np.ndarray | None, raw: RegistrationResult
+        self,
+        transform: AffineTransform,
+        disp: np.ndarray | None,
+        raw: RegistrationResult,
+        moved: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-        """``(moved, moved_seg, warp)`` through ``transform`` and ``disp`` (None: identity)."""
+        """``(moved, moved_seg, warp)`` through ``transform`` and ``disp`` (None: identity);
+        ``moved``, when given, is the moved image already sampled through them
+        (:meth:`_moved`), not sampled again."""
         if not self.chained and disp is None:  # the pair as it came, on the fixed grid
-            seg = None if self.aligned_seg is None else self.aligned_seg.data
+            seg = None if self.aligned_seg is None else self.aligned_seg.data.astype(np.int32)
             return self.aligned.data, seg, np.zeros_like(raw.disp)
         if not self.chained:
             return raw.moved, raw.moved_seg, raw.disp
         chain = TransformChain(transform, disp, self.fixed, self.moving)
-        moved = chain.apply(self.moving).data
+        if moved is None:
+            moved = chain.apply(self.moving).data
         moved_seg = None
         if self.moving_seg is not None:
             moved_seg = chain.apply(self.moving_seg, label=True).data
         return moved, moved_seg, chain.displacement()
+
+    def _moved(self, raw: RegistrationResult) -> np.ndarray:
+        """The registered moved image alone (what the verdict judges), through the affine
+        stage and ``raw.disp`` when ``chained``, else the model's own."""
+        if not self.chained:
+            return raw.moved
+        chain = TransformChain(self.transform, raw.disp, self.fixed, self.moving)
+        return chain.apply(self.moving).data
 
     def chain(self, result: PairResult | None = None) -> TransformChain:
         """The transform of ``result`` as one :class:`~hyperreg.registration.transform_chain.
@@ -251,13 +276,21 @@ class PreparedPair:
     ) -> PairResult:
         """The chain's outputs, typed statistics and verdict of one raw model result (the
         engine's last step, :func:`hyperreg.registration.engine.run`)."""
-        moved, moved_seg, warp = self._chain(self.transform, raw.disp, raw)
+        # one full-size output at a time: the moved image, its verdict, then (a registration
+        # kept) the label map and the composed field, each after the last one's temporaries
+        # went back to the system (peak memory at 256³: the verdict never sees the field)
+        release_freed_memory()  # what the network and refinement freed
+        moved = self._moved(raw)
         verdict = None
         if judged:
             verdict = self._verdict(model, refinement, moved, raw, never_worse, similarity)
+            release_freed_memory()
         kept = "registered" if verdict is None else verdict.kept
         disp = raw.disp
-        if kept != "registered":  # the better of the pair as it came and the affine alone
+        if kept == "registered":
+            moved, moved_seg, warp = self._chain(self.transform, raw.disp, raw, moved)
+        else:  # the better of the pair as it came and the affine alone
+            del moved
             transform = self.transform if kept == "affine" else AffineTransform.identity()
             moved, moved_seg, warp = self._chain(transform, None, raw)
             disp = np.zeros_like(raw.disp)
