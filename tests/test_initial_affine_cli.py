@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from test_affine_speed import _sitk_file
+from shared_paths import OASIS, needs_data
 from test_native import _pair
 
 from hyperreg.cli import main
@@ -51,3 +52,25 @@ def test_a_bad_initial_affine_is_a_one_line_error(tmp_path: Path, capsys) -> Non
     err = capsys.readouterr().err.strip()
     assert code != 0 and len(err.splitlines()) == 1 and "bad.tfm" in err, err
     assert not moved.exists()
+
+
+@needs_data("neurite-oasis")
+def test_affine_command_says_which_labels_are_in_one_map_only(tmp_path: Path, capsys) -> None:
+    """A label erased from the moving map counts 0 in the mean; the line under it says so and
+    gives the mean over the labels both maps hold, as ``register`` does."""
+    import nibabel as nib
+
+    subject = OASIS / "OASIS_OAS1_0002_MR1"
+    seg = nib.load(subject / "slice_seg4.nii.gz")
+    data = np.asarray(seg.dataobj).astype(np.int32)
+    data[data == 2] = 0  # one of the four labels gone from the moving map
+    moving_seg = tmp_path / "moving_seg.nii.gz"
+    nib.save(nib.Nifti1Image(data, seg.affine), moving_seg)
+    fixed = OASIS / "OASIS_OAS1_0001_MR1"
+    code = main(["affine", "--moving", str(subject / "slice_norm.nii.gz"),
+                 "--fixed", str(fixed / "slice_norm.nii.gz"), "--moving-seg", str(moving_seg),
+                 "--fixed-seg", str(fixed / "slice_seg4.nii.gz"),
+                 "--moved-seg", str(tmp_path / "moved_seg.nii.gz")])
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert "1 of those labels are in one map only and count 0" in printed, printed

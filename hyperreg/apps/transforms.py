@@ -38,7 +38,7 @@ from hyperreg.geometry.io import Volume, check_same_grid, same_grid, save_volume
 from hyperreg.geometry.inspect import looks_like_label_map
 from hyperreg.geometry.intensity import outside_fill
 from hyperreg.geometry.resample import describe_grid, resample_to
-from hyperreg.method.metrics import registration_dice
+from hyperreg.method.metrics import label_sets, registration_dice
 from hyperreg.registration.chain import sample_volume
 from hyperreg.registration.pairs import PathLike, check_outputs
 from hyperreg._errors import InputError, passed_as
@@ -77,11 +77,14 @@ class AffineResult(NamedTuple):
             RAS, mm), with its MI before/after and wall time.
         dice: ``{label: Dice}`` of the moved and fixed label maps, or None.
         dice_before: Mean Dice with no registration (both maps on the fixed grid), or None.
+        shared_labels: The label ids both input maps hold (the others of ``dice`` are in one
+            map only and count as they score, usually 0), or None without both maps.
     """
 
     transform: AffineTransform
     dice: dict[int, float] | None
     dice_before: float | None
+    shared_labels: list[int] | None = None
 
     @property
     def mean_dice(self) -> float | None:
@@ -194,7 +197,7 @@ def affine_files(
     transform = register_affine(*seen, init, seed=seed, initial=initial, **metric_masks)
     moved_v = sample_volume(moving_v, transform, None, fixed_v)
     moved_seg_v = None
-    dice = dice_before = None
+    dice = dice_before = shared = None
     if moving_seg_v is not None:
         moved_seg_v = sample_volume(moving_seg_v, transform, None, fixed_v, label=True)
         if fixed_seg_v is not None:
@@ -204,13 +207,14 @@ def affine_files(
             before = resample_to(moving_seg_v, fixed_v, label=True).data
             scores = registration_dice(before, fixed_seg_v.data, labels=list(dice))
             dice_before = float(np.mean(list(scores.values()))) if scores else float("nan")
+            shared = label_sets(moving_seg_v.data, fixed_seg_v.data)[1]
     if affine_out is not None:
         save_affine(affine_out, transform, fixed_v.ndim)
     if moved is not None:
         save_volume(moved, moved_v.data, fixed_v)
     if moved_seg is not None and moved_seg_v is not None:
         save_volume(moved_seg, moved_seg_v.data, fixed_v, label=True)
-    return AffineResult(transform, dice, dice_before)
+    return AffineResult(transform, dice, dice_before, shared)
 
 
 class WarpedFile(NamedTuple):

@@ -451,6 +451,8 @@ def _cmd_affine(args: argparse.Namespace) -> int:
             f"mean Dice {result.mean_dice:.4f} over {len(result.dice)} labels of the input label "
             f"maps (before registration: {result.dice_before:.4f})"
         )
+        if (line := one_map_labels_text(result.dice, result.shared_labels)) is not None:
+            print(line)
     return 0
 
 
