@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from test_affine_speed import _sitk_file
-from shared_paths import OASIS, needs_data
+from shared_paths import DATA, OASIS, needs_data
 from test_native import _pair
 
 from hyperreg.cli import main
@@ -74,3 +74,20 @@ def test_affine_command_says_which_labels_are_in_one_map_only(tmp_path: Path, ca
     printed = capsys.readouterr().out
     assert code == 0
     assert "1 of those labels are in one map only and count 0" in printed, printed
+
+
+@needs_data("multicontrast-2d")
+def test_affine_command_runs_the_affine_stage_of_register(tmp_path: Path) -> None:
+    """``affine`` writes the transform ``register`` starts from, reruns included: a T2 slice to
+    another person's T1 slice takes the other-contrast rerun, so one plain affine run differs."""
+    from hyperreg.apps.transforms import affine_files
+
+    folder = DATA / "multicontrast-2d"
+    moving = folder / "S1" / "T2_structInSpaceOfTemplateCoronalSlice.nii.gz"
+    fixed = folder / "S2" / "structInSpaceOfTemplateCoronalSlice.nii.gz"
+    stage = load_pair(moving, fixed, contrast="auto")
+    assert any(note.startswith("other contrasts") for note in stage.notes)
+    result = affine_files(moving, fixed, affine_out=tmp_path / "a.mat")
+    np.testing.assert_array_equal(result.transform.matrix, stage.transform.matrix)
+    plain = load_pair(moving, fixed, contrast="same").transform.matrix
+    assert np.abs(plain - result.transform.matrix).max() > 0.5  # the rerun mattered here

@@ -30,21 +30,19 @@ from hyperreg.geometry.affine import (
     TRANSFORM_SUFFIXES,
     AffineTransform,
     load_affine,
-    register_affine,
     save_affine,
 )
 from hyperreg.geometry.fields import load_displacement
 from hyperreg.geometry.io import Volume, check_same_grid, same_grid, save_volume
 from hyperreg.geometry.inspect import looks_like_label_map
 from hyperreg.geometry.intensity import outside_fill
-from hyperreg.geometry.resample import describe_grid, resample_to
-from hyperreg.method.metrics import label_sets, registration_dice
+from hyperreg.geometry.resample import describe_grid
+from hyperreg.method.metrics import registration_dice
 from hyperreg.registration.chain import sample_volume
 from hyperreg.registration.pairs import PathLike, check_outputs
 from hyperreg._errors import InputError, passed_as
-from hyperreg.registration.inputs import check_registrable, initial_transform, load_input
-from hyperreg.registration.masks import load_masks, masked_image
-from hyperreg.registration.pipeline import model_image
+from hyperreg.registration.inputs import load_input
+from hyperreg.registration.pipeline import load_pair
 
 __all__ = [
     "AffineResult",
@@ -115,7 +113,10 @@ def affine_files(
 ) -> AffineResult:
     """Run only the affine stage on two files and write its outputs (``hyperreg affine``).
 
-    Every input is read and checked, and the registration runs, before anything is written.
+    The stage is ``register``'s own (:func:`~hyperreg.registration.pipeline.load_pair`, its
+    reruns for other contrasts and a cut field of view included), so the transform written is
+    the one ``register`` starts from. Every input is read and checked, and the registration
+    runs, before anything is written.
 
     Args:
         moving: Moving image (NIfTI, MGZ or npz), any grid, orientation and spacing.
@@ -176,44 +177,39 @@ def affine_files(
         raise InputError(
             fn, "{0} would overwrite the input '{path}'", "affine_out", path=affine_out
         )
-    read = dict(npz_geometry=npz_geometry, replace_nonfinite=replace_nonfinite, warn_constant=False)
-    with passed_as(path="fixed"):  # a constant image is refused below, not warned about
-        fixed_v = load_input(fixed, **read)
-    with passed_as(path="moving"):
-        moving_v = load_input(moving, fixed=fixed_v, **read)
-    geometry = dict(npz_geometry=npz_geometry, fixed=fixed_v)
-    moving_seg_v, fixed_seg_v = (
-        None if seg is None else _load_seg(seg, name, geometry)
-        for seg, name in ((moving_seg, "moving_seg"), (fixed_seg, "fixed_seg"))
+    # register's own affine stage (its reruns for other contrasts and a cut field of view
+    # included): the affine of 'affine' is the one 'register' starts from
+    pair = load_pair(
+        moving,
+        fixed,
+        moving_seg=moving_seg,
+        fixed_seg=fixed_seg,
+        init=init,
+        initial_affine=initial_affine,
+        seed=seed,
+        npz_geometry=npz_geometry,
+        bias_correct=bias_correct,
+        replace_nonfinite=replace_nonfinite,
+        fixed_mask=fixed_mask,
+        moving_mask=moving_mask,
+        contrast="auto",
     )
-    initial = initial_transform(initial_affine, moving_v, fixed_v)
-    check_registrable(fn, moving_v, fixed_v, init=init, initial=initial)
-    # the intensities the affine stage of 'register' sees; outputs sampled from the files as read
-    masks, notes = load_masks(fn, (moving_mask, moving_v), (fixed_mask, fixed_v))
-    for note in notes:  # the command line shows warnings, one line each
-        logger.warning("%s", note)
-    seen = [model_image(masked_image(v, m), bias_correct=bias_correct) for v, m in masks]
-    metric_masks = dict(moving_mask=masks[0][1], fixed_mask=masks[1][1])
-    transform = register_affine(*seen, init, seed=seed, initial=initial, **metric_masks)
-    moved_v = sample_volume(moving_v, transform, None, fixed_v)
+    for note in pair.notes:  # as register says them: a resampled input always, the rest -v
+        logger.log(logging.WARNING if note.startswith("resampled") else logging.DEBUG, "%s", note)
+    transform, grid = pair.transform, pair.fixed  # outputs sampled from the files as read
     moved_seg_v = None
     dice = dice_before = shared = None
-    if moving_seg_v is not None:
-        moved_seg_v = sample_volume(moving_seg_v, transform, None, fixed_v, label=True)
-        if fixed_seg_v is not None:
-            if not same_grid(fixed_seg_v, fixed_v):
-                fixed_seg_v = resample_to(fixed_seg_v, fixed_v, label=True)
-            dice = registration_dice(moved_seg_v.data, fixed_seg_v.data, moving_seg_v.data)
-            before = resample_to(moving_seg_v, fixed_v, label=True).data
-            scores = registration_dice(before, fixed_seg_v.data, labels=list(dice))
-            dice_before = float(np.mean(list(scores.values()))) if scores else float("nan")
-            shared = label_sets(moving_seg_v.data, fixed_seg_v.data)[1]
+    if pair.moving_seg is not None:
+        moved_seg_v = sample_volume(pair.moving_seg, transform, None, grid, label=True)
+        if pair.fixed_seg is not None:
+            dice = registration_dice(moved_seg_v.data, pair.fixed_seg.data, labels=pair.labels)
+            dice_before, shared = pair.dice_before, pair.shared_labels
     if affine_out is not None:
-        save_affine(affine_out, transform, fixed_v.ndim)
+        save_affine(affine_out, transform, grid.ndim)
     if moved is not None:
-        save_volume(moved, moved_v.data, fixed_v)
+        save_volume(moved, sample_volume(pair.moving, transform, None, grid).data, grid)
     if moved_seg is not None and moved_seg_v is not None:
-        save_volume(moved_seg, moved_seg_v.data, fixed_v, label=True)
+        save_volume(moved_seg, moved_seg_v.data, grid, label=True)
     return AffineResult(transform, dice, dice_before, shared)
 
 
