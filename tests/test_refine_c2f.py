@@ -87,13 +87,13 @@ def test_bad_levels_are_rejected() -> None:
 
 def test_level_steps_split_the_steps_per_level() -> None:
     model_3d, model_2d = tiny_model(3), tiny_model(2)
-    assert level_steps(model_3d, 30, None) == (30, 15, 15)  # 3D default: 3 levels
-    assert level_steps(model_3d, 5, None) == (5, 3, 3)
-    assert level_steps(model_2d, 30, None) == (0, 0, 30)  # 2D default: fine only
+    assert level_steps(model_3d, 30, 3) == (30, 15, 15)
+    assert level_steps(model_3d, 5, 3) == (5, 3, 3)
     assert level_steps(model_2d, 30, 3) == (30, 15, 15)
     assert level_steps(model_3d, 30, 2) == (0, 30, 30)
     assert level_steps(model_3d, 30, 1) == (0, 0, 30)
-    assert level_steps(model_3d, 0, None) == (0, 0, 0)
+    assert level_steps(model_3d, 0, 3) == (0, 0, 0)
+    assert level_steps(model_3d, 30, Refinement().levels) == (0, 0, 30)  # the default
     model_3d.half_res = False  # no half-resolution velocity: the fine level only
     assert level_steps(model_3d, 30, 3) == (0, 0, 30)
 

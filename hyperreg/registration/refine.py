@@ -94,15 +94,11 @@ _QUARTER_LR = 2.0  # the quarter level's Adam rate, times ``lr`` (voxels of its 
 class Refinement:
     """How to refine: at most ``steps`` Adam steps per level on the flow, with ``sim``.
 
-    The defaults (30 steps at lr 0.15) need no tuning. A 2D model refines at the fine level:
-    on the 2D neurite-oasis slices 0.688 in 30 steps as in 100 (``benchmarks/RESULTS_speed.md``,
-    "Refinement schedules"). A 3D model with a half-resolution velocity refines on three
-    levels (30 quarter, 15 coarse and 15 fine steps,
-    :func:`~hyperreg.registration.refine_levels.level_steps`): on the three held-out IXI pairs
-    at 2 mm with the bundled 3D model a default ``register`` gave a mean DLMUSE Dice of 0.6591
-    against 0.6583 with 30 fine steps, the refinement's process CPU time about a fifth lower
-    (1 thread, loaded machine: 12.6 s against 16.5 s on the first pair, mean of three
-    alternating runs); there a coarse step costs about half a fine one, a quarter step 1/14.
+    The defaults (30 steps at lr 0.15, fine level) need no tuning: on the native OASIS pair
+    with the bundled 3D model (λ 0.1) they reach the aseg Dice of 100 steps at lr 0.05 (0.646
+    against 0.645, same affine) in 30 steps instead of 100 (22 s against 67 s at 1 thread), and
+    on the 2D neurite-oasis slices 0.688 in 30 steps as in 100; no folding
+    (``benchmarks/RESULTS_speed.md``, "Refinement schedules").
 
     Attributes:
         steps: Most Adam steps, 0 (no refinement) to :data:`MAX_REFINE_STEPS` (default 30):
@@ -117,25 +113,28 @@ class Refinement:
         lr: Adam learning rate at the fine level, in voxels of the flow's grid per step
             (default 0.15; it was 0.05 with 50-100 steps); the coarse and quarter levels use
             twice this (in voxels of their own grids).
-        levels: ``1``: the fine level only (the network's grid); ``2``: first a coarse level
-            (images average-pooled to the velocity's grid, NCC window halved so it spans the
-            same millimetres), then the fine level; ``3``: first a quarter level
+        levels: ``1`` (default): the fine level only (the network's grid); ``2``: first a
+            coarse level (images average-pooled to the velocity's grid, NCC window halved so
+            it spans the same millimetres), then the fine level; ``3``: first a quarter level
             (:class:`~hyperreg.registration.refine_levels.QuarterLevel`, a correction on half
-            the velocity's grid), then the coarse and the fine level; None (default): 3 for a
-            3D model, 1 for a 2D one
-            (:func:`~hyperreg.registration.refine_levels.level_steps`). Models without a
+            the velocity's grid), then the coarse and the fine level. Models without a
             half-resolution velocity always refine at the fine level only. Measured on the
             native OASIS pair with the bundled 3D model (λ 0.1): the coarse level lowers
             the loss as much or more but gives Dice 0.639 against 0.644 for the fine level
             alone (40 steps, lr 0.1), 0.643 against 0.645 (100 steps, lr 0.05); on the 2D
             neurite-oasis slices with the bundled 2D model it reaches the Dice of 100 fine
-            steps (0.688) in 20 + 20 steps, 3x faster (``benchmarks/RESULTS_speed.md``).
+            steps (0.688) in 20 + 20 steps, 3x faster (``benchmarks/RESULTS_speed.md``). With
+            ``3`` (30 quarter, 15 coarse, 15 fine steps for 30) and the bundled 3D model's
+            default ``register`` (1 thread, loaded machine): on the three held-out IXI pairs at
+            2 mm mean DLMUSE Dice 0.6591 against 0.6583 with the refinement's CPU time about a
+            fifth lower, but on the native OAS1_0002 -> OAS1_0001 pair aseg Dice 0.6227
+            against 0.6279, so it is not the default.
     """
 
     steps: int = 30
     sim: str | None = None
     lr: float = 0.15
-    levels: int | None = None
+    levels: int = 1
 
 
 def check_refinement(fn: str, refinement: Refinement) -> None:
@@ -149,8 +148,7 @@ def check_refinement(fn: str, refinement: Refinement) -> None:
     if not (isinstance(refinement.lr, (int, float)) and 0 < refinement.lr < 100):
         message = "{0} must lie in (0, 100) voxels per step, got {lr}"
         raise InputError(fn, message, "lr", lr=refinement.lr)
-    if refinement.levels is not None:
-        check_option(fn, "levels", refinement.levels, REFINE_LEVELS)
+    check_option(fn, "levels", refinement.levels, REFINE_LEVELS)
 
 
 class RefinedFlow(NamedTuple):
@@ -230,9 +228,9 @@ def _coarse_to_fine(
     """The schedule of :func:`refine_flow` from ``start`` (the flow on ``fine``'s box), with the
     most steps of :func:`~hyperreg.registration.refine_levels.level_steps`: Adam on the quarter
     level at ``2 · lr``, on the coarse level at ``2 · lr``, then on ``fine`` at ``lr``; a level
-    that diverged ends it. Returns
-    ``(flow, steps taken per level (quarter, coarse, fine), diverged, (loss, image
-    dissimilarity) of the flow on ``fine`` or None when the fine level did not run)``."""
+    that diverged ends it. Returns ``(flow, steps taken per level (quarter, coarse, fine),
+    diverged, (loss, image dissimilarity) of the flow on ``fine`` or None when the fine level
+    did not run)``."""
     most = level_steps(model, refinement.steps, refinement.levels)
     current, steps, diverged, scores = start, [0, 0, 0], False, None
     pooled = (model, fine.objective, fine.moving, fine.fixed, fine.lam, True, fine.masks)
@@ -265,7 +263,7 @@ def refine_flow(
     network's prediction.
 
     The levels (:func:`~hyperreg.registration.refine_levels.level_steps`; all but the fine one
-    need a half-resolution velocity): quarter (``levels`` 3, the 3D default), a correction on
+    need a half-resolution velocity): quarter (``levels`` 3), a correction on
     half the velocity's grid with the images average-pooled by 4
     (:class:`~hyperreg.registration.refine_levels.QuarterLevel`), Adam at ``2 · lr``; coarse
     (``levels`` 2 or 3), the images average-pooled by 2 to the velocity's grid, the velocity

@@ -213,12 +213,11 @@ def _pool_or_none(mask: Tensor | None) -> Tensor | None:
     return None if mask is None else _pool(mask)
 
 
-def level_steps(model: HyperMorph, steps: int, levels: int | None) -> tuple[int, int, int]:
+def level_steps(model: HyperMorph, steps: int, levels: int) -> tuple[int, int, int]:
     """The most Adam steps of each level, ``(quarter, coarse, fine)``, for a refinement of
     ``model`` with ``steps`` (``n``) on ``levels``: 1 ``(0, 0, n)``, 2 ``(0, n, n)``, 3
-    ``(n, ⌈n/2⌉, ⌈n/2⌉)``; None is 3 for a 3D model and 1 for a 2D one. A model without a
-    half-resolution velocity refines at the fine level only: ``(0, 0, n)``."""
-    levels = levels or (3 if model.config.ndim == 3 else 1)
+    ``(n, ⌈n/2⌉, ⌈n/2⌉)``. A model without a half-resolution velocity refines at the fine
+    level only: ``(0, 0, n)``."""
     if steps == 0 or levels == 1 or not (model.config.int_steps > 0 and model.half_res):
         return 0, 0, steps
     if levels == 2:

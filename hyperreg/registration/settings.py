@@ -82,8 +82,7 @@ class RegistrationSettings:
         if self.refined:
             r = self.refinement
             assert r is not None
-            levels = "the model's" if r.levels is None else r.levels
-            refine = f"{r.steps} steps of {r.sim}, lr {r.lr:g}, {levels} level(s)"
+            refine = f"{r.steps} steps of {r.sim}, lr {r.lr:g}, {r.levels} level(s)"
         amp = ", bf16 autocast" if self.amp else ""
         chunk = "" if self.chunk is None else f", chunk {self.chunk}"
         return (
