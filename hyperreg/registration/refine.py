@@ -88,6 +88,7 @@ MAX_REFINE_STEPS = 10000  # more than this is a typo, not a plan (a 2D step take
 REFINE_LEVELS = (1, 2, 3)
 _COARSE_LR = 2.0  # the coarse level's Adam rate, times ``lr``
 _QUARTER_LR = 2.0  # the quarter level's Adam rate, times ``lr`` (voxels of its own grid)
+_Scores = tuple[float, float]  # (loss, image dissimilarity) of one flow
 
 
 @dataclass(frozen=True)
@@ -224,15 +225,16 @@ def _sync(device: torch.device) -> None:
 
 def _coarse_to_fine(
     model: HyperMorph, fine: RefineLevel, start: Tensor, refinement: Refinement
-) -> tuple[Tensor, tuple[int, int, int], bool, tuple[float, float] | None]:
+) -> tuple[Tensor, tuple[int, int, int], bool, _Scores | None, _Scores | None]:
     """The schedule of :func:`refine_flow` from ``start`` (the flow on ``fine``'s box), with the
     most steps of :func:`~hyperreg.registration.refine_levels.level_steps`: Adam on the quarter
     level at ``2 · lr``, on the coarse level at ``2 · lr``, then on ``fine`` at ``lr``; a level
     that diverged ends it. Returns ``(flow, steps taken per level (quarter, coarse, fine),
     diverged, (loss, image dissimilarity) of the flow on ``fine`` or None when the fine level
-    did not run)``."""
+    did not run, the same of ``start`` when the fine level ran first and scored it, else
+    None)``."""
     most = level_steps(model, refinement.steps, refinement.levels)
-    current, steps, diverged, scores = start, [0, 0, 0], False, None
+    current, steps, diverged, scores, start_scores = start, [0, 0, 0], False, None, None
     pooled = (model, fine.objective, fine.moving, fine.fixed, fine.lam, True, fine.masks)
     coarse = RefineLevel(*pooled) if most[0] or most[1] else None
     if most[0] and coarse is not None:
@@ -243,11 +245,11 @@ def _coarse_to_fine(
         found = optimise_level(coarse, current, _COARSE_LR * refinement.lr, most[1])
         current, steps[1], diverged = found.flow, found.taken, found.diverged
     if most[2] and not diverged:
-        current, loss, image, steps[2], diverged = optimise_level(
-            fine, current, refinement.lr, most[2]
-        )
-        scores = (loss, image)
-    return current, (steps[0], steps[1], steps[2]), diverged, scores
+        found = optimise_level(fine, current, refinement.lr, most[2])
+        current, steps[2], diverged = found.flow, found.taken, found.diverged
+        scores = (found.loss, found.image)
+        start_scores = found.start if most[:2] == (0, 0) else None
+    return current, (steps[0], steps[1], steps[2]), diverged, scores, start_scores
 
 
 def refine_flow(
@@ -335,12 +337,14 @@ def refine_flow(
     fine = RefineLevel(
         model, objective, box.crop(moving), box.crop(fixed), lam, False, box.crop_masks(masks)
     )
-    with torch.no_grad():
-        loss0, image0 = fine(start[batch + box.flow])
-    loss_before, similarity_before = float(loss0), -float(image0)
-    current, steps, diverged, scores = _coarse_to_fine(
+    current, steps, diverged, scores, start_scores = _coarse_to_fine(
         model, fine, start[batch + box.flow], refinement
     )
+    if start_scores is None:  # the fine level did not score the start first
+        with torch.no_grad():
+            start_scores = tuple(float(v) for v in fine(start[batch + box.flow]))
+    loss0, image0 = start_scores
+    loss_before, similarity_before = loss0, -image0
     with torch.no_grad():
         loss, image = fine(current) if scores is None else scores  # scored by the fine level
         pasted = start.clone()

@@ -229,13 +229,15 @@ def level_steps(model: HyperMorph, steps: int, levels: int) -> tuple[int, int, i
 class LevelResult(NamedTuple):
     """Output of :func:`optimise_level`: the best flow, its loss and image dissimilarity (as
     :class:`RefineLevel` gives them; ``inf`` and NaN when no step was scored), the Adam steps
-    taken, and whether a non-finite loss stopped it."""
+    taken, whether a non-finite loss stopped it, and ``(loss, image dissimilarity)`` of the
+    start (its first evaluation; None when no step ran)."""
 
     flow: Tensor
     loss: float
     image: float
     taken: int
     diverged: bool
+    start: tuple[float, float] | None = None
 
 
 def optimise_level(level: RefineLevel, start: Tensor, lr: float, steps: int) -> LevelResult:
@@ -248,13 +250,14 @@ def optimise_level(level: RefineLevel, start: Tensor, lr: float, steps: int) -> 
     param = start.detach().clone().requires_grad_(True)
     optimiser = torch.optim.Adam([param], lr=lr)
     best, best_loss, best_image, stale = start.detach(), math.inf, math.nan, 0
-    taken = 0
+    taken, first = 0, None
     with torch.enable_grad():
         for taken in range(1, steps + 1):
             loss, image = level(param)
             value = float(loss.detach())
+            first = first or (value, float(image.detach()))
             if not math.isfinite(value):
-                return LevelResult(best, best_loss, best_image, taken, True)
+                return LevelResult(best, best_loss, best_image, taken, True, first)
             if value < best_loss - _TOLERANCE * abs(best_loss if math.isfinite(best_loss) else 0):
                 best, best_loss, stale = param.detach().clone(), value, 0
                 best_image = float(image.detach())
@@ -269,10 +272,10 @@ def optimise_level(level: RefineLevel, start: Tensor, lr: float, steps: int) -> 
         loss, image = level(param.detach())
         value = float(loss)
     if not math.isfinite(value):
-        return LevelResult(best, best_loss, best_image, taken, True)
+        return LevelResult(best, best_loss, best_image, taken, True, first)
     if value < best_loss:
         best, best_loss, best_image = param.detach().clone(), value, float(image)
-    return LevelResult(best, best_loss, best_image, taken, False)
+    return LevelResult(best, best_loss, best_image, taken, False, first)
 
 
 class LossBox(NamedTuple):
