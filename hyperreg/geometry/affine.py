@@ -338,9 +338,9 @@ def register_affine(
     30° steps; a slice: its in-plane angle in -90°..90°, 15° steps) and the principal-axes
     alignments are scored by MI over every voxel of 8 mm copies
     (:func:`hyperreg.geometry.affine_search.search_rotations`), the three best that differ by
-    more than 40° are refined by the same 4 mm rigid run (at most 100 iterations: on the
-    held-out IXI pairs at 2 mm a searched start that did not win ran to the 200-iteration
-    limit), and the one with the lowest 4 mm MI
+    more than 40° are refined by the same 4 mm rigid run (at most 100 iterations: on two of
+    three held-out IXI pairs at 2 mm a searched start that did not win ran to the
+    200-iteration limit), and the one with the lowest 4 mm MI
     (the first rigid run's result included) goes on: for ``"rigid"`` a rigid run at 2 mm, for
     ``"affine"`` the affine at 4 mm and at 2 mm from it (a 2 mm rigid run before them cost
     about a fifth of the stage on three IXI pairs at 2 mm and did not raise the affine-alone
