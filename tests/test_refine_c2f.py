@@ -12,6 +12,7 @@ import hyperreg.registration.refine_levels as levels_module
 from lambda_helpers import blob, tiny_model
 from hyperreg.method.spatial import jacobian_determinant
 from hyperreg.registration.refine import Refinement, refine_flow, refine_pair
+from hyperreg.registration.refine_levels import QuarterLevel, RefineLevel, level_steps
 
 
 def _pair(ndim: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,5 +81,53 @@ def test_refine_pair_on_tensors_names_refine_flow() -> None:
 def test_bad_levels_are_rejected() -> None:
     model = tiny_model(2)
     moving, fixed = _pair(2)
-    with pytest.raises(ValueError, match=r"'levels' must be one of \(1, 2\)"):
-        refine_flow(model, moving, fixed, 0.3, Refinement(levels=3))
+    with pytest.raises(ValueError, match=r"'levels' must be one of \(1, 2, 3\)"):
+        refine_flow(model, moving, fixed, 0.3, Refinement(levels=4))
+
+
+def test_level_steps_split_the_steps_per_level() -> None:
+    model_3d, model_2d = tiny_model(3), tiny_model(2)
+    assert level_steps(model_3d, 30, 3) == (30, 15, 15)
+    assert level_steps(model_3d, 5, 3) == (5, 3, 3)
+    assert level_steps(model_2d, 30, 3) == (30, 15, 15)
+    assert level_steps(model_3d, 30, 2) == (0, 30, 30)
+    assert level_steps(model_3d, 30, 1) == (0, 0, 30)
+    assert level_steps(model_3d, 0, 3) == (0, 0, 0)
+    assert level_steps(model_3d, 30, Refinement().levels) == (0, 0, 30)  # the default
+    model_3d.half_res = False  # no half-resolution velocity: the fine level only
+    assert level_steps(model_3d, 30, 3) == (0, 0, 30)
+
+
+@pytest.mark.parametrize("ndim", [2, 3])
+def test_three_levels_lower_the_objective_and_stay_diffeomorphic(ndim: int) -> None:
+    model = tiny_model(ndim)
+    moving, fixed = _pair(ndim)
+    refinement = Refinement(steps=20, lr=0.2, levels=3)
+    refined = refine_flow(model, moving, fixed, 0.3, refinement)
+    assert refined.quarter_steps > 0 and refined.steps[0] > 0 and refined.steps[1] > 0
+    assert refined.loss_after < refined.loss_before and not refined.fell_back
+    assert refined.stats(refinement).quarter_steps == refined.quarter_steps
+    assert float(jacobian_determinant(refined.output.disp).min()) > 0
+    again = model.flow_to_output(refined.flow, moving)
+    torch.testing.assert_close(again.disp, refined.output.disp, rtol=0, atol=1e-6)
+
+
+def test_the_quarter_level_corrects_the_velocity_it_starts_from() -> None:
+    model = tiny_model(3)
+    moving, fixed = _pair(3)
+    with torch.no_grad():
+        start = model.predict_flow(moving, fixed, 0.3)
+    objective = model.objective
+    coarse = RefineLevel(model, objective, moving, fixed, 0.3, True)
+    quarter = QuarterLevel(coarse, start)
+    zero = quarter.zeros()
+    assert tuple(zero.shape[2:]) == tuple(-(-n // 2) for n in start.shape[2:])
+    torch.testing.assert_close(quarter.velocity(zero), start, rtol=0, atol=0)
+    # a constant correction c on the quarter grid is 2c on the velocity's grid
+    shifted = quarter.velocity(torch.full_like(zero, 0.25))
+    torch.testing.assert_close(shifted - start, torch.full_like(start, 0.5))
+    correction = zero.clone().requires_grad_(True)
+    loss, image = quarter(correction)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(image)
+    assert correction.grad is not None and float(correction.grad.abs().sum()) > 0

@@ -57,7 +57,13 @@ from hyperreg.registration.pairs import (
     smoothness_of,
 )
 from hyperreg.registration.masks import mask_tensors
-from hyperreg.registration.refine_levels import RefineLevel, foreground_box, optimise_level
+from hyperreg.registration.refine_levels import (
+    QuarterLevel,
+    RefineLevel,
+    foreground_box,
+    level_steps,
+    optimise_level,
+)
 from hyperreg.registration.results import RefineStats
 
 __all__ = [
@@ -79,8 +85,10 @@ logger = logging.getLogger(__name__)
 MAX_REFINE_STEPS = 10000  # more than this is a typo, not a plan (a 2D step takes ~20 ms)
 
 
-REFINE_LEVELS = (1, 2)
-_COARSE_LR = 2.0  # the coarse level's Adam rate, times ``lr`` (its steps are 1/8 the cost in 3D)
+REFINE_LEVELS = (1, 2, 3)
+_COARSE_LR = 2.0  # the coarse level's Adam rate, times ``lr``
+_QUARTER_LR = 2.0  # the quarter level's Adam rate, times ``lr`` (voxels of its own grid)
+_Scores = tuple[float, float]  # (loss, image dissimilarity) of one flow
 
 
 @dataclass(frozen=True)
@@ -94,25 +102,34 @@ class Refinement:
     (``benchmarks/RESULTS_speed.md``, "Refinement schedules").
 
     Attributes:
-        steps: Most Adam steps per level, 0 (no refinement) to :data:`MAX_REFINE_STEPS`
-            (default 30). A level stops earlier when its loss has not improved by 0.02 % for 5
-            steps.
+        steps: Most Adam steps, 0 (no refinement) to :data:`MAX_REFINE_STEPS` (default 30):
+            per level, except that with three levels the coarse and fine levels take half as
+            many each (:func:`~hyperreg.registration.refine_levels.level_steps`). A level stops
+            earlier when its loss has not improved by 0.02 % for 5 steps.
         sim: A name of :data:`~hyperreg.method.similarities.REFINE_SIMILARITIES`: ``"ncc"``
             (local NCC with the model's window), ``"mse"``, or ``"mi"`` (global mutual
             information, :func:`~hyperreg.method.losses.mi_loss`, for pairs of different
             contrast); None (default): the similarity the model was trained with
             (:func:`with_model_similarity`). Every other setting is the model's objective.
         lr: Adam learning rate at the fine level, in voxels of the flow's grid per step
-            (default 0.15; it was 0.05 with 50-100 steps); the coarse level uses twice this.
+            (default 0.15; it was 0.05 with 50-100 steps); the coarse and quarter levels use
+            twice this (in voxels of their own grids).
         levels: ``1`` (default): the fine level only (the network's grid); ``2``: first a
             coarse level (images average-pooled to the velocity's grid, NCC window halved so
-            it spans the same millimetres), then the fine level. Models without a
+            it spans the same millimetres), then the fine level; ``3``: first a quarter level
+            (:class:`~hyperreg.registration.refine_levels.QuarterLevel`, a correction on half
+            the velocity's grid), then the coarse and the fine level. Models without a
             half-resolution velocity always refine at the fine level only. Measured on the
             native OASIS pair with the bundled 3D model (λ 0.1): the coarse level lowers
             the loss as much or more but gives Dice 0.639 against 0.644 for the fine level
             alone (40 steps, lr 0.1), 0.643 against 0.645 (100 steps, lr 0.05); on the 2D
             neurite-oasis slices with the bundled 2D model it reaches the Dice of 100 fine
-            steps (0.688) in 20 + 20 steps, 3x faster (``benchmarks/RESULTS_speed.md``).
+            steps (0.688) in 20 + 20 steps, 3x faster (``benchmarks/RESULTS_speed.md``). With
+            ``3`` (30 quarter, 15 coarse, 15 fine steps for 30) and the bundled 3D model's
+            default ``register`` (1 thread, loaded machine): on the three held-out IXI pairs at
+            2 mm mean DLMUSE Dice 0.6591 against 0.6583 with the refinement's CPU time about a
+            fifth lower, but on the native OAS1_0002 -> OAS1_0001 pair aseg Dice 0.6227
+            against 0.6279, so it is not the default.
     """
 
     steps: int = 30
@@ -148,6 +165,7 @@ class RefinedFlow(NamedTuple):
         similarity_after: The same after refinement.
         seconds: Wall time of the optimisation (CUDA synchronised).
         steps: Adam steps taken per level, coarse first (``(0, n)`` without a coarse level).
+        quarter_steps: Adam steps taken at the quarter level (0 without it).
         fell_back: True when the loss did not fall below the network's and the network's
             field was returned.
     """
@@ -161,6 +179,7 @@ class RefinedFlow(NamedTuple):
     seconds: float
     steps: tuple[int, int] = (0, 0)
     fell_back: bool = False
+    quarter_steps: int = 0
 
     def stats(self, refinement: Refinement) -> RefineStats:
         """The typed statistics of this refinement, run with ``refinement``."""
@@ -173,6 +192,7 @@ class RefinedFlow(NamedTuple):
             loss_before=self.loss_before,
             loss_after=self.loss_after,
             steps_taken=self.steps,
+            quarter_steps=self.quarter_steps,
             fell_back=self.fell_back,
         )
 
@@ -205,27 +225,31 @@ def _sync(device: torch.device) -> None:
 
 def _coarse_to_fine(
     model: HyperMorph, fine: RefineLevel, start: Tensor, refinement: Refinement
-) -> tuple[Tensor, tuple[int, int], bool, tuple[float, float] | None]:
-    """The schedule of :func:`refine_flow` from ``start`` (the flow on ``fine``'s box): Adam on
-    the coarse level at ``2 · lr`` (``levels == 2`` and a half-resolution velocity), then on
-    ``fine`` at ``lr``, unless the coarse level diverged. Returns ``(flow, steps taken per
-    level (coarse, fine), diverged, (loss, image dissimilarity) of the flow on ``fine`` or
-    None when the fine level did not run)``."""
-    current, steps, diverged, scores = start, [0, 0], False, None
-    coarse = refinement.levels == 2 and model.config.int_steps > 0 and model.half_res
-    if refinement.steps > 0 and coarse:
-        level = RefineLevel(
-            model, fine.objective, fine.moving, fine.fixed, fine.lam, True, fine.masks
-        )
-        current, _, _, steps[0], diverged = optimise_level(
-            level, current, _COARSE_LR * refinement.lr, refinement.steps
-        )
-    if refinement.steps > 0 and not diverged:
-        current, loss, image, steps[1], diverged = optimise_level(
-            fine, current, refinement.lr, refinement.steps
-        )
-        scores = (loss, image)
-    return current, (steps[0], steps[1]), diverged, scores
+) -> tuple[Tensor, tuple[int, int, int], bool, _Scores | None, _Scores | None]:
+    """The schedule of :func:`refine_flow` from ``start`` (the flow on ``fine``'s box), with the
+    most steps of :func:`~hyperreg.registration.refine_levels.level_steps`: Adam on the quarter
+    level at ``2 · lr``, on the coarse level at ``2 · lr``, then on ``fine`` at ``lr``; a level
+    that diverged ends it. Returns ``(flow, steps taken per level (quarter, coarse, fine),
+    diverged, (loss, image dissimilarity) of the flow on ``fine`` or None when the fine level
+    did not run, the same of ``start`` when the fine level ran first and scored it, else
+    None)``."""
+    most = level_steps(model, refinement.steps, refinement.levels)
+    current, steps, diverged, scores, start_scores = start, [0, 0, 0], False, None, None
+    pooled = (model, fine.objective, fine.moving, fine.fixed, fine.lam, True, fine.masks)
+    coarse = RefineLevel(*pooled) if most[0] or most[1] else None
+    if most[0] and coarse is not None:
+        quarter = QuarterLevel(coarse, current)
+        found = optimise_level(quarter, quarter.zeros(), _QUARTER_LR * refinement.lr, most[0])
+        current, steps[0], diverged = quarter.velocity(found.flow), found.taken, found.diverged
+    if most[1] and coarse is not None and not diverged:
+        found = optimise_level(coarse, current, _COARSE_LR * refinement.lr, most[1])
+        current, steps[1], diverged = found.flow, found.taken, found.diverged
+    if most[2] and not diverged:
+        found = optimise_level(fine, current, refinement.lr, most[2])
+        current, steps[2], diverged = found.flow, found.taken, found.diverged
+        scores = (found.loss, found.image)
+        start_scores = found.start if most[:2] == (0, 0) else None
+    return current, (steps[0], steps[1], steps[2]), diverged, scores, start_scores
 
 
 def refine_flow(
@@ -240,15 +264,18 @@ def refine_flow(
     """Optimise one pair's raw flow on the model's objective, coarse to fine, starting from the
     network's prediction.
 
-    Level 1 (coarse, with ``refinement.levels == 2`` and a half-resolution velocity): the
-    images average-pooled by 2 to the velocity's grid; the velocity is integrated there
-    (scaling and squaring, the model's step count) and warps the pooled moving image; Adam at
-    ``2 · lr``. Level 2 (fine): the network's grid through
-    :meth:`~hyperreg.method.model.HyperMorph.flow_to_output`; Adam at ``lr``. Both evaluate
+    The levels (:func:`~hyperreg.registration.refine_levels.level_steps`; all but the fine one
+    need a half-resolution velocity): quarter (``levels`` 3), a correction on
+    half the velocity's grid with the images average-pooled by 4
+    (:class:`~hyperreg.registration.refine_levels.QuarterLevel`), Adam at ``2 · lr``; coarse
+    (``levels`` 2 or 3), the images average-pooled by 2 to the velocity's grid, the velocity
+    integrated there (scaling and squaring, the model's step count) warping the pooled moving
+    image, Adam at ``2 · lr``; fine, the network's grid through
+    :meth:`~hyperreg.method.model.HyperMorph.flow_to_output`, Adam at ``lr``. All evaluate
     ``(1 − λ)·S + λ·k·R`` of :func:`refine_objective` with the same ``k`` (the regulariser of
-    the same velocity), each runs at most ``refinement.steps`` steps, stops early after 5
-    steps without a 0.02 % gain and keeps its best flow. The result is the network's field when
-    the refined loss is not below the network's; a loss that becomes NaN is an error.
+    the same velocity); each runs at most its steps, stops early after 5 steps without a
+    0.02 % gain and keeps its best flow. The result is the network's field when the refined
+    loss is not below the network's; a loss that becomes NaN is an error.
 
     The model's weights are not changed (nor do they receive gradients); only a copy of the
     flow is a leaf of the optimisation. Runs on the device of ``moving`` (the model's).
@@ -310,12 +337,14 @@ def refine_flow(
     fine = RefineLevel(
         model, objective, box.crop(moving), box.crop(fixed), lam, False, box.crop_masks(masks)
     )
-    with torch.no_grad():
-        loss0, image0 = fine(start[batch + box.flow])
-    loss_before, similarity_before = float(loss0), -float(image0)
-    current, steps, diverged, scores = _coarse_to_fine(
+    current, steps, diverged, scores, start_scores = _coarse_to_fine(
         model, fine, start[batch + box.flow], refinement
     )
+    if start_scores is None:  # the fine level did not score the start first
+        with torch.no_grad():
+            start_scores = tuple(float(v) for v in fine(start[batch + box.flow]))
+    loss0, image0 = start_scores
+    loss_before, similarity_before = loss0, -image0
     with torch.no_grad():
         loss, image = fine(current) if scores is None else scores  # scored by the fine level
         pasted = start.clone()
@@ -323,8 +352,8 @@ def refine_flow(
         current = pasted
     if diverged or not math.isfinite(float(loss)) or not math.isfinite(loss_before):
         raise RuntimeError(
-            f"the refinement's loss became NaN or infinite (after {steps[0]} coarse "
-            f"and {steps[1]} fine steps, loss before {loss_before:.4g}); "
+            f"the refinement's loss became NaN or infinite (after {steps[0]} quarter, "
+            f"{steps[1]} coarse and {steps[2]} fine steps, loss before {loss_before:.4g}); "
             "rerun without refinement (0 steps, --refine 0) or with a smaller learning rate "
             "(--refine-lr)"
         )
@@ -335,7 +364,7 @@ def refine_flow(
         out = model.flow_to_output(current, moving)
     _sync(moving.device)
     seconds = time.perf_counter() - tic
-    message = "%s(): %s steps (coarse, fine) in %.2f s, loss %.4f -> %.4f"
+    message = "%s(): %s steps (quarter, coarse, fine) in %.2f s, loss %.4f -> %.4f"
     logger.debug(message, fn, steps, seconds, loss_before, float(loss))
     return RefinedFlow(
         flow=current.detach(),
@@ -345,8 +374,9 @@ def refine_flow(
         similarity_before=similarity_before,
         similarity_after=-float(image),
         seconds=seconds,
-        steps=steps,
+        steps=(steps[1], steps[2]),
         fell_back=fell_back,
+        quarter_steps=steps[0],
     )
 
 

@@ -26,9 +26,17 @@ from torch import Tensor
 from hyperreg.method.losses import NCCReference, ncc_reference
 from hyperreg.method.model import HyperMorph
 from hyperreg.method.objective import Objective
-from hyperreg.method.spatial import integrate_velocity, warp
+from hyperreg.method.spatial import integrate_velocity, resize_field, warp
 
-__all__ = ["LevelResult", "LossBox", "RefineLevel", "foreground_box", "optimise_level"]
+__all__ = [
+    "LevelResult",
+    "LossBox",
+    "QuarterLevel",
+    "RefineLevel",
+    "foreground_box",
+    "level_steps",
+    "optimise_level",
+]
 
 _PATIENCE = 5  # steps without a relative improvement of the best loss above _TOLERANCE: stop
 _TOLERANCE = 2e-4
@@ -124,33 +132,112 @@ class RefineLevel:
 
     def _weight(self, disp: Tensor) -> Tensor | None:
         """The similarity's voxel weights for ``disp`` (this level's grid), or None."""
-        if self._masks is None:
-            return None
-        fixed_mask, moving_mask = self._masks
-        # no gradient through the warped mask: moving it is no way to lower the loss (with
-        # one, the optimiser shrank a masked-out square: squeezing it out of the count)
-        weight = None if moving_mask is None else warp(moving_mask, disp.detach(), exact=False)
-        if fixed_mask is not None:
-            weight = fixed_mask if weight is None else weight * fixed_mask
-        if weight is None or self.objective.similarity != "ncc":
-            return weight
-        # eroded by the NCC window: a voxel whose window reaches outside the masks does not
-        # count, so what lies outside (a cavity's dark inside) pulls on no voxel's similarity
-        window = self.objective.ncc_window
-        pool = F.max_pool2d if weight.ndim == 4 else F.max_pool3d
-        return -pool(-weight, window, stride=1, padding=window // 2)
+        return _similarity_weight(self._masks, self.objective, disp)
+
+
+def _similarity_weight(
+    masks: tuple[Tensor | None, Tensor | None] | None, objective: Objective, disp: Tensor
+) -> Tensor | None:
+    """The similarity's voxel weights of a level with cost ``masks`` (its grid) for ``disp``,
+    or None without masks."""
+    if masks is None:
+        return None
+    fixed_mask, moving_mask = masks
+    # no gradient through the warped mask: moving it is no way to lower the loss (with
+    # one, the optimiser shrank a masked-out square: squeezing it out of the count)
+    weight = None if moving_mask is None else warp(moving_mask, disp.detach(), exact=False)
+    if fixed_mask is not None:
+        weight = fixed_mask if weight is None else weight * fixed_mask
+    if weight is None or objective.similarity != "ncc":
+        return weight
+    # eroded by the NCC window: a voxel whose window reaches outside the masks does not
+    # count, so what lies outside (a cavity's dark inside) pulls on no voxel's similarity
+    window = objective.ncc_window
+    pool = F.max_pool2d if weight.ndim == 4 else F.max_pool3d
+    return -pool(-weight, window, stride=1, padding=window // 2)
+
+
+class QuarterLevel:
+    """The quarter-resolution level: a correction ``w`` on half the velocity's grid.
+
+    The velocity becomes ``v0 + up(w)`` (``v0`` the flow it starts from, ``up`` trilinear
+    upsampling by 2 with the vectors doubled, :func:`~hyperreg.method.spatial.resize_field`).
+    On this level it is approximated by ``pool(v0) / 2 + w``: the velocity average-pooled by 2
+    (in voxels of the quarter grid), integrated there with the model's step count, warping the
+    images average-pooled by 4 (the velocity's grid pooled once more), NCC window halved again
+    (odd, at least 3); the regulariser is that of the pooled velocity, with the fine grid's
+    ``k``. A step costs about 1/8 of a coarse step. Calling it with ``w`` gives ``(loss,
+    image dissimilarity)`` as :class:`RefineLevel` does; :meth:`velocity` gives ``v0 + up(w)``.
+
+    Args:
+        coarse: The coarse :class:`RefineLevel` of the same pair (its pooled images, masks and
+            window are pooled and halved once more).
+        start: ``v0``, the raw flow ``(1, N, *P')`` (cropped to the loss box) it corrects.
+    """
+
+    def __init__(self, coarse: RefineLevel, start: Tensor) -> None:
+        self.model, self.lam, self.shape = coarse.model, coarse.lam, coarse.shape
+        self.start = start.detach()
+        self.base = _pool(self.start) / 2  # in voxels of the quarter grid
+        self.moving, self.fixed = _pool(coarse.moving), _pool(coarse.fixed)
+        masks = coarse._masks
+        self._masks = None if masks is None else (_pool_or_none(masks[0]), _pool_or_none(masks[1]))
+        self.objective = coarse.objective
+        if self.objective.similarity == "ncc":
+            window = max(3, (coarse.objective.ncc_window // 2) | 1)
+            self.objective = dataclasses.replace(coarse.objective, ncc_window=window)
+        self._reference = None
+        if self.objective.similarity == "ncc":
+            self._reference = ncc_reference(self.fixed, self.objective.ncc_window)
+
+    def zeros(self) -> Tensor:
+        """The correction's start: no change, ``(1, N, *ceil(P' / 2))``."""
+        return torch.zeros_like(self.base)
+
+    def velocity(self, correction: Tensor) -> Tensor:
+        """``v0 + up(w)``: the raw flow on the velocity's grid, detached."""
+        up = resize_field(correction.detach(), 2.0, self.start.shape[2:])
+        return self.start + up
+
+    def __call__(self, correction: Tensor) -> tuple[Tensor, Tensor]:
+        velocity = self.base + correction
+        crop = (slice(None), slice(None), *[slice(0, n) for n in self.moving.shape[2:]])
+        disp = integrate_velocity(velocity, self.model.config.int_steps)[crop]
+        moved = warp(self.moving, disp, exact=False)
+        weight = _similarity_weight(self._masks, self.objective, disp)
+        terms = (self.objective, moved, self.fixed, velocity[crop], self.lam, self.shape, weight)
+        return _terms(*terms, self._reference)
+
+
+def _pool_or_none(mask: Tensor | None) -> Tensor | None:
+    return None if mask is None else _pool(mask)
+
+
+def level_steps(model: HyperMorph, steps: int, levels: int) -> tuple[int, int, int]:
+    """The most Adam steps of each level, ``(quarter, coarse, fine)``, for a refinement of
+    ``model`` with ``steps`` (``n``) on ``levels``: 1 ``(0, 0, n)``, 2 ``(0, n, n)``, 3
+    ``(n, ⌈n/2⌉, ⌈n/2⌉)``. A model without a half-resolution velocity refines at the fine
+    level only: ``(0, 0, n)``."""
+    if steps == 0 or levels == 1 or not (model.config.int_steps > 0 and model.half_res):
+        return 0, 0, steps
+    if levels == 2:
+        return 0, steps, steps
+    half = -(-steps // 2)
+    return steps, half, half
 
 
 class LevelResult(NamedTuple):
     """Output of :func:`optimise_level`: the best flow, its loss and image dissimilarity (as
     :class:`RefineLevel` gives them; ``inf`` and NaN when no step was scored), the Adam steps
-    taken, and whether a non-finite loss stopped it."""
+    taken, whether a non-finite loss stopped it, and ``(loss, image dissimilarity)`` of the
+    start (its first evaluation; None when no step ran)."""
 
     flow: Tensor
     loss: float
     image: float
     taken: int
     diverged: bool
+    start: tuple[float, float] | None = None
 
 
 def optimise_level(level: RefineLevel, start: Tensor, lr: float, steps: int) -> LevelResult:
@@ -163,13 +250,14 @@ def optimise_level(level: RefineLevel, start: Tensor, lr: float, steps: int) -> 
     param = start.detach().clone().requires_grad_(True)
     optimiser = torch.optim.Adam([param], lr=lr)
     best, best_loss, best_image, stale = start.detach(), math.inf, math.nan, 0
-    taken = 0
+    taken, first = 0, None
     with torch.enable_grad():
         for taken in range(1, steps + 1):
             loss, image = level(param)
             value = float(loss.detach())
+            first = first or (value, float(image.detach()))
             if not math.isfinite(value):
-                return LevelResult(best, best_loss, best_image, taken, True)
+                return LevelResult(best, best_loss, best_image, taken, True, first)
             if value < best_loss - _TOLERANCE * abs(best_loss if math.isfinite(best_loss) else 0):
                 best, best_loss, stale = param.detach().clone(), value, 0
                 best_image = float(image.detach())
@@ -184,10 +272,10 @@ def optimise_level(level: RefineLevel, start: Tensor, lr: float, steps: int) -> 
         loss, image = level(param.detach())
         value = float(loss)
     if not math.isfinite(value):
-        return LevelResult(best, best_loss, best_image, taken, True)
+        return LevelResult(best, best_loss, best_image, taken, True, first)
     if value < best_loss:
         best, best_loss, best_image = param.detach().clone(), value, float(image)
-    return LevelResult(best, best_loss, best_image, taken, False)
+    return LevelResult(best, best_loss, best_image, taken, False, first)
 
 
 class LossBox(NamedTuple):

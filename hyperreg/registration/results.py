@@ -78,6 +78,7 @@ class RefineStats:
         steps_taken: Adam steps taken per level, ``(coarse, fine)``; ``(0, n)`` without a
             coarse level.
         fell_back: The network's field was kept: the refined loss did not fall.
+        quarter_steps: Adam steps taken at the quarter level (0 without one).
     """
 
     steps: int
@@ -89,6 +90,7 @@ class RefineStats:
     loss_after: float
     steps_taken: tuple[int, int] = (0, 0)
     fell_back: bool = False
+    quarter_steps: int = 0
 
 
 @dataclass
