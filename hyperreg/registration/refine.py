@@ -12,7 +12,7 @@ whose network works at 2 mm), where a step costs about 1/8 of a fine one. The lo
 evaluated on the box of both images' foreground (the flow outside it is left as predicted).
 Each level stops early when its loss stops improving and keeps
 its best flow; a loss that becomes NaN is an error (RuntimeError), never a silent fall-back.
-:func:`refine_pair` is the :func:`~hyperreg.registration.pairs.register_pair`
+:func:`refine_pair` is the :func:`~hyperreg.registration.lambdas.register_pair`
 counterpart (volumes in, :class:`~hyperreg.registration.results.RegistrationResult` out, its
 ``refinement`` the :class:`~hyperreg.registration.results.RefineStats`: timings, similarities
 and losses before and after). :func:`inverse_displacement` is the inverse field ``exp(−v)``.
@@ -429,14 +429,14 @@ def refine_pair(
 ) -> RegistrationResult:
     """Register ``moving`` to ``fixed`` at λ, refining the network's field for this pair.
 
-    As :func:`~hyperreg.registration.pairs.register_pair` (same preparation, same outputs on the
+    As :func:`~hyperreg.registration.lambdas.register_pair` (same preparation, same outputs on the
     fixed grid), with :func:`refine_flow` between the network and the result.
     ``refinement.steps == 0`` gives register_pair's result (the field the network predicts).
 
     Args:
         model: A trained :class:`~hyperreg.method.model.HyperMorph`.
         moving, fixed, lam, moving_seg, fixed_seg, normalization, resample: As
-            :func:`~hyperreg.registration.pairs.register_pair`.
+            :func:`~hyperreg.registration.lambdas.register_pair`.
         refinement: Steps, similarity, learning rate; default :class:`Refinement` ().
         inverse: Also compute the inverse displacement (``result.inverse_disp``).
         labels: Label ids scored for Dice; default those in both the moved and fixed maps.
@@ -456,7 +456,7 @@ def refine_pair(
     Raises:
         TypeError: If ``moving`` or ``fixed`` is not a :class:`~hyperreg.geometry.io.Volume`
             (tensors go to :func:`refine_flow`).
-        ValueError: As :func:`~hyperreg.registration.pairs.register_pair` and
+        ValueError: As :func:`~hyperreg.registration.lambdas.register_pair` and
             :func:`refine_flow` (non-finite voxels, bad step count), and for ``inverse`` with a
             model without a velocity field.
     """
