@@ -1,8 +1,9 @@
 """Peak memory of a registration: what is held and what is sampled when.
 
 The peak itself (a native 256³ register, the process's ``VmHWM``) is measured by
-benchmarks/bench_register_speed.py, not here: it varies by about 200 MiB between runs. These
-tests pin what keeps it down: each full-size output of a
+benchmarks/bench_register_speed.py, not here: it counts shared-library pages, which differ by
+more than 100 MiB between environments (RESULTS_register_speed.md). These tests pin what keeps
+it down: each full-size output of a
 chained pair sampled once and the label map and composed field only after the verdict kept
 the registration, label maps held in their smallest integer type, Dice and the finiteness
 check counted in blocks (same counts in any memory order), freed heap handed back.
