@@ -31,6 +31,15 @@ __all__ = [
 REDUCTIONS = ("mean", "none")
 
 
+def _check_similarity_inputs(fn: str, moved: Tensor, fixed: Tensor, reduction: str) -> None:
+    """The checks every similarity loss makes first: ``moved`` and ``fixed`` floating-point
+    images of one shape, ``reduction`` one of :data:`REDUCTIONS` (errors name ``fn``)."""
+    check_image(fn, "moved", moved)
+    check_image(fn, "fixed", fixed)
+    check_same_shape(fn, ("moved", "fixed"), moved, fixed)
+    check_option(fn, "reduction", reduction, REDUCTIONS)
+
+
 def _reduce(per_sample: Tensor, reduction: str) -> Tensor:
     return per_sample.mean() if reduction == "mean" else per_sample
 
@@ -232,10 +241,7 @@ def ncc_loss(
     References:
         Avants et al., SyN, MedIA 2008 (local CC); VoxelMorph (Balakrishnan et al., 2019).
     """
-    check_image("ncc_loss", "moved", moved)
-    check_image("ncc_loss", "fixed", fixed)
-    check_same_shape("ncc_loss", ("moved", "fixed"), moved, fixed)
-    check_option("ncc_loss", "reduction", reduction, REDUCTIONS)
+    _check_similarity_inputs("ncc_loss", moved, fixed, reduction)
     if window < 1 or window % 2 == 0:
         raise ValueError(f"ncc_loss(): 'window' must be a positive odd integer, got {window}")
     work = torch.promote_types(torch.promote_types(moved.dtype, fixed.dtype), torch.float32)
@@ -304,10 +310,7 @@ def mi_loss(
         formula as MONAI's ``GlobalMutualInformationLoss(kernel_type="gaussian")`` (from
         DeepReg); equal to it to float precision (tested).
     """
-    check_image("mi_loss", "moved", moved)
-    check_image("mi_loss", "fixed", fixed)
-    check_same_shape("mi_loss", ("moved", "fixed"), moved, fixed)
-    check_option("mi_loss", "reduction", reduction, REDUCTIONS)
+    _check_similarity_inputs("mi_loss", moved, fixed, reduction)
     if isinstance(bins, bool) or not isinstance(bins, int) or bins < 2:
         raise ValueError(f"mi_loss(): 'bins' must be an integer >= 2, got {bins!r}")
     if not sigma_ratio > 0:
@@ -348,10 +351,7 @@ def mse_loss(moved: Tensor, fixed: Tensor, sigma: float = 0.05, reduction: str =
         TypeError: If an input is not a floating-point tensor.
         ValueError: If shapes differ, ``sigma <= 0`` or ``reduction`` is unknown.
     """
-    check_image("mse_loss", "moved", moved)
-    check_image("mse_loss", "fixed", fixed)
-    check_same_shape("mse_loss", ("moved", "fixed"), moved, fixed)
-    check_option("mse_loss", "reduction", reduction, REDUCTIONS)
+    _check_similarity_inputs("mse_loss", moved, fixed, reduction)
     if not sigma > 0:
         raise ValueError(f"mse_loss(): 'sigma' must be > 0, got {sigma}")
     work = torch.promote_types(torch.promote_types(moved.dtype, fixed.dtype), torch.float32)
@@ -457,10 +457,7 @@ def ngf_loss(moved: Tensor, fixed: Tensor, edge: float = 1.0, reduction: str = "
         Haber and Modersitzki, Intensity gradient based registration and fusion of
         multi-modal images, MICCAI 2006 (normalised gradient fields).
     """
-    check_image("ngf_loss", "moved", moved)
-    check_image("ngf_loss", "fixed", fixed)
-    check_same_shape("ngf_loss", ("moved", "fixed"), moved, fixed)
-    check_option("ngf_loss", "reduction", reduction, REDUCTIONS)
+    _check_similarity_inputs("ngf_loss", moved, fixed, reduction)
     if not edge > 0:
         raise ValueError(f"ngf_loss(): 'edge' must be > 0, got {edge}")
     work = torch.promote_types(torch.promote_types(moved.dtype, fixed.dtype), torch.float32)
