@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from lambda_helpers import save_tiny_model, write_nifti
+from test_batch_masks import _batch, _write_rows
 from test_contrast import T1, T2, phantom
 
 from hyperreg.apps.inputs import read_pairs
@@ -33,18 +34,6 @@ def job(tmp_path: Path) -> dict[str, Path]:
     path = data / "pairs.csv"
     _write_rows(path, [{"moving": f"{m}.nii.gz", "fixed": "t1.nii.gz"} for m in ("t2", "t1b")])
     return {"csv": path, "model": save_tiny_model(tmp_path / "m.pt"), "out": tmp_path / "out"}
-
-
-def _write_rows(path: Path, rows: list[dict[str, str]]) -> None:
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-
-
-def _batch(job: dict[str, Path], *extra: str) -> list[str]:
-    args = ["batch", "--model", str(job["model"]), "--pairs", str(job["csv"]), "--refine", "0"]
-    return [*args, "--out", str(job["out"]), "--no-progress", "--init", "none", *extra]
 
 
 def _summary(job: dict[str, Path]) -> dict[str, dict[str, str]]:
