@@ -13,8 +13,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 
-__all__ = ["InputError", "MissingInputError", "failure_text", "passed_as", "quoted"]
+__all__ = [
+    "InputError",
+    "MissingInputError",
+    "failure_text",
+    "named_by",
+    "passed_as",
+    "quoted",
+]
+
+# how failure_text names arguments; None: quoted, as the library does
+_NAMES: ContextVar[Callable[[str], str | None] | None] = ContextVar("_NAMES", default=None)
 
 
 def quoted(argument: str) -> str:
@@ -95,11 +106,27 @@ def passed_as(**names: str) -> Iterator[None]:
         raise
 
 
+@contextmanager
+def named_by(name: Callable[[str], str | None]) -> Iterator[None]:
+    """Inside, :func:`failure_text` names an :class:`InputError`'s arguments by ``name`` (a
+    front end's own: the command line passes its options, ``{"replace_nonfinite":
+    "--replace-nonfinite"}.get``), so what a batch stores for a failed item speaks its user's
+    language; an argument ``name`` gives None for stays quoted."""
+    token = _NAMES.set(name)
+    try:
+        yield
+    finally:
+        _NAMES.reset(token)
+
+
 def failure_text(err: BaseException) -> str:
     """One line for a failed item of a batch (a pair, a CSV row): the library's own words (an
-    :class:`InputError`'s ``detail``, without the function name); the exception type only when
-    the message is empty, or for an unexpected error (not a ValueError, TypeError or OSError)."""
-    text = " ".join(str(getattr(err, "detail", err)).split())
+    :class:`InputError`'s ``detail``, without the function name, its arguments named as
+    :func:`named_by` says where it is in force); the exception type only when the message is
+    empty, or for an unexpected error (not a ValueError, TypeError or OSError)."""
+    name = _NAMES.get()
+    detail = err.describe(name) if name and isinstance(err, InputError) else None
+    text = " ".join(str(detail or getattr(err, "detail", err)).split())
     if isinstance(err, (ValueError, TypeError, OSError)) and text:
         return text
     return f"{type(err).__name__}: {text}" if text else type(err).__name__

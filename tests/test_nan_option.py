@@ -72,6 +72,9 @@ def test_batch_and_affine_take_the_option(
     assert main(batch) == 1  # the pair fails, saying how to go on
     err = capsys.readouterr().err
     assert "4 non-finite voxels" in err and "--replace-nonfinite VALUE" in err
+    # what the batch stores names the option too, not the library's argument
+    stored = (pair["out"] / "batch" / "failures.csv").read_text()
+    assert "--replace-nonfinite VALUE" in stored and "replace_nonfinite" not in stored
     assert main([*batch, "--replace-nonfinite", "0"]) == 0
     assert "1 registered, 0 already done, 0 failed" in capsys.readouterr().out
     affine = ["affine", "--moving", str(pair["moving"]), "--fixed", str(pair["fixed"]),

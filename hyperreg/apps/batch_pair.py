@@ -137,7 +137,7 @@ class PairRun:
 def _record_failure(pair: PairSpec, folder: Path, identity: dict, err: Exception) -> None:
     """Log and store (``failure.json``) one pair's error."""
     # the error rides along: a front end may name its arguments its own way (options)
-    logger.warning("%s failed: %s", pair.name, failure_text(err), extra={"input_error": err})
+    logger.warning("%s failed: %s", pair.name, failure_text(err))
     failure = {**identity, "error": failure_text(err), "traceback": traceback.format_exc()}
     write_json(folder / FAILURE, failure)
 

@@ -70,27 +70,18 @@ class LogFormatter(logging.Formatter):
     """``hyperreg <cmd>: <message>``: a log line of hyperreg's as the library wrote it, on one
     line; ``hyperreg <cmd>: warning: <message>`` at level WARNING and above, as warnings print.
     Another library's line is under its own logger's name, never the command's:
-    ``matplotlib.font_manager: warning: Matplotlib is building the font cache...``.
+    ``matplotlib.font_manager: warning: Matplotlib is building the font cache...``. (A failed
+    pair of ``batch`` is logged in the command's option names: :func:`hyperreg.cli.run.main`
+    runs the command under :func:`hyperreg._errors.named_by`.)"""
 
-    A line that carries the library error it reports (``extra={"input_error": err}``, its
-    last argument that error's detail: a failed pair of ``batch``) names the arguments of the
-    error by the command's options (``options``: :func:`options_of`), as :func:`error_text`
-    does: ``... replace them with --replace-nonfinite VALUE``."""
-
-    def __init__(self, prog: str, options: dict[str, str] | None = None) -> None:
+    def __init__(self, prog: str) -> None:
         super().__init__()
         self.prog = prog
-        self.options = options or {}
 
     def format(self, record: logging.LogRecord) -> str:
         level = "warning: " if record.levelno >= logging.WARNING else ""
         ours = record.name == "hyperreg" or record.name.startswith("hyperreg.")
-        message = record.getMessage()
-        err = getattr(record, "input_error", None)
-        if ours and err is not None and hasattr(err, "describe") and record.args:
-            args = (*tuple(record.args)[:-1], err.describe(self.options.get))
-            message = record.msg % args
-        return f"{self.prog if ours else record.name}: {level}{one_line(message)}"
+        return f"{self.prog if ours else record.name}: {level}{one_line(record.getMessage())}"
 
 
 def folding_text(percent: float) -> str:

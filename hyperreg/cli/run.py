@@ -17,6 +17,7 @@ from hyperreg.cli import batch_commands, lambda_commands, register_commands, tra
 from hyperreg.cli import view_commands
 from hyperreg.cli.args import PROG, Parser, option_strings, subparser
 from hyperreg.cli.help_layout import DOCS, layout_help
+from hyperreg._errors import named_by
 from hyperreg.cli.messages import LogFormatter, error_text, one_line, options_of
 
 __all__ = ["build_parser", "main"]
@@ -61,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # logger's name, the root's level left as it is (the handler and level are restored
     # afterwards: main() is also called in-process, from tests and scripts)
     handler = logging.StreamHandler()
-    handler.setFormatter(LogFormatter(prog, options))
+    handler.setFormatter(LogFormatter(prog))
     root, own = logging.getLogger(), logging.getLogger("hyperreg")
     level = own.level
     root.addHandler(handler)
@@ -72,8 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # warnings print as one line while the command runs; catch_warnings restores the process's
     # own warnings.showwarning afterwards (main() is also called in-process, from tests).
+    # what a batch stores for a failed pair names arguments by this command's options
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), named_by(options.get):
             warnings.showwarning = show_warning
             return _run(args, prog, options)
     finally:
