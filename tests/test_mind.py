@@ -139,3 +139,19 @@ def test_bad_input(call, match: str) -> None:
 def test_integer_image_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="'image'"):
         mind_ssc(torch.zeros(1, 1, 5, 5, 5, dtype=torch.int64))
+
+
+def test_cli_refine_sim_mind_registers_as_other_contrasts(tmp_path, capsys) -> None:
+    from lambda_helpers import write_nifti
+    from test_contrast import T1, T2, phantom
+
+    from hyperreg.cli import main
+
+    moving = write_nifti(tmp_path / "t2.nii.gz", phantom(T2, 1.5, seed=1))
+    fixed = write_nifti(tmp_path / "t1.nii.gz", phantom(T1))
+    command = ["register", "--moving", str(moving), "--fixed", str(fixed), "--init", "none"]
+    command += ["--moved", str(tmp_path / "moved.nii.gz"), "--device", "cpu", "-v"]
+    assert main([*command, "--refine", "2", "--refine-sim", "mind"]) == 0
+    said = capsys.readouterr()
+    assert "-MIND distance" in said.out  # the refinement's line names its similarity
+    assert "raised to 0.2 for other contrasts" in said.out + said.err  # the model's 0.05
