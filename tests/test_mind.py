@@ -25,7 +25,8 @@ def _image(ndim: int, seed: int = 0) -> torch.Tensor:
 
 def _reference_ssc(image: np.ndarray, radius: int, dilation: int) -> np.ndarray:
     """The definition written out voxel by voxel (2D, float64): for each pair of points of
-    ``ssc_offsets`` the box mean of squared differences, borders by the nearest voxel."""
+    ``ssc_offsets`` the mean of squared differences over the box's voxels inside the image,
+    the shifted points beyond the border taking the nearest voxel."""
     height, width = image.shape
     pairs = ssc_offsets(2, dilation)
 
@@ -39,9 +40,10 @@ def _reference_ssc(image: np.ndarray, radius: int, dilation: int) -> np.ndarray:
     for c, (p, q) in enumerate(pairs):
         for i, j in itertools.product(range(height), range(width)):
             box = [
-                squared(p, q, min(max(i + a, 0), height - 1), min(max(j + b, 0), width - 1))
+                squared(p, q, i + a, j + b)
                 for a in range(-radius, radius + 1)
                 for b in range(-radius, radius + 1)
+                if 0 <= i + a < height and 0 <= j + b < width  # the box's voxels inside
             ]
             distance[c, i, j] = np.mean(box)
     distance -= distance.min(0, keepdims=True)

@@ -10,8 +10,9 @@ import nibabel or hyperreg modules other than ``_checks`` and ``_errors``.
 The self-similarity context (SSC): the ``2·N`` points one ``dilation`` away from a voxel along
 each array axis (its six-neighbourhood in 3D) form the pairs that lie on two different axes
 (12 in 3D, 4 in 2D); for each pair the patch distance is the mean over a
-``(2·radius + 1)``-wide box of the squared intensity difference between the image shifted to
-one point and to the other. Distances are turned into ``exp(−D / V)`` with ``V`` the voxel's
+``(2·radius + 1)``-wide box (its voxels inside the image) of the squared intensity difference
+between the image shifted to one point and to the other (the image extended by its border
+values). Distances are turned into ``exp(−D / V)`` with ``V`` the voxel's
 mean distance over the pairs (a local noise estimate, kept within ``[0.001, 1000]`` times its
 mean over the image), then divided by their largest value per voxel, so each channel lies in
 (0, 1] and one of them is 1.
@@ -76,7 +77,8 @@ def mind_ssc(image: Tensor, radius: int = MIND_RADIUS, dilation: int = MIND_DILA
     Returns:
         ``(B, P, *S)`` descriptor, ``P`` = 12 in 3D and 4 in 2D (one channel per pair of
         :func:`ssc_offsets`), values in (0, 1], dtype of ``image`` (float32 at least). The image
-        is extended by its border values (replicate) for the shifts and the boxes.
+        is extended by its border values (replicate) for the shifts; a box near the border
+        averages its voxels inside the image.
 
     Raises:
         TypeError: If ``image`` is not a floating-point tensor.
@@ -102,15 +104,14 @@ def mind_ssc(image: Tensor, radius: int = MIND_RADIUS, dilation: int = MIND_DILA
 
     pairs = ssc_offsets(ndim, dilation)
     squared = torch.cat([(shifted(p) - shifted(q)).square() for p, q in pairs], 1)
-    if radius:
-        pool = F.avg_pool3d if ndim == 3 else F.avg_pool2d
-        squared = pool(F.pad(squared, [radius] * (2 * ndim), mode="replicate"), 2 * radius + 1, 1)
-    distance = squared - squared.amin(1, keepdim=True)  # the nearest pair at 0: exp stays finite
+    squared = _box_mean(squared, radius)
+    # the nearest pair at 0: its channel is exp(0) = 1, the largest, so the division by the
+    # largest value of the definition is already done (and exp stays finite)
+    distance = squared - squared.amin(1, keepdim=True)
     variance = distance.mean(1, keepdim=True)
     level = variance.flatten(1).mean(1).reshape(-1, *([1] * (ndim + 1)))
     variance = torch.maximum(torch.minimum(variance, level * 1000), level * 0.001)
-    descriptor = torch.exp(-distance / variance.clamp_min(torch.finfo(work.dtype).tiny))
-    return descriptor / descriptor.amax(1, keepdim=True)
+    return torch.exp(distance * (-1.0 / variance.clamp_min(torch.finfo(work.dtype).tiny)))
 
 
 def mind_loss(
@@ -154,6 +155,45 @@ def mind_loss(
     difference = (mind_ssc(moved, radius, dilation) - target).square()
     per_sample = difference.flatten(1).mean(1)
     return per_sample.mean() if reduction == "mean" else per_sample
+
+
+def _box_sum(x: Tensor, radius: int) -> Tensor:
+    """Sum over a ``(2·radius + 1)``-wide box around each voxel of ``x`` (``(B, C, *S)``), zero
+    outside the image; separable, ``2·radius`` in-place additions per axis (no padded copy, no
+    autograd graph)."""
+    for dim in range(2, x.ndim):
+        total, size = x.clone(), x.shape[dim]
+        for shift in range(1, min(radius, size - 1) + 1):
+            total.narrow(dim, shift, size - shift).add_(x.narrow(dim, 0, size - shift))
+            total.narrow(dim, 0, size - shift).add_(x.narrow(dim, shift, size - shift))
+        x = total
+    return x
+
+
+class _BoxMean(torch.autograd.Function):
+    """Mean over the voxels of a box that lie inside the image: ``box_sum(x) / count``, with
+    ``count`` the box's voxels inside. Linear, and the zero-padded box sum is its own adjoint,
+    so the gradient is ``box_sum(grad / count)``: no autograd graph of the additions (whose
+    slice gradients would each fill a padded copy with zeros)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, radius: int) -> Tensor:  # type: ignore[override]
+        ones = torch.ones((1, 1, *x.shape[2:]), dtype=x.dtype, device=x.device)
+        count = _box_sum(ones, radius)
+        ctx.save_for_backward(count)
+        ctx.radius = radius
+        return _box_sum(x, radius) / count
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+        (count,) = ctx.saved_tensors
+        return _box_sum(grad / count, ctx.radius), None
+
+
+def _box_mean(x: Tensor, radius: int) -> Tensor:
+    """Mean of ``x`` (``(B, C, *S)``) over the voxels of a ``(2·radius + 1)``-wide box around
+    each voxel that lie inside the image (:class:`_BoxMean`); ``x`` itself for radius 0."""
+    return _BoxMean.apply(x, radius) if radius else x
 
 
 def _check_positive(fn: str, name: str, value: object) -> None:
