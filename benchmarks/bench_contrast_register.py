@@ -14,8 +14,9 @@ before: local NCC whatever the pair). Groups:
   (:func:`bench_contrast.synthetic_t2_3d`) against its T1.
 * ``mind``: the refinement's similarity on synthetic 3D T2 -> T1 pairs (IXI012 -> IXI239,
   IXI162 -> IXI174) and IXI012's T2 to its own T1: ``--mind`` variants, each
-  ``NAME[:RADIUS:DILATION[:WEIGHT]]`` with NAME ``ncc`` (the default ``register``), ``mind``
-  (``--refine-sim mind``: MIND-SSC on the remapped image), ``mind-read`` (a probe: the network
+  ``NAME[:RADIUS:DILATION[:WEIGHT]][@STEPS]`` (steps: default the model's) with NAME ``ncc``
+  (the default ``register``), ``mind`` (``--refine-sim mind``: MIND-SSC on the remapped
+  image), ``mind-read`` (a probe: the network
   sees the remapped image, refinement MIND-SSC on the moving image as read, patched into
   :mod:`hyperreg.registration.passes`), ``t1`` (the T1 itself) or ``t1-drawn`` (a T1 drawn
   from the labels as the T2 is, :func:`bench_contrast.synthetic_t2_3d` with ``classes=None``).
@@ -60,6 +61,7 @@ from hyperreg.registration.contrast import contrast_lambda, contrast_similarity
 from hyperreg.registration.pairs import network_inputs
 from hyperreg.registration.pipeline import load_pair
 from hyperreg.registration.prepared import PreparedPair
+from hyperreg.registration.refine import Refinement
 from hyperreg.registration.verdict import MIN_GAINS
 
 
@@ -232,10 +234,12 @@ def read_image_passes(model, moving, fixed, lam, passes, refinement, **keywords)
 
 def mind_variant(model, variant: str, moving, fixed, work: Path, segs) -> tuple:
     """One row of the ``mind`` group: ``(mean |u|, p95 |u|, Dice, CPU s, kept)``."""
+    variant, _, steps = variant.partition("@")
     name, *numbers = variant.split(":")
     radius, dilation, *weight = numbers or (mind_module.MIND_RADIUS, mind_module.MIND_DILATION)
     set_mind(int(radius), int(dilation), float(weight[0]) if weight else 1.0)
-    refine = DefaultSteps(sim="mind") if name.startswith("mind") else None
+    sim = "mind" if name.startswith("mind") else None
+    refine = Refinement(steps=int(steps), sim=sim) if steps else DefaultSteps(sim=sim)
     network_image = PreparedPair.network_image
     if name == "mind-read":
 
@@ -264,7 +268,7 @@ def mind(work: Path, variants: Sequence[str]) -> None:
         t1 = np.asarray(nib.load(ixi / f"{a}_T1.nii.gz").dataobj, dtype=np.float32)
         labels = np.asarray(nib.load(ixi / f"{a}_DLMUSE.nii.gz").dataobj)
         for variant in variants:
-            name = variant.split(":")[0]
+            name = variant.split(":")[0].split("@")[0]
             if name.startswith("t1") and a == b:
                 continue
             moving = ixi / f"{a}_T1.nii.gz"
