@@ -52,12 +52,18 @@ def render_seg4(seg: np.ndarray, values: Sequence[float], seed: int) -> np.ndarr
     return np.clip(image + noise * (image > 0.01), 0.0, None).astype(np.float32)
 
 
-def synthetic_t2_3d(t1: np.ndarray, labels: np.ndarray, seed: int = 0) -> np.ndarray:
+def synthetic_t2_3d(
+    t1: np.ndarray,
+    labels: np.ndarray,
+    seed: int = 0,
+    classes: Sequence[float] | None = T2_CLASSES,
+) -> np.ndarray:
     """A T2-like head from a T1 head and its parcellation: each brain label (``labels > 0``)
     becomes CSF, GM or WM by its median T1 intensity (nearest of three 1D k-means centres of
-    the brain's T1 intensities), and takes that class's T2-like value (:data:`T2_CLASSES`,
-    times the brain's 99th T1 percentile); outside the brain the T1 at half its intensity (the
-    scalp and skull). Blurred (σ 0.6 voxel), 2 % noise."""
+    the brain's T1 intensities), and takes that class's T2-like value (``classes``, default
+    :data:`T2_CLASSES`, times the brain's 99th T1 percentile; None: the T1's own class centres,
+    a T1 drawn the same way); outside the brain the T1 at half its intensity (the scalp and
+    skull). Blurred (σ 0.6 voxel), 2 % noise."""
     brain = labels > 0
     values = t1[brain].astype(np.float64)
     centres = np.percentile(values, [15, 50, 85])
@@ -65,11 +71,12 @@ def synthetic_t2_3d(t1: np.ndarray, labels: np.ndarray, seed: int = 0) -> np.nda
         nearest = np.argmin(np.abs(values[:, None] - centres[None]), axis=1)
         centres = np.array([values[nearest == k].mean() for k in range(3)])
     top = float(np.percentile(values, 99))
+    classes = centres / top if classes is None else classes
     out = 0.5 * t1.astype(np.float64)
     for label in np.unique(labels[brain]):
         where = labels == label
         kind = int(np.argmin(np.abs(centres - np.median(t1[where]))))  # 0 CSF, 1 GM, 2 WM
-        out[where] = T2_CLASSES[kind] * top
+        out[where] = classes[kind] * top
     out = gaussian_filter(out, 0.6)
     noise = np.random.default_rng(seed).normal(0.0, 0.02 * top, out.shape)
     return np.clip(out + noise * (out > 0.01 * top), 0.0, None).astype(np.float32)

@@ -12,18 +12,28 @@ before: local NCC whatever the pair). Groups:
   mean Dice over the seg24 labels.
 * ``3d``: IXI012 -> IXI239 (DLMUSE labels): a synthetic T2 of IXI012
   (:func:`bench_contrast.synthetic_t2_3d`) against its T1.
+* ``mind``: the refinement's similarity on synthetic 3D T2 -> T1 pairs (IXI012 -> IXI239,
+  IXI162 -> IXI174) and IXI012's T2 to its own T1: ``--mind`` variants, each
+  ``NAME[:RADIUS:DILATION[:WEIGHT]][@STEPS]`` (steps: default the model's) with NAME ``ncc``
+  (the default ``register``), ``mind`` (``--refine-sim mind``: MIND-SSC on the remapped
+  image), ``mind-read`` (a probe: the network
+  sees the remapped image, refinement MIND-SSC on the moving image as read, patched into
+  :mod:`hyperreg.registration.passes`), ``t1`` (the T1 itself) or ``t1-drawn`` (a T1 drawn
+  from the labels as the T2 is, :func:`bench_contrast.synthetic_t2_3d` with ``classes=None``).
 * ``gains``: every ordered multicontrast-2d T2 -> T1 pair (8 of one person, 56 of two): by how
   much the network's field raises the verdict's similarity for other contrasts (normalised
   gradient fields) over the best of the pair as it came and the affine alone, at the λ
   ``register`` uses; the share :data:`hyperreg.registration.verdict.MIN_GAINS` was set on it.
 
 Synthetic images are written to ``--work`` (a scratch folder, never the repository).
-Usage: ``python benchmarks/bench_contrast_register.py --work /tmp/contrast aligned 2d 3d gains``.
+Usage: ``python benchmarks/bench_contrast_register.py --work /tmp/contrast aligned 2d 3d gains``;
+``... --work /tmp/contrast mind --mind ncc mind:1:2 mind-read:1:2``.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import logging
 import sys
@@ -38,23 +48,35 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DATA_ROOT, log
 from bench_contrast import MC, SEG4_FLAIR, SEG4_T2, T1, T2, render_seg4, synthetic_t2_3d
+from bench_contrast import T2_CLASSES as T2C
 
+import hyperreg.method.mind as mind_module
+import hyperreg.method.objective as objective_module
+import hyperreg.registration.engine as engine_module
+import hyperreg.registration.passes as passes_module
 from hyperreg.apps.model_defaults import model_default_lambda
-from hyperreg.apps.models import resolve_model
+from hyperreg.apps.models import DefaultSteps, resolve_model
 from hyperreg.apps.register import register_files
 from hyperreg.registration.contrast import contrast_lambda, contrast_similarity
+from hyperreg.registration.pairs import network_inputs
 from hyperreg.registration.pipeline import load_pair
+from hyperreg.registration.prepared import PreparedPair
+from hyperreg.registration.refine import Refinement
 from hyperreg.registration.verdict import MIN_GAINS
 
 
-def run(model, moving, fixed, contrast, work: Path, **segs) -> tuple[float, float, object, float]:
+def run(
+    model, moving, fixed, contrast, work: Path, refine=None, **segs
+) -> tuple[float, float, object, float]:
     """``(mean |u|, 95th percentile |u|, Dice, CPU seconds)`` of one default registration;
     ``run.kept`` is what its verdict kept."""
     warp = work / "warp.nii.gz"
     start = time.process_time()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        result = register_files(model, moving, fixed, warp_out=warp, contrast=contrast, **segs)
+        result = register_files(
+            model, moving, fixed, warp_out=warp, contrast=contrast, refine=refine, **segs
+        )
     seconds = time.process_time() - start
     run.kept = result.verdict.kept if result.verdict is not None else "registered"
     field = np.asarray(nib.load(warp).dataobj, dtype=np.float64)
@@ -157,15 +179,128 @@ def gains(work: Path) -> None:
     print()
 
 
+IXI_PAIRS = {
+    "IXI012 -> IXI239": ("IXI012-HH-1211", "IXI239-HH-2296"),
+    "IXI162 -> IXI174": ("IXI162-HH-1548", "IXI174-HH-1571"),
+    "IXI012 T2 -> own T1": ("IXI012-HH-1211", "IXI012-HH-1211"),
+}
+
+
+def set_mind(radius: int, dilation: int, weight: float) -> None:
+    """The objective's MIND-SSC with ``radius``, ``dilation`` and the loss times ``weight``."""
+    objective_module.mind_ssc = functools.partial(
+        mind_module.mind_ssc, radius=radius, dilation=dilation
+    )
+
+    def loss(*args, **keywords):
+        keywords.update(radius=radius, dilation=dilation)
+        return weight * mind_module.mind_loss(*args, **keywords)
+
+    objective_module.mind_loss = loss
+
+
+def read_image_passes(model, moving, fixed, lam, passes, refinement, **keywords):
+    """``register_passes`` whose refinement warps the moving image as read
+    (``read_image_passes.aligned``) while every network pass sees ``moving`` (the remapped
+    image): the network's flow of the last pass is the refinement's start."""
+    device = next(model.parameters()).device
+    read, _, _ = network_inputs(
+        model, read_image_passes.aligned, fixed, keywords.get("normalization"), device, []
+    )
+    total, original_call, original_refine = [None], type(model).__call__, passes_module.refine_flow
+
+    def call(self, *args, **kw):  # the composed field of the passes so far
+        out = original_call(self, *args, **kw)
+        total[0] = (
+            out.disp
+            if total[0] is None
+            else passes_module.compose_displacements(total[0], out.disp)
+        )
+        return out
+
+    def refine_flow(model_, current, fixed_t, lam_, refinement_, masks=None):
+        flow = model_.predict_flow(current, fixed_t, lam_)
+        source = read if total[0] is None else passes_module.warp(read, total[0])
+        return original_refine(model_, source, fixed_t, lam_, refinement_, flow=flow, masks=masks)
+
+    type(model).__call__, passes_module.refine_flow = call, refine_flow
+    try:
+        return passes_module.register_passes(
+            model, moving, fixed, lam, passes, refinement, **keywords
+        )
+    finally:
+        type(model).__call__, passes_module.refine_flow = original_call, original_refine
+
+
+def mind_variant(model, variant: str, moving, fixed, work: Path, segs) -> tuple:
+    """One row of the ``mind`` group: ``(mean |u|, p95 |u|, Dice, CPU s, kept)``."""
+    variant, _, steps = variant.partition("@")
+    name, *numbers = variant.split(":")
+    radius, dilation, *weight = numbers or (mind_module.MIND_RADIUS, mind_module.MIND_DILATION)
+    set_mind(int(radius), int(dilation), float(weight[0]) if weight else 1.0)
+    sim = "mind" if name.startswith("mind") else None
+    refine = Refinement(steps=int(steps), sim=sim) if steps else DefaultSteps(sim=sim)
+    network_image = PreparedPair.network_image
+    if name == "mind-read":
+
+        def spy(pair):
+            read_image_passes.aligned = pair.aligned
+            return network_image(pair)
+
+        PreparedPair.network_image, engine_module.register_passes = spy, read_image_passes
+    try:
+        found = run(model, moving, fixed, "auto", work, refine, **segs)
+    finally:
+        PreparedPair.network_image = network_image
+        engine_module.register_passes = passes_module.register_passes
+    return (*found, run.kept)
+
+
+def mind(work: Path, variants: Sequence[str]) -> None:
+    ixi = DATA_ROOT / "ixi-2mm"
+    model = resolve_model(None, image=ixi / "IXI012-HH-1211_T1.nii.gz").model
+    print("| pair | moving | refinement | Dice | kept | mean / p95 abs u (voxels) | CPU s |")
+    print("|---|---|---|---|---|---|---|")
+    for title, (a, b) in IXI_PAIRS.items():
+        segs = {} if a == b else dict(
+            moving_seg=ixi / f"{a}_DLMUSE.nii.gz", fixed_seg=ixi / f"{b}_DLMUSE.nii.gz"
+        )  # fmt: skip
+        t1 = np.asarray(nib.load(ixi / f"{a}_T1.nii.gz").dataobj, dtype=np.float32)
+        labels = np.asarray(nib.load(ixi / f"{a}_DLMUSE.nii.gz").dataobj)
+        for variant in variants:
+            name = variant.split(":")[0].split("@")[0]
+            if name.startswith("t1") and a == b:
+                continue
+            moving = ixi / f"{a}_T1.nii.gz"
+            if name != "t1":
+                drawn = synthetic_t2_3d(t1, labels, classes=None if name == "t1-drawn" else T2C)
+                moving = save_like(work / f"{a}_{name}.nii.gz", drawn, ixi / f"{a}_T1.nii.gz")
+            mean, p95, dice, seconds, kept = mind_variant(
+                model, variant, moving, ixi / f"{b}_T1.nii.gz", work, segs
+            )
+            shown = "-" if dice is None else f"{dice:.4f}"
+            kind = {"t1": "T1", "t1-drawn": "T1 drawn from labels"}.get(name, "synthetic T2")
+            print(f"| {title} | {kind} | {variant} | {shown} | {kept} | {mean:.2f} / {p95:.1f} "
+                  f"| {seconds:.0f} |", flush=True)  # fmt: skip
+            log(title, variant, dice)
+    print()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("groups", nargs="+", choices=("aligned", "2d", "3d", "gains"))
+    parser.add_argument("groups", nargs="+", choices=("aligned", "2d", "3d", "gains", "mind"))
     parser.add_argument("--work", type=Path, required=True, help="scratch folder")
+    parser.add_argument(
+        "--mind", nargs="+", default=["ncc", "mind:1:2", "mind-read:1:2"], help="mind variants"
+    )
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     for group in args.groups:
         print(f"### {group}\n")
+        if group == "mind":
+            mind(args.work, args.mind)
+            continue
         {"aligned": aligned, "2d": two_d, "3d": three_d, "gains": gains}[group](args.work)
     return 0
 

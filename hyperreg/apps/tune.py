@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hyperreg._checks import check_option
 from hyperreg._errors import InputError
 from hyperreg.apps.inputs import PairSpec, parse_lambdas
 from hyperreg.apps.tune_report import (
@@ -37,6 +38,7 @@ from hyperreg.apps.tune_report import (
 from hyperreg.geometry.affine import AffineTransform
 from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION
 from hyperreg.method.model import HyperMorph
+from hyperreg.registration.contrast import CONTRAST_CHOICES, contrast_options
 from hyperreg.registration.pipeline import DEFAULT_INIT, PairResult, load_pair
 from hyperreg.registration.refine import Refinement
 from hyperreg.registration.settings import resolve_settings
@@ -70,18 +72,22 @@ def _evaluate(
     transforms: dict[int, AffineTransform | None] | None = None,
     replace_nonfinite: float | None = None,
     refine: Refinement | None = None,
+    contrast: str = "auto",
 ) -> tuple[list[dict[str, Any]], list[float]]:
     """Mean-over-pairs Dice/folding per λ (one batched sweep per pair), and the mean Dice
     without registration of each pair. Each pair's affine stage runs once: its transform is
     kept in ``transforms`` (position -> transform, None without a stage) for later rounds,
     which reload the pair with it (memory stays that of one pair). With ``refine`` each λ is
-    refined for the pair, as ``register`` runs it. Dice scores the original
-    label map sampled once through the affine and the field, as ``register`` writes it."""
+    refined for the pair, as ``register`` runs it, and ``contrast`` is handled as ``register``
+    handles it (:func:`~hyperreg.registration.contrast.contrast_options`: for other contrasts
+    the network and refinement see the moving image drawn in the fixed image's intensities).
+    Dice scores the original label map sampled once through the affine and the field, as
+    ``register`` writes it."""
     per_lam: list[list[PairResult]] = [[] for _ in lambdas]
     before: list[float] = []
     transforms = {} if transforms is None else transforms
     for position, spec in enumerate(pairs):
-        known = position in transforms
+        known, asked = position in transforms, spec.contrast or contrast  # the row's first
         try:
             pair = load_pair(
                 spec.moving,
@@ -94,6 +100,7 @@ def _evaluate(
                 normalization=normalization,
                 resample=resample,
                 replace_nonfinite=replace_nonfinite,
+                contrast=asked,  # a known transform is reused as it is (no second run)
             )
         except InputError as err:  # a pair's file, not an option: the row of 'pairs' says which
             if err.argument not in ("moving", "fixed", "moving_seg", "fixed_seg"):
@@ -106,7 +113,8 @@ def _evaluate(
             transforms[position] = pair.transform if aligned else None
         # the model's own curve over λ: every field scored as it is (no verdict, so no
         # never-worse rule; register applies both at the λ chosen)
-        results = pair.register(model, list(lambdas), refine, chunk=chunk, amp=amp, judged=False)
+        options = contrast_options(pair, asked, refine)  # refinement, similarity
+        results = pair.register(model, list(lambdas), chunk=chunk, amp=amp, judged=False, **options)
         for slot, result in zip(per_lam, results):
             slot.append(result)
         before.append(float(pair.dice_before))  # type: ignore[arg-type]
@@ -226,6 +234,7 @@ def tune_lambda(
     resample: bool = True,
     init: str = DEFAULT_INIT,
     replace_nonfinite: float | None = None,
+    contrast: str = "auto",
 ) -> TuneResult:
     """Find λ* maximising mean validation Dice, optionally under a folding limit.
 
@@ -263,6 +272,11 @@ def tune_lambda(
             "before" is that with no registration.
         replace_nonfinite: The value NaN/inf voxels of the images take (logged with their
             count; label maps must be finite); None (default): such an image is an error.
+        contrast: ``"auto"`` (default), ``"same"`` or ``"different"``, for every pair without
+            a ``contrast`` cell of its own (:class:`~hyperreg.apps.inputs.PairSpec`): as in
+            :func:`~hyperreg.apps.register.register_files` (other contrasts: the affine stage
+            run again on the moving image drawn in the fixed image's intensities, which the
+            network and refinement then see).
 
     Returns:
         A :class:`TuneResult`. If no evaluated λ meets ``max_folding``, λ* is the value with the
@@ -272,13 +286,15 @@ def tune_lambda(
         FileNotFoundError: If a file is missing.
         ValueError: If ``pairs`` is empty, a pair lacks a label map, the grid has fewer than 2
             distinct values or values outside [0, 1], ``max_folding`` is negative or NaN, or
-            ``bracket_rounds`` / ``bracket_points`` is negative / below 1; or a pair cannot be
+            ``bracket_rounds`` / ``bracket_points`` is negative / below 1, ``contrast`` is
+            unknown; or a pair cannot be
             registered (:func:`~hyperreg.registration.pipeline.load_pair`: e.g. a constant
             image; an :class:`~hyperreg._errors.InputError` of argument ``"pairs"`` naming the
             row).
     """
     fn = "tune_lambda"
     grid = _check_tune(fn, pairs, lambdas, max_folding, bracket_rounds, bracket_points)
+    check_option(fn, "contrast", contrast, CONTRAST_CHOICES)
     refine = refine if refine is not None and refine.steps > 0 else None
     resolve_settings(model, grid, refine, chunk=chunk, amp=amp, fn=fn)  # before any pair's work
     options = dict(
@@ -290,6 +306,7 @@ def tune_lambda(
         init=init,
         transforms={},
         replace_nonfinite=replace_nonfinite,
+        contrast=contrast,
     )
 
     def feasible(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -25,22 +25,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
+from hyperreg._checks import check_option
 from hyperreg._errors import InputError
 from hyperreg.apps.models import model_default_lambda, model_default_refine, pair_refinement
 from hyperreg.apps.outputs import OutputSpec, write_outputs
 from hyperreg.apps.view_results import Superseded, check_view_lam, network_text, readout
-from hyperreg.apps.view_volumes import (
-    JACOBIAN_SCALE,
-    display_volumes,
-    edges_nd,
-    nifti_bytes,
-    plane_of,
-    to_uint8,
-)
+from hyperreg.apps.view_volumes import display_volumes, encode_views, plane_of, static_view
 from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION
 from hyperreg.method.model import HyperMorph
+from hyperreg.registration.contrast import CONTRAST_CHOICES, contrast_lambda, contrast_similarity
 from hyperreg.registration.pairs import PathLike, check_outputs
 from hyperreg.registration.pipeline import DEFAULT_INIT, PairResult, PreparedPair, load_pair
 from hyperreg.registration.refine import Refinement
@@ -87,12 +81,15 @@ class ViewSession:
         cache_size: Registrations kept (least recently used dropped first); None: 32 in 2D,
             6 in 3D.
         lam: λ the page starts at; None: the model's default
-            (:func:`hyperreg.apps.models.model_default_lambda`).
+            (:func:`hyperreg.apps.models.model_default_lambda`), raised as ``register`` raises
+            it for other contrasts (:func:`~hyperreg.registration.contrast.contrast_lambda`).
         preview: Answer a new λ first with a preview (one network pass, no flip averaging,
             no verdict, no NCC), the model's full result next (the page swaps it in); None:
             only in 3D when the model runs more than one forward pass per λ. The curves, Save
             and refine always use the full settings. Previews have their own lock: a new λ's
             preview does not wait for a full registration running (they share the CPU).
+        similarity: The verdict's similarity for the pair, as ``register`` judges it
+            (:func:`~hyperreg.registration.contrast.contrast_similarity`); None: the model's.
     """
 
     def __init__(
@@ -105,12 +102,13 @@ class ViewSession:
         cache_size: int | None = None,
         lam: float | None = None,
         preview: bool | None = None,
+        similarity: str | None = None,
     ) -> None:
-        self.model = model
-        self.pair = pair
+        self.model, self.pair, self.similarity = model, pair, similarity
         self.out = Path(out)
         self.grid = [float(v) for v in grid]
-        self.lam = float(model_default_lambda(model).lam if lam is None else lam)
+        default = model_default_lambda(model).lam
+        self.lam = float(contrast_lambda(default, similarity) or default if lam is None else lam)
         self.cache_size = cache_size or (32 if pair.fixed.ndim == 2 else 6)
         full_forwards = model.config.passes * (2 if model.config.flip_average else 1)
         self.preview = bool(
@@ -214,11 +212,13 @@ class ViewSession:
         # no verdict (and so no never-worse rule) and no NCC: the quickest honest look; the
         # full result that replaces it has both
         model = self.preview_model()
-        return self.pair.register(model, [lam], None, passes=1, judged=False)[0]
+        options = dict(passes=1, judged=False, similarity=self.similarity)
+        return self.pair.register(model, [lam], None, **options)[0]
 
     def _register(self, lam: float, refined: bool) -> PairResult:
         refinement = self.refinement() if refined else None
-        return self.pair.register(self.model, [lam], refinement, ncc=not refined)[0]
+        options = dict(ncc=not refined, similarity=self.similarity)
+        return self.pair.register(self.model, [lam], refinement, **options)[0]
 
     def preview_model(self) -> HyperMorph:
         """The model without flip averaging (the same weights, shared): the previews'."""
@@ -314,7 +314,9 @@ class ViewSession:
         if kind in _STATIC_KINDS:
             with self._cache_lock:
                 if kind not in self._static:
-                    self._static[kind] = self._static_volume(kind, affine)
+                    moving, fixed = self.pair.aligned.data, self.pair.fixed.data
+                    ranges = (self._moving_range, self._fixed_range)
+                    self._static[kind] = static_view(kind, moving, fixed, affine, *ranges)
                 return self._static[kind]
         if lam is None:
             raise InputError("volume", "{0} needs a λ", "kind")
@@ -339,28 +341,10 @@ class ViewSession:
         )
         if kind not in views:
             raise InputError("volume", "{0} 'contours' needs both label maps", "kind")
-        encoded = {
-            name: nifti_bytes(
-                data,
-                affine,
-                cal=_CAL.get(name, (0.0, 255.0)),
-                slope=JACOBIAN_SCALE if name == "jac" else 1.0,
-            )
-            for name, data in views.items()
-        }
+        encoded = encode_views(views, affine)
         with self._cache_lock:
             entry.volumes.update(encoded)
         return encoded[kind]
-
-    def _static_volume(self, kind: str, affine: np.ndarray) -> bytes:
-        fixed = self.pair.fixed.data
-        if kind == "fixed":
-            data = to_uint8(fixed, *self._fixed_range)
-        elif kind == "moving":
-            data = to_uint8(self.pair.aligned.data, *self._moving_range)
-        else:
-            data = edges_nd(fixed).astype(np.uint8)
-        return nifti_bytes(data, affine, cal=(0.0, 1.0) if kind == "edges" else (0.0, 255.0))
 
     # ---------------------------------------------------------------------------------- info
 
@@ -425,10 +409,6 @@ class ViewSession:
         return list(paths.values())
 
 
-_CAL = {"jac": (0.0, 2.0), "fold": (0.0, 1.0), "contours": (0.0, 3.0), "diff": (0.0, 128.0)}
-"""Display windows (real units) of the λ-dependent views; others 0-255."""
-
-
 def open_view(
     model: HyperMorph,
     moving: PathLike,
@@ -448,6 +428,7 @@ def open_view(
     fixed_mask: PathLike | None = None,
     moving_mask: PathLike | None = None,
     preview: bool | None = None,
+    contrast: str = "auto",
 ) -> ViewSession:
     """Read and prepare one pair for the explorer (:class:`ViewSession`).
 
@@ -468,6 +449,9 @@ def open_view(
             and the verdict count only voxels inside them).
         preview: As :class:`ViewSession` (None: in 3D when the model runs more than one
             forward pass per λ).
+        contrast: ``"auto"`` (default), ``"same"`` or ``"different"``: as in
+            :func:`~hyperreg.apps.register.register_files` (the affine stage run again, the
+            moving image remapped for the network, the verdict's similarity and λ).
 
     Returns:
         The :class:`ViewSession` (its background sweep not started).
@@ -475,8 +459,9 @@ def open_view(
     Raises:
         FileNotFoundError: If an input is missing.
         ValueError: As :func:`~hyperreg.registration.pipeline.load_pair`, or ``lam`` or a
-            value of ``grid`` outside [0, 1] (``InputError``).
+            value of ``grid`` outside [0, 1], or an unknown ``contrast`` (``InputError``).
     """
+    check_option("open_view", "contrast", contrast, CONTRAST_CHOICES)  # before the affine stage
     if lam is not None:
         check_view_lam(lam)
     for value in grid:
@@ -495,5 +480,8 @@ def open_view(
         replace_nonfinite=replace_nonfinite,
         fixed_mask=fixed_mask,
         moving_mask=moving_mask,
+        contrast=contrast,
     )
-    return ViewSession(model, pair, out, grid=grid, lam=lam, preview=preview)
+    similarity = contrast_similarity(pair, contrast)
+    options = dict(grid=grid, lam=lam, preview=preview, similarity=similarity)
+    return ViewSession(model, pair, out, **options)

@@ -18,20 +18,32 @@ import nibabel as nib
 import numpy as np
 
 __all__ = [
+    "DISPLAY_WINDOWS",
     "JACOBIAN_SCALE",
     "checker_mask",
     "display_volumes",
     "edges_nd",
+    "encode_views",
     "jacobian_numpy",
     "label_contours",
     "nifti_bytes",
     "plane_of",
+    "static_view",
     "to_uint8",
 ]
 
 JACOBIAN_SCALE = 0.02
 """The Jacobian determinant is sent as uint8 with this scale factor (``scl_slope``): J in
 [0, 5.1] in steps of 0.02; larger values saturate, J ≤ 0 shows 0 (folding has its own mask)."""
+
+DISPLAY_WINDOWS = {
+    "jac": (0.0, 2.0),
+    "fold": (0.0, 1.0),
+    "contours": (0.0, 3.0),
+    "diff": (0.0, 128.0),
+    "edges": (0.0, 1.0),
+}
+"""Display windows (``cal_min``, ``cal_max``, real units) of the views; others 0-255."""
 
 
 def to_uint8(data: np.ndarray, low: float, high: float) -> np.ndarray:
@@ -191,3 +203,37 @@ def jacobian_numpy(disp: np.ndarray) -> np.ndarray:
 
     field = torch.from_numpy(np.ascontiguousarray(disp, dtype=np.float32))[None]
     return jacobian_determinant(field)[0, 0].numpy()
+
+
+def encode_views(views: dict[str, np.ndarray], affine: np.ndarray) -> dict[str, bytes]:
+    """Each view of :func:`display_volumes` as uncompressed NIfTI bytes (:func:`nifti_bytes`)
+    with its display window (:data:`DISPLAY_WINDOWS`); the Jacobian scaled by
+    :data:`JACOBIAN_SCALE`."""
+    return {
+        name: nifti_bytes(
+            data,
+            affine,
+            cal=DISPLAY_WINDOWS.get(name, (0.0, 255.0)),
+            slope=JACOBIAN_SCALE if name == "jac" else 1.0,
+        )
+        for name, data in views.items()
+    }
+
+
+def static_view(
+    kind: str,
+    moving: np.ndarray,
+    fixed: np.ndarray,
+    affine: np.ndarray,
+    moving_range: tuple[float, float],
+    fixed_range: tuple[float, float],
+) -> bytes:
+    """The NIfTI bytes of a view that does not depend on λ: ``"fixed"`` or ``"moving"`` (on
+    the fixed grid) as uint8 over its range, else the fixed image's edges (:func:`edges_nd`)."""
+    if kind == "fixed":
+        data = to_uint8(fixed, *fixed_range)
+    elif kind == "moving":
+        data = to_uint8(moving, *moving_range)
+    else:
+        data = edges_nd(fixed).astype(np.uint8)
+    return nifti_bytes(data, affine, cal=DISPLAY_WINDOWS.get(kind, (0.0, 255.0)))

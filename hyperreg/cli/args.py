@@ -336,8 +336,9 @@ def add_refine_arguments(parser: argparse.ArgumentParser, model_default: bool = 
         "--refine-sim",
         choices=REFINE_SIMILARITIES,
         default=None,
-        help="similarity for --refine: ncc (local NCC, window 9), mse, or mi (mutual "
-        "information, for pairs of different contrast, e.g. T1 to T2); default: the model's "
+        help="similarity for --refine: ncc (local NCC, window 9), mse, mi (mutual "
+        "information) or mind (MIND-SSC self-similarity descriptors), the last two for pairs of "
+        "different contrast, e.g. T1 to T2; default: the model's "
         "own (for other contrasts on the moving image drawn in the fixed image's intensities); "
         "given, it wins over --contrast auto",
     )
@@ -384,11 +385,11 @@ def add_contrast_argument(parser: argparse.ArgumentParser) -> None:
 
 def contrast_from(args: Any) -> str:
     """The ``contrast`` of ``args``: ``--contrast``, except that with ``auto`` an explicit
-    ``--refine-sim`` decides (``mi``: different; ``ncc`` or ``mse``: same)."""
+    ``--refine-sim`` decides (``mi`` or ``mind``: different; ``ncc`` or ``mse``: same)."""
     contrast = getattr(args, "contrast", "auto")
     sim = getattr(args, "refine_sim", None)
     if contrast == "auto" and sim is not None:
-        return "different" if sim == "mi" else "same"
+        return "different" if sim in ("mi", "mind") else "same"
     return contrast
 
 

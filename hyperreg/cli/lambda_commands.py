@@ -111,6 +111,7 @@ def _add_tune(sub: Any) -> None:
             help=argparse.SUPPRESS,
         )
     opts.add_refine_arguments(tune, model_default=True)
+    opts.add_contrast_argument(tune)
     opts.add_batching_arguments(tune)
     opts.add_nonfinite_argument(tune)
     opts.add_init_argument(tune, initial=False)  # per pair: the CSV's initial_affine column
@@ -200,6 +201,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         amp=args.amp,
         init=args.init,
         replace_nonfinite=args.replace_nonfinite,
+        contrast=opts.contrast_from(args),
     )
     paths = write_tune_report(result, args.out)
     limit = "" if args.max_folding is None else f" (folding limit {args.max_folding:g} %)"

@@ -119,7 +119,8 @@ def refine_text(stats: Any) -> str:
     :class:`~hyperreg.registration.pipeline.RefineStats`; '' when not refined (None)."""
     if stats is None or not stats.steps:
         return ""
-    name = "MI (nats)" if stats.similarity == "mi" else "NCC"
+    names = {"mi": "MI (nats)", "mind": "-MIND distance"}
+    name = names.get(stats.similarity, "NCC")
     return (
         f"refined {stats.steps} steps in {stats.seconds:.2f} s: "
         f"{name} {stats.similarity_before:.4f} -> {stats.similarity_after:.4f} "

@@ -55,6 +55,7 @@ def add_parsers(sub: Any) -> None:
     opts.add_init_argument(view, initial=False)
     opts.add_preprocessing_arguments(view)
     opts.add_mask_arguments(view)
+    opts.add_contrast_argument(view)
     opts.add_npz_geometry_argument(view)
     opts.add_common(view)
 
@@ -79,6 +80,7 @@ def _cmd_view(args: argparse.Namespace) -> int:
         npz_geometry=args.npz_geometry,
         fixed_mask=args.fixed_mask,
         moving_mask=args.moving_mask,
+        contrast=opts.contrast_from(args),
         **pair_options(args),
     )
     try:

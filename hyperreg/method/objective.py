@@ -42,6 +42,7 @@ from hyperreg.method.losses import (
     ncc_loss,
     ngf_loss,
 )
+from hyperreg.method.mind import mind_loss, mind_ssc
 from hyperreg.method.spatial import warp
 from hyperreg.method.similarities import SIMILARITIES as SIMILARITY_NAMES
 
@@ -131,7 +132,9 @@ class Objective:
             (MSE / σ², :func:`~hyperreg.method.losses.mse_loss`) or ``"mi"`` (mutual
             information, :func:`~hyperreg.method.losses.mi_loss`, for refinement across
             contrasts) or ``"ngf"`` (normalised gradient fields,
-            :func:`~hyperreg.method.losses.ngf_loss`, the verdict across contrasts).
+            :func:`~hyperreg.method.losses.ngf_loss`, the verdict across contrasts) or
+            ``"mind"`` (MIND-SSC descriptors, :func:`~hyperreg.method.mind.mind_loss`, for
+            refinement across contrasts).
         ncc_window: NCC box width per axis.
         mse_sigma: σ of the MSE term (intensities in [0, 1]).
         label_loss: ``"none"``, ``"dice"`` (1 − mean soft Dice over the labels present in the
@@ -211,6 +214,10 @@ class Objective:
             return mse_loss(moved, fixed, sigma=self.mse_sigma, reduction="none")
         if self.similarity == "ngf":
             return ngf_loss(moved, fixed, reduction="none")
+        if self.similarity == "mind":
+            with torch.set_grad_enabled(fixed.requires_grad):
+                target = mind_ssc(fixed)
+            return mind_loss(moved, fixed, reduction="none", fixed_descriptor=target)
         return mi_loss(moved, fixed, reduction="none")
 
     def smoothness(self, field: Tensor, image_shape: tuple[int, ...]) -> Tensor:

@@ -17,12 +17,14 @@ SIMILARITIES: dict[str, str] = {
     "mi": "global mutual information (pairs of different contrast, e.g. T2 to T1)",
     "ngf": "normalised gradient fields: whether edges lie along each other (judges pairs of "
     "different contrast)",
+    "mind": "MIND-SSC: local self-similarity descriptors compared by squared difference "
+    "(pairs of different contrast)",
 }
 """Every image similarity, name -> one line saying what it is."""
 
 TRAIN_SIMILARITIES: tuple[str, ...] = ("ncc", "mse")
 """The similarities a model can be trained with (``hyperreg train --sim``)."""
 
-REFINE_SIMILARITIES: tuple[str, ...] = ("ncc", "mse", "mi")
+REFINE_SIMILARITIES: tuple[str, ...] = ("ncc", "mse", "mi", "mind")
 """The similarities a test-time refinement can minimise (``--refine-sim``); ``"ngf"`` only
 judges (the verdict of pairs of different contrast), it is not offered for refinement."""
