@@ -22,6 +22,7 @@ from hyperreg.apps.models import ChosenLambda, check_lambda, pair_lambda
 from hyperreg.apps.outputs import OutputSpec, write_outputs
 from hyperreg.apps.sweep_figures import sweep_figures
 from hyperreg.apps.view_page import check_page_path, write_sweep_page
+from hyperreg.figures.backend import preload_pyplot
 from hyperreg.geometry.affine import AffineTransform
 from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION
 from hyperreg.method.model import HyperMorph
@@ -210,6 +211,7 @@ def sweep_files(
     _check_sweep(fn, lambdas, save_fields=save_fields, refine=refine, lam=lam, html=html)
     if lambdas:  # an option no path honours (e.g. amp with refinement): before the affine stage
         resolve_settings(model, lambdas, refine, chunk=chunk, amp=amp, passes=passes, fn=fn)
+    preload_pyplot()  # for the figures, while the affine stage leaves a core idle
     pair = load_pair(
         moving,
         fixed,

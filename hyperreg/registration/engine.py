@@ -14,6 +14,7 @@ pair (outputs through the chain, Dice, the verdict and never-worse decision of
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 import torch
 
@@ -40,7 +41,10 @@ def run(prepared: Any, model: HyperMorph, settings: RegistrationSettings) -> lis
     of a chunk before the next chunk); otherwise one λ at a time. On a CPU with more than one
     torch thread, one-λ chunks and the finishing of each λ (chain, Dice, verdict) after the
     first run side by side on the threads
-    (:func:`~hyperreg.registration.lambdas.side_by_side`): the same values, sooner.
+    (:func:`~hyperreg.registration.lambdas.side_by_side`): the same values, sooner. Composed
+    passes in one-λ chunks on a CPU finish each λ right after its passes, in the same task
+    (the first λ alone, on every thread, then the others side by side), so an odd λ's passes
+    never leave a thread idle while the finishing waits.
 
     Args:
         prepared: The :class:`~hyperreg.registration.prepared.PreparedPair` (the pair after
@@ -57,7 +61,6 @@ def run(prepared: Any, model: HyperMorph, settings: RegistrationSettings) -> lis
     fn = "register"
     if model.config.ndim != prepared.fixed.ndim:
         raise ndim_error(fn, model, prepared.fixed)
-    raw = _raw_results(prepared, model, settings)
 
     def finish(r: RegistrationResult) -> PairResult:
         result = prepared.finish(
@@ -71,22 +74,43 @@ def run(prepared: Any, model: HyperMorph, settings: RegistrationSettings) -> lis
         result.settings = settings
         return result
 
+    chunks = _one_lambda_chunks(prepared, model, settings)
+    if chunks is not None:  # each λ's network passes, then at once its finishing
+        first = [finish(r) for r in chunks(0)]  # on every thread; it fills the pair's caches
+
+        def one(start: int) -> list[PairResult]:
+            return [finish(r) for r in chunks(start)]
+
+        rest = side_by_side(one, range(1, len(settings.lams)), settings.device)
+        return first + [r for done in rest for r in done]
+    raw = _raw_results(prepared, model, settings)
     # the first fills the pair's caches (similarities before and after the affine, masks)
     first = [finish(r) for r in raw[:1]]
     return first + side_by_side(finish, raw[1:], settings.device)
+
+
+def _one_lambda_chunks(
+    prepared: Any, model: HyperMorph, settings: RegistrationSettings
+) -> Callable[[int], list[RegistrationResult]] | None:
+    """The raw results of the λ at an index, one λ at a time, when the λ run in one-λ
+    chunks of composed network passes on a CPU (:func:`_batched_passes`'s chunks); else None.
+
+    Then :func:`run` finishes each λ as soon as its passes are done, side by side with the next
+    λ's passes: no thread waits for an odd λ's passes before the finishing starts, and no raw
+    result waits in memory for every λ's network."""
+    device = next(model.parameters()).device
+    if settings.refined or settings.inverse or settings.passes == 1 or device.type != "cpu":
+        return None
+    if (settings.chunk or 1) != 1:
+        return None
+    return _passes_chunks(prepared, model, settings, **_network_options(prepared))
 
 
 def _raw_results(
     prepared: Any, model: HyperMorph, settings: RegistrationSettings
 ) -> list[RegistrationResult]:
     """The model's raw results (fields on the fixed grid) of every λ of ``settings``."""
-    # with an affine in the chain, finish() samples the original files through affine + field:
-    # the model's own moved image, label map and Dice would be discarded
-    inputs = dict(
-        moving_seg=None if prepared.chained else prepared.aligned_seg,
-        fixed_seg=None if prepared.chained else prepared.fixed_seg,
-        images=not prepared.chained,
-    )
+    inputs: dict[str, Any] = _network_options(prepared)
     lams = list(settings.lams)
     if settings.refined or settings.inverse:
         inputs["masks"] = prepared.cost_masks()  # the refinement similarity's cost masks
@@ -134,7 +158,17 @@ def _raw_results(
     return _batched_passes(prepared, model, settings, **inputs)
 
 
-@torch.no_grad()
+def _network_options(prepared: Any) -> dict[str, Any]:
+    """What the network's raw results carry: with an affine in the chain, finish() samples
+    the original files through affine + field, so the model's own moved image, label map and
+    Dice would be discarded."""
+    return dict(
+        moving_seg=None if prepared.chained else prepared.aligned_seg,
+        fixed_seg=None if prepared.chained else prepared.fixed_seg,
+        images=not prepared.chained,
+    )
+
+
 def _batched_passes(
     prepared: Any,
     model: HyperMorph,
@@ -149,6 +183,27 @@ def _batched_passes(
     :func:`~hyperreg.registration.passes.register_passes` (every pass sees the normalised
     moving image warped once by the composed field so far). Chunks of one λ on a CPU run side
     by side on the torch threads (:func:`~hyperreg.registration.lambdas.map_lambda_chunks`)."""
+    device = next(model.parameters()).device
+    count = len(settings.lams)
+    step = settings.chunk or (1 if device.type == "cpu" else count)
+    chunk = _passes_chunks(
+        prepared, model, settings, moving_seg=moving_seg, fixed_seg=fixed_seg, images=images
+    )
+    return map_lambda_chunks(chunk, range(0, count, step), device, step)
+
+
+def _passes_chunks(
+    prepared: Any,
+    model: HyperMorph,
+    settings: RegistrationSettings,
+    *,
+    moving_seg: object,
+    fixed_seg: object,
+    images: bool,
+) -> Callable[[int], list[RegistrationResult]]:
+    """The function that runs :func:`_batched_passes`'s chunk starting at a λ index (thread
+    safe: :func:`~hyperreg.registration.lambdas.side_by_side`); the pair's network inputs are
+    made once, here."""
     notes: list[str] = []
     device = next(model.parameters()).device
     moving, fixed = prepared.network_image(), prepared.fixed
@@ -189,7 +244,7 @@ def _batched_passes(
             results.append(result)
         return results
 
-    return map_lambda_chunks(chunk, range(0, count, step), device, step)
+    return chunk
 
 
 def ndim_error(fn: str, model: HyperMorph, fixed: Volume) -> InputError:
