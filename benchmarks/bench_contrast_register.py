@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DATA_ROOT, log
 from bench_contrast import MC, SEG4_FLAIR, SEG4_T2, T1, T2, render_seg4, synthetic_t2_3d
 
-from hyperreg.apps.model_defaults import model_default_lambda
+from hyperreg.registration.defaults import model_default_lambda
 from hyperreg.apps.models import resolve_model
 from hyperreg.apps.register import register_files
 from hyperreg.registration.contrast import contrast_lambda, contrast_similarity
