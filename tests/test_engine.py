@@ -57,8 +57,8 @@ def test_lambdas_side_by_side_on_cpu_threads_give_the_one_at_a_time_results() ->
     """With two torch threads, one λ per chunk runs on worker threads (one torch thread
     each): the same fields, Dice and statistics as one λ at a time on one thread, in the order
     asked, for a two-pass and a one-pass model; the thread count comes back. Composed passes
-    run the first λ (passes and finishing) on this thread, on every torch thread, then the
-    others on the workers."""
+    of five λ (one left alone in a last round of two) run the first λ (passes and finishing)
+    on this thread, on every torch thread, then the others on the workers."""
     import threading
 
     import torch
@@ -93,6 +93,26 @@ def test_lambdas_side_by_side_on_cpu_threads_give_the_one_at_a_time_results() ->
             assert many.folding_fraction == pytest.approx(one.folding_fraction, abs=1e-12)
             assert many.ncc == pytest.approx(one.ncc, abs=1e-6)
         assert float(np.abs(together[0].disp - together[1].disp).max()) > 0.05  # λ differ
+
+
+def test_an_even_lambda_count_runs_every_lambda_on_the_workers() -> None:
+    """Four λ of composed passes on two threads fill every round: none runs on this thread."""
+    import threading
+
+    import torch
+
+    prepared, model = _prepared(), tiny_model(2)
+    seen: set[int] = set()
+    hook = model.register_forward_hook(lambda *_: seen.add(threading.get_ident()))
+    saved = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        results = prepared.register(model, [0.9, 0.1, 0.5, 0.3], passes=2, never_worse=False)
+    finally:
+        torch.set_num_threads(saved)
+        hook.remove()
+    assert [r.lam for r in results] == pytest.approx([0.9, 0.1, 0.5, 0.3])
+    assert seen and threading.get_ident() not in seen
 
 
 def test_settings_are_resolved_once_and_carried_by_every_result() -> None:

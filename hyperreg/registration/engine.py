@@ -41,10 +41,10 @@ def run(prepared: Any, model: HyperMorph, settings: RegistrationSettings) -> lis
     of a chunk before the next chunk); otherwise one λ at a time. On a CPU with more than one
     torch thread, one-λ chunks and the finishing of each λ (chain, Dice, verdict) after the
     first run side by side on the threads
-    (:func:`~hyperreg.registration.lambdas.side_by_side`): the same values, sooner. Composed
-    passes in one-λ chunks on a CPU finish each λ right after its passes, in the same task
-    (the first λ alone, on every thread, then the others side by side), so an odd λ's passes
-    never leave a thread idle while the finishing waits.
+    (:func:`~hyperreg.registration.lambdas.side_by_side`): the same values, sooner. When
+    composed passes in one-λ chunks would leave one λ alone in the last round (11 λ on two
+    threads), the first λ runs alone on every thread instead and each λ is finished right
+    after its passes, in the same task, so no thread idles while the finishing waits.
 
     Args:
         prepared: The :class:`~hyperreg.registration.prepared.PreparedPair` (the pair after
@@ -93,15 +93,19 @@ def _one_lambda_chunks(
     prepared: Any, model: HyperMorph, settings: RegistrationSettings
 ) -> Callable[[int], list[RegistrationResult]] | None:
     """The raw results of the λ at an index, one λ at a time, when the λ run in one-λ
-    chunks of composed network passes on a CPU (:func:`_batched_passes`'s chunks); else None.
+    chunks of composed network passes on a CPU (:func:`_batched_passes`'s chunks) side by side
+    on ``W`` threads and their count leaves one λ alone in the last round (``K % W == 1``, e.g.
+    11 λ on 2 threads); else None.
 
-    Then :func:`run` finishes each λ as soon as its passes are done, side by side with the next
-    λ's passes: no thread waits for an odd λ's passes before the finishing starts, and no raw
-    result waits in memory for every λ's network."""
+    Then :func:`run` gives that λ every thread first and finishes each λ as soon as its passes
+    are done, side by side with the next λ's passes, instead of a last round of passes on one
+    thread while the others idle before the finishing starts."""
     device = next(model.parameters()).device
     if settings.refined or settings.inverse or settings.passes == 1 or device.type != "cpu":
         return None
-    if (settings.chunk or 1) != 1:
+    count = len(settings.lams)
+    workers = min(torch.get_num_threads(), count)
+    if (settings.chunk or 1) != 1 or workers < 2 or count % workers != 1:
         return None
     return _passes_chunks(prepared, model, settings, **_network_options(prepared))
 
