@@ -56,9 +56,7 @@ def test_a_two_pass_sweep_runs_each_pass_once_for_all_lambdas() -> None:
 def test_lambdas_side_by_side_on_cpu_threads_give_the_one_at_a_time_results() -> None:
     """With two torch threads, one λ per chunk runs on worker threads (one torch thread
     each): the same fields, Dice and statistics as one λ at a time on one thread, in the order
-    asked, for a two-pass and a one-pass model; the thread count comes back. Composed passes
-    of five λ (one left alone in a last round of two) run the first λ (passes and finishing)
-    on this thread, on every torch thread, then the others on the workers."""
+    asked, for a two-pass and a one-pass model; the thread count comes back."""
     import threading
 
     import torch
@@ -81,11 +79,8 @@ def test_lambdas_side_by_side_on_cpu_threads_give_the_one_at_a_time_results() ->
         finally:
             torch.set_num_threads(saved)
             hook.remove()
-        # on the workers (at most two; a fast one may take every λ); this thread runs the
-        # first λ of composed passes, none of one pass
-        workers = seen - {threading.get_ident()}
-        assert 1 <= len(workers) <= 2
-        assert (threading.get_ident() in seen) == (passes == 2)
+        # on the workers (at most two; a fast one may take every λ), never this thread
+        assert 1 <= len(seen) <= 2 and threading.get_ident() not in seen
         assert [r.lam for r in together] == pytest.approx(lams)
         for many, one in zip(together, singles):
             np.testing.assert_allclose(many.disp, one.disp, atol=1e-6)
@@ -95,24 +90,50 @@ def test_lambdas_side_by_side_on_cpu_threads_give_the_one_at_a_time_results() ->
         assert float(np.abs(together[0].disp - together[1].disp).max()) > 0.05  # λ differ
 
 
-def test_an_even_lambda_count_runs_every_lambda_on_the_workers() -> None:
-    """Four λ of composed passes on two threads fill every round: none runs on this thread."""
+def test_staged_side_by_side_queues_every_first_stage_before_the_second() -> None:
+    """On two torch threads: every first stage is taken before any second stage starts, the
+    first item's second stage runs alone before the others, both stages on the workers at one
+    torch thread each; results in order, the thread count restored; one thread: None."""
     import threading
 
     import torch
 
-    prepared, model = _prepared(), tiny_model(2)
-    seen: set[int] = set()
-    hook = model.register_forward_hook(lambda *_: seen.add(threading.get_ident()))
+    from hyperreg.registration.lambdas import staged_side_by_side
+
+    events: list[tuple[str, int]] = []
+    lock = threading.Lock()
+
+    def note(stage: str, item: int) -> None:
+        with lock:
+            events.append((stage, item))
+        assert threading.get_ident() != main and torch.get_num_threads() == 1
+
+    def first(item: int) -> int:
+        note("first", item)
+        return item * 10
+
+    def second(value: int) -> int:
+        note("start", value // 10)
+        out = value + 1
+        note("end", value // 10)
+        return out
+
+    main = threading.get_ident()
     saved = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        results = prepared.register(model, [0.9, 0.1, 0.5, 0.3], passes=2, never_worse=False)
+        assert staged_side_by_side(first, second, range(5)) == [1, 11, 21, 31, 41]
+        assert torch.get_num_threads() == 2
+        torch.set_num_threads(1)
+        assert staged_side_by_side(first, second, range(5)) is None
     finally:
         torch.set_num_threads(saved)
-        hook.remove()
-    assert [r.lam for r in results] == pytest.approx([0.9, 0.1, 0.5, 0.3])
-    assert seen and threading.get_ident() not in seen
+    assert len(events) == 15  # five of each stage; none from the one-thread call
+    head, done = events.index(("start", 0)), events.index(("end", 0))
+    # queued behind every first stage: at most the other worker's last one is still running
+    assert sum(stage == "first" for stage, _ in events[:head]) >= 4
+    assert not any(stage == "start" for stage, _ in events[head + 1 : done])  # alone
+    assert sorted(item for stage, item in events[done + 1 :] if stage == "start") == [1, 2, 3, 4]
 
 
 def test_settings_are_resolved_once_and_carried_by_every_result() -> None:

@@ -23,7 +23,12 @@ from hyperreg.method.losses import ncc_loss
 from hyperreg.geometry.io import Volume
 from hyperreg.method.model import HyperMorph, RegistrationOutput
 from hyperreg.method.spatial import compose_displacements, warp
-from hyperreg.registration.lambdas import map_lambda_chunks, side_by_side, sweep_lambdas
+from hyperreg.registration.lambdas import (
+    map_lambda_chunks,
+    side_by_side,
+    staged_side_by_side,
+    sweep_lambdas,
+)
 from hyperreg.registration.pairs import network_inputs, result_from_output, smoothness_of
 from hyperreg.registration.passes import register_passes
 from hyperreg.registration.refine import Refinement, refine_pair
@@ -41,10 +46,11 @@ def run(prepared: Any, model: HyperMorph, settings: RegistrationSettings) -> lis
     of a chunk before the next chunk); otherwise one λ at a time. On a CPU with more than one
     torch thread, one-λ chunks and the finishing of each λ (chain, Dice, verdict) after the
     first run side by side on the threads
-    (:func:`~hyperreg.registration.lambdas.side_by_side`): the same values, sooner. When
-    composed passes in one-λ chunks would leave one λ alone in the last round (11 λ on two
-    threads), the first λ runs alone on every thread instead and each λ is finished right
-    after its passes, in the same task, so no thread idles while the finishing waits.
+    (:func:`~hyperreg.registration.lambdas.side_by_side`): the same values, sooner. Composed
+    passes in one-λ chunks queue every λ's passes first and its finishing after them, on the
+    same workers (:func:`~hyperreg.registration.lambdas.staged_side_by_side`), so the
+    finishing fills a thread that an uneven last round of passes (11 λ on two threads) would
+    leave idle.
 
     Args:
         prepared: The :class:`~hyperreg.registration.prepared.PreparedPair` (the pair after
@@ -75,14 +81,12 @@ def run(prepared: Any, model: HyperMorph, settings: RegistrationSettings) -> lis
         return result
 
     chunks = _one_lambda_chunks(prepared, model, settings)
-    if chunks is not None:  # each λ's network passes, then at once its finishing
-        first = [finish(r) for r in chunks(0)]  # on every thread; it fills the pair's caches
-
-        def one(start: int) -> list[PairResult]:
-            return [finish(r) for r in chunks(start)]
-
-        rest = side_by_side(one, range(1, len(settings.lams)), settings.device)
-        return first + [r for done in rest for r in done]
+    if chunks is not None:  # passes and finishing of every λ on the threads, side by side
+        staged = staged_side_by_side(
+            chunks, lambda raw: [finish(r) for r in raw], range(len(settings.lams)), "cpu"
+        )
+        assert staged is not None  # a CPU, two threads and two λ at least
+        return [r for done in staged for r in done]
     raw = _raw_results(prepared, model, settings)
     # the first fills the pair's caches (similarities before and after the affine, masks)
     first = [finish(r) for r in raw[:1]]
@@ -93,20 +97,14 @@ def _one_lambda_chunks(
     prepared: Any, model: HyperMorph, settings: RegistrationSettings
 ) -> Callable[[int], list[RegistrationResult]] | None:
     """The raw results of the λ at an index, one λ at a time, when the λ run in one-λ
-    chunks of composed network passes on a CPU (:func:`_batched_passes`'s chunks) side by side
-    on ``W`` threads and their count leaves one λ alone in the last round (``K % W == 1``, e.g.
-    11 λ on 2 threads); else None.
-
-    Then :func:`run` gives that λ every thread first and finishes each λ as soon as its passes
-    are done, side by side with the next λ's passes, instead of a last round of passes on one
-    thread while the others idle before the finishing starts."""
+    chunks of composed network passes on a CPU (:func:`_batched_passes`'s chunks); else None.
+    :func:`run` then hands the passes and the finishing of each λ to
+    :func:`~hyperreg.registration.lambdas.staged_side_by_side`."""
     device = next(model.parameters()).device
     if settings.refined or settings.inverse or settings.passes == 1 or device.type != "cpu":
         return None
-    count = len(settings.lams)
-    workers = min(torch.get_num_threads(), count)
-    if (settings.chunk or 1) != 1 or workers < 2 or count % workers != 1:
-        return None
+    if (settings.chunk or 1) != 1 or min(torch.get_num_threads(), len(settings.lams)) < 2:
+        return None  # one thread or one λ: nothing runs side by side
     return _passes_chunks(prepared, model, settings, **_network_options(prepared))
 
 
