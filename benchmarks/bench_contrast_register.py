@@ -54,8 +54,8 @@ import hyperreg.method.mind as mind_module
 import hyperreg.method.objective as objective_module
 import hyperreg.registration.engine as engine_module
 import hyperreg.registration.passes as passes_module
-from hyperreg.apps.model_defaults import model_default_lambda
-from hyperreg.apps.models import DefaultSteps, resolve_model
+from hyperreg.apps.models import resolve_model
+from hyperreg.registration.defaults import DefaultSteps, model_default_lambda
 from hyperreg.apps.register import register_files
 from hyperreg.registration.contrast import contrast_lambda, contrast_similarity
 from hyperreg.registration.pairs import network_inputs

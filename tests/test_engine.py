@@ -90,6 +90,52 @@ def test_lambdas_side_by_side_on_cpu_threads_give_the_one_at_a_time_results() ->
         assert float(np.abs(together[0].disp - together[1].disp).max()) > 0.05  # λ differ
 
 
+def test_staged_side_by_side_queues_every_first_stage_before_the_second() -> None:
+    """On two torch threads: every first stage is taken before any second stage starts, the
+    first item's second stage runs alone before the others, both stages on the workers at one
+    torch thread each; results in order, the thread count restored; one thread: None."""
+    import threading
+
+    import torch
+
+    from hyperreg.registration.lambdas import staged_side_by_side
+
+    events: list[tuple[str, int]] = []
+    lock = threading.Lock()
+
+    def note(stage: str, item: int) -> None:
+        with lock:
+            events.append((stage, item))
+        assert threading.get_ident() != main and torch.get_num_threads() == 1
+
+    def first(item: int) -> int:
+        note("first", item)
+        return item * 10
+
+    def second(value: int) -> int:
+        note("start", value // 10)
+        out = value + 1
+        note("end", value // 10)
+        return out
+
+    main = threading.get_ident()
+    saved = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert staged_side_by_side(first, second, range(5)) == [1, 11, 21, 31, 41]
+        assert torch.get_num_threads() == 2
+        torch.set_num_threads(1)
+        assert staged_side_by_side(first, second, range(5)) is None
+    finally:
+        torch.set_num_threads(saved)
+    assert len(events) == 15  # five of each stage; none from the one-thread call
+    head, done = events.index(("start", 0)), events.index(("end", 0))
+    # queued behind every first stage: at most the other worker's last one is still running
+    assert sum(stage == "first" for stage, _ in events[:head]) >= 4
+    assert not any(stage == "start" for stage, _ in events[head + 1 : done])  # alone
+    assert sorted(item for stage, item in events[done + 1 :] if stage == "start") == [1, 2, 3, 4]
+
+
 def test_settings_are_resolved_once_and_carried_by_every_result() -> None:
     model, prepared = tiny_model(2), _prepared()
     refine = Refinement(steps=3, lr=0.1)

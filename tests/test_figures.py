@@ -62,3 +62,27 @@ def test_register_figure(pair, tmp_path, capsys) -> None:
     assert main([*args, str(tmp_path / "check.jpg")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--figure" in err and ".png" in err
+
+
+def test_preload_pyplot_imports_it_with_agg_on_a_background_thread() -> None:
+    """In a fresh interpreter: nothing of pyplot before, pyplot with the Agg backend after the
+    returned (daemon) thread ends, so a later ``pyplot()`` finds it loaded."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, threading\n"
+        "from hyperreg.figures.backend import preload_pyplot\n"
+        "assert 'matplotlib.pyplot' not in sys.modules\n"
+        "thread = preload_pyplot()\n"
+        "assert isinstance(thread, threading.Thread) and thread.daemon\n"
+        "thread.join(120)\n"
+        "assert 'matplotlib.pyplot' in sys.modules\n"
+        "import matplotlib\n"
+        "assert matplotlib.get_backend().lower() == 'agg', matplotlib.get_backend()\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "MPLBACKEND": "TkAgg"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -3,21 +3,18 @@
 :func:`model_file` turns such a spec into the checkpoint file; :func:`model_source` also picks,
 without a spec, the bundled model for the images' dimensionality (nothing loaded);
 :func:`resolve_model` loads it onto a device (and turns its test-time flip averaging on or off)
-and records on it its default λ and refinement (read by :mod:`hyperreg.apps.model_defaults`,
-whose names this module re-exports); :func:`model_architecture` reconciles a training run's
-architecture with the checkpoint it continues. Errors are
-:class:`~hyperreg.registration.pipeline.InputError` carrying the caller's argument name (a front
-end maps it to its own option; messages never name flags).
-:func:`model_default_lambda` gives the λ a model registers at when none is asked for (its own,
-its card's, its best validation Dice, or :data:`FALLBACK_LAMBDA`, always with where it came
-from); :func:`pair_lambda` turns a request (a number, ``"auto"`` or None) into one pair's λ.
-:func:`model_default_refine` and :func:`pair_refinement` do the same for test-time refinement.
-Must not import cli.
+and records on it its default λ and refinement (read by :mod:`hyperreg.registration.defaults`);
+:func:`model_architecture` reconciles a training run's architecture with the checkpoint it
+continues. Errors are :class:`~hyperreg.registration.pipeline.InputError` carrying the caller's
+argument name (a front end maps it to its own option; messages never name flags).
+What a model registers with when nothing is asked for, and a request turned into one pair's λ
+or refinement (:func:`model_default_lambda`, :func:`pair_lambda`, :func:`model_default_refine`,
+:func:`pair_refinement`, ...), are resolved in :mod:`hyperreg.registration.defaults`, beside the
+registration settings; this module re-exports those names. Must not import cli.
 """
 
 from __future__ import annotations
 
-import numbers
 import os
 import warnings
 from dataclasses import dataclass, replace
@@ -25,16 +22,22 @@ from pathlib import Path
 from typing import Any
 
 from hyperreg._errors import InputError, passed_as
-from hyperreg.apps.model_defaults import (
+from hyperreg.pretrained import BundledModel, bundled_models, default_model
+from hyperreg.registration.defaults import (
+    AUTO,
     FALLBACK_LAMBDA,
+    ChosenLambda,
     DefaultLambda,
     DefaultRefine,
+    DefaultSteps,
+    check_lambda,
     checkpoint_default_lambda,
     checkpoint_default_refine,
     model_default_lambda,
     model_default_refine,
+    pair_lambda,
+    pair_refinement,
 )
-from hyperreg.pretrained import BundledModel, bundled_models, default_model
 
 __all__ = [
     "AUTO",
@@ -60,8 +63,6 @@ __all__ = [
 
 MODEL_FILE = "model.pt"  # what 'hyperreg train' writes into its output folder
 _IMAGE_SUFFIXES = (".nii.gz", ".nii", ".mgz", ".mgh", ".npz")
-AUTO = "auto"
-"""The λ request that chooses λ per pair without labels (:func:`pair_lambda`)."""
 
 
 def model_file(spec: str | os.PathLike[str], argument: str = "model") -> Path:
@@ -128,108 +129,6 @@ def _load(path: Path, device: Any, argument: str) -> tuple[Any, dict[str, Any]]:
             file=MODEL_FILE,
         ) from err
     return model, payload
-
-
-@dataclass(frozen=True)
-class DefaultSteps:
-    """Refinement settings without a step count: the model's default number of steps
-    (:func:`model_default_refine`) with this similarity and learning rate (what
-    ``--refine-sim`` or ``--refine-lr`` without ``--refine`` asks for).
-
-    Attributes:
-        sim: A refinement similarity, or None for the model's own
-            (:class:`~hyperreg.registration.refine.Refinement`).
-        lr: Adam learning rate, or None for the library's.
-    """
-
-    sim: str | None = None
-    lr: float | None = None
-
-
-def pair_refinement(model: Any, refine: Any) -> Any:
-    """The :class:`~hyperreg.registration.refine.Refinement` to register with: ``refine``
-    itself; for None the model's default steps (:func:`model_default_refine`) with the
-    library's settings; for :class:`DefaultSteps` those steps with its settings. Returns None
-    when that is 0 steps.
-
-    Raises:
-        InputError: If ``refine`` is a :class:`DefaultSteps` and the model refines no steps by
-            default (argument ``refine``), or its settings are invalid.
-    """
-    from hyperreg.registration.refine import Refinement, check_refinement
-
-    if refine is None or isinstance(refine, DefaultSteps):
-        steps = model_default_refine(model).steps
-        if not steps and refine is not None:
-            raise InputError(
-                "pair_refinement",
-                "give {0} a number of steps: the model refines none by default, so a "
-                "similarity or learning rate alone would change nothing",
-                "refine",
-            )
-        if not steps:
-            return None
-        given = refine or DefaultSteps()
-        options = {} if given.lr is None else {"lr": given.lr}
-        refine = Refinement(steps=steps, sim=given.sim, **options)
-        check_refinement("pair_refinement", refine)
-    return refine if refine.steps > 0 else None
-
-
-def check_lambda(fn: str, lam: Any, argument: str = "lam") -> None:
-    """``lam`` is a number in [0, 1], ``"auto"`` or None.
-
-    Raises:
-        InputError: Otherwise (NaN, out of range, another word); ``argument`` is stored.
-    """
-    if lam is None or lam == AUTO:
-        return
-    if isinstance(lam, bool) or not isinstance(lam, numbers.Real) or not 0.0 <= lam <= 1.0:
-        raise InputError(
-            fn, "{0} must be a number in [0, 1], 'auto' or None, got {lam!r}", argument, lam=lam
-        )
-
-
-@dataclass(frozen=True)
-class ChosenLambda:
-    """The λ one pair is registered at, and why.
-
-    Attributes:
-        lam: λ in [0, 1].
-        reason: One line: ``"given"``, the model's default and its source, or the label-free
-            rule's reason (``auto``).
-        auto: The :class:`~hyperreg.registration.autolambda.AutoLambda` of ``"auto"``, else
-            None.
-    """
-
-    lam: float
-    reason: str
-    auto: Any = None
-
-
-def pair_lambda(prepared: Any, model: Any, lam: float | str | None) -> ChosenLambda:
-    """The λ to register ``prepared`` at: ``lam`` itself, the model's default
-    (:func:`model_default_lambda`) for None, or for ``"auto"`` the label-free choice of
-    :func:`hyperreg.registration.autolambda.auto_lambda` (one batched sweep over its grid).
-
-    Args:
-        prepared: A :class:`~hyperreg.registration.pipeline.PreparedPair`.
-        model: The model that registers it.
-        lam: A number in [0, 1], ``"auto"`` or None.
-
-    Raises:
-        InputError: If ``lam`` is none of those (``argument`` ``"lam"``).
-    """
-    check_lambda("pair_lambda", lam)
-    if lam == AUTO:
-        from hyperreg.registration.autolambda import auto_lambda
-
-        pick = auto_lambda(prepared, model)
-        return ChosenLambda(pick.lam, f"auto: {pick.reason}", pick)
-    if lam is None:
-        default = model_default_lambda(model)
-        return ChosenLambda(default.lam, f"the model's default λ, from {default.source}")
-    return ChosenLambda(float(lam), "given")
 
 
 @dataclass(frozen=True)

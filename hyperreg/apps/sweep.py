@@ -18,10 +18,11 @@ from typing import Any
 
 
 from hyperreg._files import write_csv
-from hyperreg.apps.models import ChosenLambda, check_lambda, pair_lambda
+from hyperreg.registration.defaults import ChosenLambda, check_lambda, pair_lambda
 from hyperreg.apps.outputs import OutputSpec, write_outputs
 from hyperreg.apps.sweep_figures import sweep_figures
 from hyperreg.apps.view_page import check_page_path, write_sweep_page
+from hyperreg.figures.backend import preload_pyplot
 from hyperreg.geometry.affine import AffineTransform
 from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION
 from hyperreg.method.model import HyperMorph
@@ -172,8 +173,8 @@ def sweep_files(
             starts from it, or with ``init="none"`` it is used as is (once for the sweep).
         lam: A λ to mark among the results (``chosen`` column of ``sweep.csv``), or None:
             ``"auto"`` chooses it for the pair without labels
-            (:func:`hyperreg.apps.models.pair_lambda`), a number marks that λ; it is added to
-            ``lambdas`` when missing.
+            (:func:`hyperreg.registration.defaults.pair_lambda`), a number marks that λ; it is
+            added to ``lambdas`` when missing.
         npz_geometry: Geometry of npz inputs (no header): ``"fixed"``, ``"identity"`` or None
             (an npz input is an error), see :func:`hyperreg.registration.inputs.load_input`.
         passes: Network passes per λ, composed (:func:`hyperreg.registration.passes.
@@ -210,6 +211,7 @@ def sweep_files(
     _check_sweep(fn, lambdas, save_fields=save_fields, refine=refine, lam=lam, html=html)
     if lambdas:  # an option no path honours (e.g. amp with refinement): before the affine stage
         resolve_settings(model, lambdas, refine, chunk=chunk, amp=amp, passes=passes, fn=fn)
+    preload_pyplot()  # for the figures, while the affine stage leaves a core idle
     pair = load_pair(
         moving,
         fixed,

@@ -173,7 +173,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def _cmd_tune(args: argparse.Namespace) -> int:
     from hyperreg._errors import InputError, passed_as
     from hyperreg.apps.inputs import check_label_map, read_pairs
-    from hyperreg.apps.models import pair_refinement
+    from hyperreg.registration.defaults import pair_refinement
     from hyperreg.apps.tune import tune_lambda, write_tune_report
 
     check_out_folder(args.out)
@@ -248,7 +248,7 @@ def _measured_text(model: Any, refine: Any, asked: int | None) -> str:
             f"{opts.PROG} tune: each λ registered as 'register' runs it: {runs}, refined "
             f"{refine.steps} steps{source}; --refine 0 measures the network alone (faster)"
         )
-    from hyperreg.apps.models import model_default_refine
+    from hyperreg.registration.defaults import model_default_refine
 
     default = model_default_refine(model).steps
     if default:

@@ -7,13 +7,15 @@ render on machines without a display); :func:`save_figure` writes a PNG atomical
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
 from hyperreg._files import atomic_write
 
-__all__ = ["pyplot", "save_figure"]
+__all__ = ["preload_pyplot", "pyplot", "save_figure"]
 
 
 def pyplot() -> Any:
@@ -24,6 +26,24 @@ def pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def preload_pyplot() -> threading.Thread:
+    """Start importing :func:`pyplot` on a background thread (a daemon) and return it.
+
+    A caller that draws figures after long work that leaves a core idle (the sweep's affine
+    stage runs on one ITK thread, which releases the GIL) gets the import (about 0.3-0.4 s of
+    CPU) done there; :func:`pyplot` later finds the module loaded. An error here is dropped:
+    the caller's own :func:`pyplot` call raises it.
+    """
+
+    def load() -> None:
+        with contextlib.suppress(Exception):
+            pyplot()
+
+    thread = threading.Thread(target=load, name="hyperreg-pyplot-import", daemon=True)
+    thread.start()
+    return thread
 
 
 def save_figure(fig: Any, path: str | os.PathLike[str], dpi: int = 110) -> Path:

@@ -14,6 +14,7 @@ pair (outputs through the chain, Dice, the verdict and never-worse decision of
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 import torch
 
@@ -22,7 +23,12 @@ from hyperreg.method.losses import ncc_loss
 from hyperreg.geometry.io import Volume
 from hyperreg.method.model import HyperMorph, RegistrationOutput
 from hyperreg.method.spatial import compose_displacements, warp
-from hyperreg.registration.lambdas import map_lambda_chunks, side_by_side, sweep_lambdas
+from hyperreg.registration.lambdas import (
+    map_lambda_chunks,
+    side_by_side,
+    staged_side_by_side,
+    sweep_lambdas,
+)
 from hyperreg.registration.pairs import network_inputs, result_from_output, smoothness_of
 from hyperreg.registration.passes import register_passes
 from hyperreg.registration.refine import Refinement, refine_pair
@@ -40,7 +46,11 @@ def run(prepared: Any, model: HyperMorph, settings: RegistrationSettings) -> lis
     of a chunk before the next chunk); otherwise one λ at a time. On a CPU with more than one
     torch thread, one-λ chunks and the finishing of each λ (chain, Dice, verdict) after the
     first run side by side on the threads
-    (:func:`~hyperreg.registration.lambdas.side_by_side`): the same values, sooner.
+    (:func:`~hyperreg.registration.lambdas.side_by_side`): the same values, sooner. Composed
+    passes in one-λ chunks queue every λ's passes first and its finishing after them, on the
+    same workers (:func:`~hyperreg.registration.lambdas.staged_side_by_side`), so the
+    finishing fills a thread that an uneven last round of passes (11 λ on two threads) would
+    leave idle.
 
     Args:
         prepared: The :class:`~hyperreg.registration.prepared.PreparedPair` (the pair after
@@ -57,7 +67,6 @@ def run(prepared: Any, model: HyperMorph, settings: RegistrationSettings) -> lis
     fn = "register"
     if model.config.ndim != prepared.fixed.ndim:
         raise ndim_error(fn, model, prepared.fixed)
-    raw = _raw_results(prepared, model, settings)
 
     def finish(r: RegistrationResult) -> PairResult:
         result = prepared.finish(
@@ -71,22 +80,39 @@ def run(prepared: Any, model: HyperMorph, settings: RegistrationSettings) -> lis
         result.settings = settings
         return result
 
+    chunks = _one_lambda_chunks(prepared, model, settings)
+    if chunks is not None:  # passes and finishing of every λ on the threads, side by side
+        staged = staged_side_by_side(
+            chunks, lambda raw: [finish(r) for r in raw], range(len(settings.lams)), "cpu"
+        )
+        assert staged is not None  # a CPU, two threads and two λ at least
+        return [r for done in staged for r in done]
+    raw = _raw_results(prepared, model, settings)
     # the first fills the pair's caches (similarities before and after the affine, masks)
     first = [finish(r) for r in raw[:1]]
     return first + side_by_side(finish, raw[1:], settings.device)
+
+
+def _one_lambda_chunks(
+    prepared: Any, model: HyperMorph, settings: RegistrationSettings
+) -> Callable[[int], list[RegistrationResult]] | None:
+    """The raw results of the λ at an index, one λ at a time, when the λ run in one-λ
+    chunks of composed network passes on a CPU (:func:`_batched_passes`'s chunks); else None.
+    :func:`run` then hands the passes and the finishing of each λ to
+    :func:`~hyperreg.registration.lambdas.staged_side_by_side`."""
+    device = next(model.parameters()).device
+    if settings.refined or settings.inverse or settings.passes == 1 or device.type != "cpu":
+        return None
+    if (settings.chunk or 1) != 1 or min(torch.get_num_threads(), len(settings.lams)) < 2:
+        return None  # one thread or one λ: nothing runs side by side
+    return _passes_chunks(prepared, model, settings, **_network_options(prepared))
 
 
 def _raw_results(
     prepared: Any, model: HyperMorph, settings: RegistrationSettings
 ) -> list[RegistrationResult]:
     """The model's raw results (fields on the fixed grid) of every λ of ``settings``."""
-    # with an affine in the chain, finish() samples the original files through affine + field:
-    # the model's own moved image, label map and Dice would be discarded
-    inputs = dict(
-        moving_seg=None if prepared.chained else prepared.aligned_seg,
-        fixed_seg=None if prepared.chained else prepared.fixed_seg,
-        images=not prepared.chained,
-    )
+    inputs: dict[str, Any] = _network_options(prepared)
     lams = list(settings.lams)
     if settings.refined or settings.inverse:
         inputs["masks"] = prepared.cost_masks()  # the refinement similarity's cost masks
@@ -134,7 +160,17 @@ def _raw_results(
     return _batched_passes(prepared, model, settings, **inputs)
 
 
-@torch.no_grad()
+def _network_options(prepared: Any) -> dict[str, Any]:
+    """What the network's raw results carry: with an affine in the chain, finish() samples
+    the original files through affine + field, so the model's own moved image, label map and
+    Dice would be discarded."""
+    return dict(
+        moving_seg=None if prepared.chained else prepared.aligned_seg,
+        fixed_seg=None if prepared.chained else prepared.fixed_seg,
+        images=not prepared.chained,
+    )
+
+
 def _batched_passes(
     prepared: Any,
     model: HyperMorph,
@@ -149,6 +185,27 @@ def _batched_passes(
     :func:`~hyperreg.registration.passes.register_passes` (every pass sees the normalised
     moving image warped once by the composed field so far). Chunks of one λ on a CPU run side
     by side on the torch threads (:func:`~hyperreg.registration.lambdas.map_lambda_chunks`)."""
+    device = next(model.parameters()).device
+    count = len(settings.lams)
+    step = settings.chunk or (1 if device.type == "cpu" else count)
+    chunk = _passes_chunks(
+        prepared, model, settings, moving_seg=moving_seg, fixed_seg=fixed_seg, images=images
+    )
+    return map_lambda_chunks(chunk, range(0, count, step), device, step)
+
+
+def _passes_chunks(
+    prepared: Any,
+    model: HyperMorph,
+    settings: RegistrationSettings,
+    *,
+    moving_seg: object,
+    fixed_seg: object,
+    images: bool,
+) -> Callable[[int], list[RegistrationResult]]:
+    """The function that runs :func:`_batched_passes`'s chunk starting at a λ index (thread
+    safe: :func:`~hyperreg.registration.lambdas.side_by_side`); the pair's network inputs are
+    made once, here."""
     notes: list[str] = []
     device = next(model.parameters()).device
     moving, fixed = prepared.network_image(), prepared.fixed
@@ -189,7 +246,7 @@ def _batched_passes(
             results.append(result)
         return results
 
-    return map_lambda_chunks(chunk, range(0, count, step), device, step)
+    return chunk
 
 
 def ndim_error(fn: str, model: HyperMorph, fixed: Volume) -> InputError:

@@ -41,6 +41,7 @@ __all__ = [
     "map_lambda_chunks",
     "register_pair",
     "side_by_side",
+    "staged_side_by_side",
     "sweep_lambdas",
 ]
 
@@ -48,6 +49,7 @@ logger = logging.getLogger(__name__)
 
 _S = TypeVar("_S")
 _T = TypeVar("_T")
+_U = TypeVar("_U")
 
 
 def side_by_side(
@@ -81,6 +83,52 @@ def side_by_side(
     try:
         with ThreadPoolExecutor(workers, initializer=one_thread) as pool:
             return list(pool.map(fn, items))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def staged_side_by_side(
+    first: Callable[[_S], _T],
+    second: Callable[[_T], _U],
+    items: Sequence[_S],
+    device: torch.device | str = "cpu",
+) -> list[_U] | None:
+    """``[second(first(item)) for item in items]`` on one worker thread per torch thread (each
+    on one torch thread), or None where :func:`side_by_side` would run one at a time (not a
+    CPU, fewer than two threads or items): the caller then runs both stages its own way.
+
+    Every ``first`` is queued before any ``second``; ``second`` of the first item runs once a
+    worker is free after the last ``first`` was taken, alone (it may fill caches that the
+    others read), and the other ``second`` calls are queued when it is done. So the
+    ``second`` calls fill the threads that an uneven last round of ``first`` calls would leave
+    idle (11 λ on two threads), and no ``first`` runs on more than one torch thread. Each
+    call's operations are the same as one at a time; the torch thread count is restored
+    afterwards and an error of any call is raised here.
+
+    Args:
+        first: The long stage (a λ's network passes); thread-safe as for :func:`side_by_side`.
+        second: The stage that needs its item's ``first`` result (a λ's finishing).
+        items: The inputs, in result order.
+        device: Where both stages compute.
+
+    Returns:
+        ``second``'s results in the order of ``items``, or None (see above).
+    """
+    threads = torch.get_num_threads()
+    workers = min(threads, len(items))
+    if torch.device(device).type != "cpu" or workers < 2:
+        return None
+
+    def one_thread() -> None:  # torch's thread count is per thread: set it in each worker
+        torch.set_num_threads(1)
+
+    torch.set_num_threads(1)
+    try:
+        with ThreadPoolExecutor(workers, initializer=one_thread) as pool:
+            firsts = [pool.submit(first, item) for item in items]
+            head = pool.submit(lambda: second(firsts[0].result())).result()
+            rest = [pool.submit(lambda f=f: second(f.result())) for f in firsts[1:]]
+            return [head, *(done.result() for done in rest)]
     finally:
         torch.set_num_threads(threads)
 

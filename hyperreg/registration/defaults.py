@@ -1,33 +1,50 @@
-"""The defaults a model registers with when none are asked for: its λ and its refinement.
+"""The defaults a model registers with when none are asked for, resolved for a pair.
 
+What a registration runs with when a caller leaves λ or refinement out is decided here, once,
+beside :mod:`hyperreg.registration.settings` (which turns the resolved values into the frozen
+:class:`~hyperreg.registration.settings.RegistrationSettings`):
 :func:`checkpoint_default_lambda` reads a checkpoint's default λ (its own, its bundled card's,
 its best validation Dice, or :data:`FALLBACK_LAMBDA`, always with where it came from) and
 :func:`checkpoint_default_refine` its default test-time refinement steps;
 :func:`model_default_lambda` and :func:`model_default_refine` give those of a loaded model (what
-:func:`hyperreg.apps.models.resolve_model` recorded on it, or its bundled card's). Nothing here
-loads a model. :mod:`hyperreg.apps.models` re-exports every public name.
-Must not import cli or :mod:`hyperreg.apps.models` (which imports this module).
+:func:`hyperreg.apps.models.resolve_model` recorded on it, or its bundled card's);
+:func:`pair_lambda` turns a request (a number, ``"auto"`` or None) into one pair's λ and
+:func:`pair_refinement` a refinement request (steps, :class:`DefaultSteps` or None) into the
+refinement it runs. Nothing here loads a model; :mod:`hyperreg.apps.models` (finding and loading
+models) re-exports every public name. Errors are :class:`~hyperreg._errors.InputError` naming
+the caller's argument. Must not import training, apps or cli.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hyperreg._errors import InputError
 from hyperreg.pretrained import BundledModel, bundled_models
 
 __all__ = [
+    "AUTO",
     "FALLBACK_LAMBDA",
+    "ChosenLambda",
     "DefaultLambda",
     "DefaultRefine",
+    "DefaultSteps",
+    "check_lambda",
     "checkpoint_default_lambda",
     "checkpoint_default_refine",
     "model_default_lambda",
     "model_default_refine",
+    "pair_lambda",
+    "pair_refinement",
 ]
+
+AUTO = "auto"
+"""The λ request that chooses λ per pair without labels (:func:`pair_lambda`)."""
 
 FALLBACK_LAMBDA = 0.1
 """λ of a model that records no default (no ``default_lambda``, card or validation Dice)."""
@@ -188,3 +205,105 @@ def model_default_lambda(model: Any) -> DefaultLambda:
         "the fallback value, as the model records none (load it with "
         "hyperreg.apps.models.resolve_model to use its own)",
     )
+
+
+@dataclass(frozen=True)
+class DefaultSteps:
+    """Refinement settings without a step count: the model's default number of steps
+    (:func:`model_default_refine`) with this similarity and learning rate (what
+    ``--refine-sim`` or ``--refine-lr`` without ``--refine`` asks for).
+
+    Attributes:
+        sim: A refinement similarity, or None for the model's own
+            (:class:`~hyperreg.registration.refine.Refinement`).
+        lr: Adam learning rate, or None for the library's.
+    """
+
+    sim: str | None = None
+    lr: float | None = None
+
+
+def pair_refinement(model: Any, refine: Any) -> Any:
+    """The :class:`~hyperreg.registration.refine.Refinement` to register with: ``refine``
+    itself; for None the model's default steps (:func:`model_default_refine`) with the
+    library's settings; for :class:`DefaultSteps` those steps with its settings. Returns None
+    when that is 0 steps.
+
+    Raises:
+        InputError: If ``refine`` is a :class:`DefaultSteps` and the model refines no steps by
+            default (argument ``refine``), or its settings are invalid.
+    """
+    from hyperreg.registration.refine import Refinement, check_refinement
+
+    if refine is None or isinstance(refine, DefaultSteps):
+        steps = model_default_refine(model).steps
+        if not steps and refine is not None:
+            raise InputError(
+                "pair_refinement",
+                "give {0} a number of steps: the model refines none by default, so a "
+                "similarity or learning rate alone would change nothing",
+                "refine",
+            )
+        if not steps:
+            return None
+        given = refine or DefaultSteps()
+        options = {} if given.lr is None else {"lr": given.lr}
+        refine = Refinement(steps=steps, sim=given.sim, **options)
+        check_refinement("pair_refinement", refine)
+    return refine if refine.steps > 0 else None
+
+
+def check_lambda(fn: str, lam: Any, argument: str = "lam") -> None:
+    """``lam`` is a number in [0, 1], ``"auto"`` or None.
+
+    Raises:
+        InputError: Otherwise (NaN, out of range, another word); ``argument`` is stored.
+    """
+    if lam is None or lam == AUTO:
+        return
+    if isinstance(lam, bool) or not isinstance(lam, numbers.Real) or not 0.0 <= lam <= 1.0:
+        raise InputError(
+            fn, "{0} must be a number in [0, 1], 'auto' or None, got {lam!r}", argument, lam=lam
+        )
+
+
+@dataclass(frozen=True)
+class ChosenLambda:
+    """The λ one pair is registered at, and why.
+
+    Attributes:
+        lam: λ in [0, 1].
+        reason: One line: ``"given"``, the model's default and its source, or the label-free
+            rule's reason (``auto``).
+        auto: The :class:`~hyperreg.registration.autolambda.AutoLambda` of ``"auto"``, else
+            None.
+    """
+
+    lam: float
+    reason: str
+    auto: Any = None
+
+
+def pair_lambda(prepared: Any, model: Any, lam: float | str | None) -> ChosenLambda:
+    """The λ to register ``prepared`` at: ``lam`` itself, the model's default
+    (:func:`model_default_lambda`) for None, or for ``"auto"`` the label-free choice of
+    :func:`hyperreg.registration.autolambda.auto_lambda` (one batched sweep over its grid).
+
+    Args:
+        prepared: A :class:`~hyperreg.registration.pipeline.PreparedPair`.
+        model: The model that registers it.
+        lam: A number in [0, 1], ``"auto"`` or None.
+
+    Raises:
+        InputError: If ``lam`` is none of those (``argument`` ``"lam"``).
+    """
+    check_lambda("pair_lambda", lam)
+    if lam == AUTO:
+        from hyperreg.registration.autolambda import auto_lambda
+
+        pick = auto_lambda(prepared, model)
+        return ChosenLambda(pick.lam, f"auto: {pick.reason}", pick)
+    if lam is None:
+        default = model_default_lambda(model)
+        return ChosenLambda(default.lam, f"the model's default λ, from {default.source}")
+    return ChosenLambda(float(lam), "given")
