@@ -193,26 +193,42 @@ def _grid_sample(moving: Tensor, grid: Tensor, mode: str, padding: str, fn: str 
     return out.masked_fill(outside[:, None], 0.0)
 
 
-_SPLIT_POINTS = 1 << 18  # fewest output points of a 3D CPU sampling split across threads
+_SPLIT_POINTS = 1 << 15  # fewest output points of a 3D CPU sampling split into batch items
+_GRADIENT_PARTS = 4  # most items of a split whose input needs a gradient (any thread count)
+
+
+def _split_parts(moving: Tensor, grid: Tensor) -> int:
+    """How many batch items :func:`_sample` splits a sampling into (1: none).
+
+    Without a gradient for ``moving`` the items' results are the unsplit ones bitwise, so the
+    thread count may choose: the largest divisor of the output depth up to it. With one, the
+    items' gradients of the shared input are summed, whose rounding depends on their number:
+    that number is the output shape's alone (the largest divisor of the depth up to
+    :data:`_GRADIENT_PARTS`), so a result does not depend on the thread count.
+    """
+    if grid.ndim != 5 or moving.device.type != "cpu" or moving.shape[0] != 1:
+        return 1
+    if grid.shape[0] != 1 or grid.shape[1:-1].numel() < _SPLIT_POINTS:
+        return 1
+    most = torch.get_num_threads()
+    if moving.requires_grad and torch.is_grad_enabled():
+        most = _GRADIENT_PARTS
+    depth = grid.shape[1]
+    return max(p for p in range(1, most + 1) if depth % p == 0)
 
 
 def _sample(moving: Tensor, grid: Tensor, mode: str, padding: str) -> Tensor:
-    """``F.grid_sample`` (align_corners=True), a large 3D CPU one split across threads.
+    """``F.grid_sample`` (align_corners=True), a 3D CPU one split across threads.
 
     PyTorch's 3D CPU sampler runs its batch items in parallel and each on one thread, so a
-    single volume is sampled on one core whatever the thread count. A one-channel volume of
-    at least :data:`_SPLIT_POINTS` output points that needs no gradient (the image warped in a
-    refinement step or an output) is sampled as ``p`` batch items of ``D / p`` planes each (``p``
-    the largest divisor of ``D`` up to the thread count): the same volume read by every item
-    (a stride-0 view), the grid and the result reshaped as views, so it takes no more memory
-    and gives the same values, bitwise.
+    single volume is sampled on one core whatever the thread count. A volume (any channels) of
+    at least :data:`_SPLIT_POINTS` output points is sampled as ``p`` batch items of ``D / p``
+    output planes each (``p`` from :func:`_split_parts`): the same volume read by every item (a
+    stride-0 view), the grid reshaped as a view. Each output point and its grid gradient are
+    the unsplit ones, bitwise; the gradient of ``moving`` is the sum of the items' (rounding
+    only). A one-channel result is a view, a multi-channel one a copy.
     """
-    parts = 1
-    big = grid.ndim == 5 and grid.shape[1:-1].numel() >= _SPLIT_POINTS
-    if big and moving.device.type == "cpu" and moving.shape[:2] == (1, 1) and grid.shape[0] == 1:
-        if not (moving.requires_grad and torch.is_grad_enabled()):
-            depth = grid.shape[1]
-            parts = max(p for p in range(1, torch.get_num_threads() + 1) if depth % p == 0)
+    parts = _split_parts(moving, grid)
     if parts == 1:
         return F.grid_sample(moving, grid, mode=mode, padding_mode=padding, align_corners=True)
     items = grid[0].unflatten(0, (parts, grid.shape[1] // parts))  # a view, any strides
@@ -220,7 +236,8 @@ def _sample(moving: Tensor, grid: Tensor, mode: str, padding: str) -> Tensor:
         moving.expand(parts, *moving.shape[1:]), items, mode=mode, padding_mode=padding,
         align_corners=True,
     )  # fmt: skip
-    return out.reshape(1, 1, *grid.shape[1:-1])
+    # (parts, C, D / parts, H, W) -> (1, C, D, H, W)
+    return out.transpose(0, 1).reshape(1, moving.shape[1], *grid.shape[1:-1])
 
 
 def sample_at(
