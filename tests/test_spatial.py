@@ -217,6 +217,28 @@ def test_resize_field_exact_size_and_identity(shape) -> None:
     assert resize_field(field, 2.0, size=size).shape[2:] == tuple(size)
 
 
+@pytest.mark.parametrize(
+    ("spatial", "size", "crop"),
+    [((24, 32, 32), None, (45, 60, 60)), ((23, 31, 11), (45, 61, 22), (44, 61, 21)),
+     ((23, 30), (45, 60), (40, 60))],
+)  # fmt: skip
+def test_resize_field_crop_is_the_resized_field_sliced_bitwise(spatial, size, crop) -> None:
+    # The model's upsampling to the image's voxels: the crop of the resized grid computed on
+    # its own, values and gradient bitwise those of resizing the whole grid and slicing it
+    # (also for a size that is not twice the field's, where the scales are not 2).
+    torch.manual_seed(0)
+    field = torch.randn(1, len(spatial), *spatial, requires_grad=True)
+    whole = resize_field(field, 2.0, size)
+    sliced = whole[(slice(None), slice(None), *[slice(0, c) for c in crop])]
+    cropped = resize_field(field, 2.0, size, crop=crop)
+    assert cropped.shape == (1, len(spatial), *crop)
+    assert torch.equal(cropped, sliced)
+    weights = torch.randn_like(sliced)
+    (expected,) = torch.autograd.grad((sliced * weights).sum(), field)
+    (actual,) = torch.autograd.grad((cropped * weights).sum(), field)
+    assert torch.equal(actual, expected)
+
+
 def test_resize_field_rejects_bad_input(shape) -> None:
     field = torch.zeros(1, len(shape), *shape)
     with pytest.raises(ValueError, match=r"'factor' must be > 0"):
@@ -225,6 +247,10 @@ def test_resize_field_rejects_bad_input(shape) -> None:
         resize_field(torch.zeros(1, 1, *shape), 0.5)
     with pytest.raises(TypeError, match=r"'field' must be a floating-point"):
         resize_field(field.long(), 0.5)
+    too_big = [2 * s + 1 for s in shape]
+    for crop in (too_big, [1] * (len(shape) + 1), [0] * len(shape)):
+        with pytest.raises(ValueError, match=r"'crop' must hold"):
+            resize_field(field, 2.0, crop=crop)
 
 
 # ------------------------------------------------------------------------------------------

@@ -231,7 +231,8 @@ def _sample(moving: Tensor, grid: Tensor, mode: str, padding: str) -> Tensor:
     parts = _split_parts(moving, grid)
     if parts == 1:
         return F.grid_sample(moving, grid, mode=mode, padding_mode=padding, align_corners=True)
-    items = grid[0].unflatten(0, (parts, grid.shape[1] // parts))  # a view, any strides
+    # views, any strides (grid[0] would cost its backward a zero-filled copy of the grid)
+    items = grid.squeeze(0).unflatten(0, (parts, grid.shape[1] // parts))
     out = F.grid_sample(
         moving.expand(parts, *moving.shape[1:]), items, mode=mode, padding_mode=padding,
         align_corners=True,
@@ -377,7 +378,13 @@ def integrate_velocity(velocity: Tensor, steps: int = 7) -> Tensor:
     return (field / scale).flip(-1).movedim(-1, 1).contiguous().to(velocity.dtype)
 
 
-def resize_field(field: Tensor, factor: float, size: Sequence[int] | None = None) -> Tensor:
+def resize_field(
+    field: Tensor,
+    factor: float,
+    size: Sequence[int] | None = None,
+    *,
+    crop: Sequence[int] | None = None,
+) -> Tensor:
     """Resample a field to a finer or coarser grid and rescale its vectors.
 
     Values are interpolated (bi/trilinear, ``align_corners=False``, so voxel centres of a grid
@@ -389,30 +396,56 @@ def resize_field(field: Tensor, factor: float, size: Sequence[int] | None = None
         field: ``(B, N, *S)`` displacement or velocity in voxels.
         factor: Ratio of new to old grid size along every axis, ``> 0``.
         size: Exact output spatial shape; default ``round(s * factor)`` per axis.
+        crop: Only the first ``crop`` voxels per axis of the resized grid (at most its size):
+            the values of resizing and then slicing, computed (and differentiated) on the crop
+            alone; default the whole grid.
 
     Returns:
-        ``(B, N, *S')`` field in voxels of the new grid.
+        ``(B, N, *S')`` field in voxels of the new grid (``S' = crop`` when given).
 
     Raises:
         TypeError: If ``field`` is not a floating-point tensor.
-        ValueError: If ``field`` is not a field or ``factor <= 0``.
+        ValueError: If ``field`` is not a field, ``factor <= 0``, or ``crop`` does not have one
+            size per spatial axis, each from 1 to the resized grid's.
     """
     check_field("resize_field", "field", field)
     if not factor > 0:
         raise ValueError(f"resize_field(): 'factor' must be > 0, got {factor}")
+    if crop is not None:
+        full = [round(s * factor) for s in field.shape[2:]] if size is None else list(size)
+        if len(crop) != len(full) or not all(1 <= c <= f for c, f in zip(crop, full)):
+            raise ValueError(
+                f"resize_field(): 'crop' must hold {len(full)} sizes from 1 to the resized "
+                f"grid's {tuple(full)}, got {tuple(crop)}"
+            )
+        return _resize_field(field, factor, full, tuple(crop))
     if factor == 1 and size is None:
         return field
     return _resize_field(field, factor, size)
 
 
-def _resize_field(field: Tensor, factor: float, size: Sequence[int] | None = None) -> Tensor:
+def _resize_field(
+    field: Tensor,
+    factor: float,
+    size: Sequence[int] | None = None,
+    crop: tuple[int, ...] | None = None,
+) -> Tensor:
     if size is None:
         size = [round(s * factor) for s in field.shape[2:]]
     mode = "bilinear" if field.ndim == 4 else "trilinear"
     # interpolation is linear: the vectors are scaled on the smaller grid (upsampling by 2 in
     # 3D: one multiplication over 1/8 of the voxels, forward and backward)
     small = field * factor if factor > 1 else field
-    resized = F.interpolate(small, size=tuple(size), mode=mode, align_corners=False)
+    if crop is None:
+        resized = F.interpolate(small, size=tuple(size), mode=mode, align_corners=False)
+    else:
+        # the resize's own scales (new / old size per axis) with a smaller output: the kernel
+        # maps an output voxel to the same source position as the whole resize does
+        scales = [n / s for n, s in zip(size, field.shape[2:])]
+        upsample = torch.ops.aten.upsample_trilinear3d
+        if mode == "bilinear":
+            upsample = torch.ops.aten.upsample_bilinear2d
+        resized = upsample(small, list(crop), False, *scales)
     return resized if factor > 1 else resized * factor
 
 
