@@ -117,6 +117,22 @@ def test_ncc_with_a_reference_equals_ncc_without(shape, make_texture, window, we
     assert_close(cached.grad, plain.grad, rtol=1e-4, atol=1e-5 * float(plain.grad.abs().max()))
 
 
+@pytest.mark.parametrize("window", [3, 9])
+def test_box_sum_of_a_padded_buffer_is_the_box_sum_of_its_interior(shape, window) -> None:
+    # The cached NCC writes its terms into the interior of a buffer whose margins are zero
+    # (no concatenation, no padded copy): the box sum of that buffer is the one of the image,
+    # bitwise, and the margins are zero whatever the memory held.
+    from hyperreg.method.losses import _box_sum, _padded
+
+    torch.manual_seed(window)
+    image = torch.rand(2, 3, *shape)
+    buffer, inside = _padded(image, 3, window // 2)
+    assert inside.shape == image.shape
+    inside.copy_(image)
+    assert float(buffer.abs().sum()) == pytest.approx(float(image.abs().sum()), rel=1e-6)
+    assert torch.equal(_box_sum(buffer, window, padded=True), _box_sum(image, window))
+
+
 def test_ncc_refuses_a_reference_of_another_window_or_shape(shape, make_texture) -> None:
     fixed = make_texture(shape)
     with pytest.raises(ValueError, match="'reference' was computed for window 5"):

@@ -67,6 +67,45 @@ def test_refinement_lowers_the_loss_and_keeps_the_fixed_grid(ndim: int) -> None:
     np.testing.assert_array_equal(again.disp, before.disp)
 
 
+def test_refined_flow_is_the_same_at_one_and_two_threads(monkeypatch) -> None:
+    # A 64³ pair: the half-resolution velocity (32³) is integrated in samplings split into
+    # batch items (its gradient is a sum over them), and the 64³ warp too; the refined flow and
+    # the field must not depend on torch's thread count, bitwise.
+    import hyperreg.method.spatial as spatial_module
+
+    batches: list[int] = []
+    sample = spatial_module.F.grid_sample
+
+    def recording(image, grid, **kwargs):
+        batches.append(image.shape[0])
+        return sample(image, grid, **kwargs)
+
+    monkeypatch.setattr(spatial_module.F, "grid_sample", recording)
+    model = tiny_model(3)
+    grid = torch.stack(torch.meshgrid(*[torch.arange(64.0)] * 3, indexing="ij"))
+    fixed = torch.exp(-((grid - 30.0) ** 2).sum(0) / 200.0)[None, None]
+    moving = torch.exp(-((grid - torch.tensor([34.0, 28.0, 31.0]).view(3, 1, 1, 1)) ** 2).sum(0)
+                       / 150.0)[None, None]  # fmt: skip
+    threads = torch.get_num_threads()
+    results = []
+    try:
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            batches.clear()
+            refined = refine_flow(model, moving, fixed, 0.2, Refinement(steps=3, lr=0.1))
+            results.append(refined)
+            assert max(batches) > 1  # split samplings were used
+    finally:
+        torch.set_num_threads(threads)
+    one, two = results
+    assert torch.equal(one.flow, two.flow)
+    assert torch.equal(one.output.disp, two.output.disp)
+    # the scalar losses are means, which torch reduces in an order that follows the threads
+    for before_after in ((one.loss_before, two.loss_before), (one.loss_after, two.loss_after)):
+        assert before_after[0] == pytest.approx(before_after[1], rel=1e-6)
+    assert one.loss_after < one.loss_before
+
+
 def test_zero_steps_is_the_networks_field() -> None:
     model = tiny_model(2)
     pair = volume_pair(2)

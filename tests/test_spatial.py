@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import Tensor
 from torch.testing import assert_close
 
 from hyperreg.method.spatial import (
@@ -216,6 +217,28 @@ def test_resize_field_exact_size_and_identity(shape) -> None:
     assert resize_field(field, 2.0, size=size).shape[2:] == tuple(size)
 
 
+@pytest.mark.parametrize(
+    ("spatial", "size", "crop"),
+    [((24, 32, 32), None, (45, 60, 60)), ((23, 31, 11), (45, 61, 22), (44, 61, 21)),
+     ((23, 30), (45, 60), (40, 60))],
+)  # fmt: skip
+def test_resize_field_crop_is_the_resized_field_sliced_bitwise(spatial, size, crop) -> None:
+    # The model's upsampling to the image's voxels: the crop of the resized grid computed on
+    # its own, values and gradient bitwise those of resizing the whole grid and slicing it
+    # (also for a size that is not twice the field's, where the scales are not 2).
+    torch.manual_seed(0)
+    field = torch.randn(1, len(spatial), *spatial, requires_grad=True)
+    whole = resize_field(field, 2.0, size)
+    sliced = whole[(slice(None), slice(None), *[slice(0, c) for c in crop])]
+    cropped = resize_field(field, 2.0, size, crop=crop)
+    assert cropped.shape == (1, len(spatial), *crop)
+    assert torch.equal(cropped, sliced)
+    weights = torch.randn_like(sliced)
+    (expected,) = torch.autograd.grad((sliced * weights).sum(), field)
+    (actual,) = torch.autograd.grad((cropped * weights).sum(), field)
+    assert torch.equal(actual, expected)
+
+
 def test_resize_field_rejects_bad_input(shape) -> None:
     field = torch.zeros(1, len(shape), *shape)
     with pytest.raises(ValueError, match=r"'factor' must be > 0"):
@@ -224,6 +247,10 @@ def test_resize_field_rejects_bad_input(shape) -> None:
         resize_field(torch.zeros(1, 1, *shape), 0.5)
     with pytest.raises(TypeError, match=r"'field' must be a floating-point"):
         resize_field(field.long(), 0.5)
+    too_big = [2 * s + 1 for s in shape]
+    for crop in (too_big, [1] * (len(shape) + 1), [0] * len(shape)):
+        with pytest.raises(ValueError, match=r"'crop' must hold"):
+            resize_field(field, 2.0, crop=crop)
 
 
 # ------------------------------------------------------------------------------------------
@@ -265,7 +292,7 @@ def test_integrate_smooth_velocity_matches_module_and_is_not_identity(shape) -> 
 def test_large_3d_cpu_warp_split_across_threads_is_bitwise_the_plain_one(
     monkeypatch, mode, padding, exact
 ) -> None:
-    # A one-channel 3D volume of >= 2**18 output points is sampled as several batch items of a
+    # A 3D volume of >= _SPLIT_POINTS output points is sampled as several batch items of a
     # few planes each (PyTorch runs one batch item per thread): with 2 threads an even depth is
     # split in 2 and an odd one is not; values and the field's gradient are bitwise those of
     # one thread (one grid_sample call).
@@ -298,6 +325,87 @@ def test_large_3d_cpu_warp_split_across_threads_is_bitwise_the_plain_one(
             assert torch.equal(results[0][1], results[1][1])
     finally:
         torch.set_num_threads(threads)
+
+
+def _recording_grid_sample(monkeypatch) -> list[int]:
+    """Record the batch size of every ``grid_sample`` call of hyperreg.method.spatial."""
+    import hyperreg.method.spatial as spatial_module
+
+    batches: list[int] = []
+    sample = spatial_module.F.grid_sample
+
+    def recording(image, grid, **kwargs):
+        batches.append(image.shape[0])
+        return sample(image, grid, **kwargs)
+
+    monkeypatch.setattr(spatial_module.F, "grid_sample", recording)
+    return batches
+
+
+@pytest.mark.parametrize(("spatial", "split"), [((36, 32, 32), 4), ((33, 32, 32), 3)])
+def test_integrate_with_gradient_splits_by_shape_and_is_the_same_at_any_thread_count(
+    monkeypatch, spatial, split
+) -> None:
+    # Scaling and squaring samples the 3-channel field with itself, gradients for both: it is
+    # split into batch items whose number comes from the depth alone (4 for 36, 3 for 33)
+    # whatever the thread count, so the field and the velocity's gradient (the items' gradients
+    # of the shared input summed) are bitwise the same at 1, 2 and 3 threads, and equal to the
+    # unsplit computation up to rounding (the forward pass bitwise).
+    import hyperreg.method.spatial as spatial_module
+
+    batches = _recording_grid_sample(monkeypatch)
+    grid = identity_grid(spatial)
+    velocity = 3.0 * torch.sin(grid / 5.0 + 1) + 2.0 * torch.cos(grid.flip(1) / 4.0)
+    weights = torch.rand(1, 3, *spatial)
+
+    def run() -> tuple[Tensor, Tensor]:
+        leaf = velocity.clone().requires_grad_()
+        disp = integrate_velocity(leaf, 7)
+        (grad,) = torch.autograd.grad((disp * weights).sum(), leaf)
+        return disp, grad
+
+    threads = torch.get_num_threads()
+    try:
+        results = []
+        for count in (1, 2, 3):
+            torch.set_num_threads(count)
+            batches.clear()
+            results.append(run())
+            assert batches == [split] * 7
+        torch.set_num_threads(1)
+        monkeypatch.setattr(spatial_module, "_SPLIT_POINTS", 1 << 40)  # no split
+        batches.clear()
+        plain = run()
+        assert batches == [1] * 7
+    finally:
+        torch.set_num_threads(threads)
+    for disp, grad in results[1:]:
+        assert torch.equal(disp, results[0][0]) and torch.equal(grad, results[0][1])
+    assert torch.equal(plain[0], results[0][0])
+    assert_close(results[0][1], plain[1], rtol=1e-5, atol=1e-5)
+    assert not torch.equal(plain[1], torch.zeros_like(plain[1]))
+
+
+def test_multichannel_3d_sampling_without_gradient_splits_by_threads_bitwise(monkeypatch) -> None:
+    # Without a gradient for the input (inference), a several-channel sampling is split as a
+    # one-channel one: into as many items as threads that divide the depth, the values bitwise
+    # those of one call.
+    batches = _recording_grid_sample(monkeypatch)
+    torch.manual_seed(0)
+    spatial = (34, 32, 32)
+    velocity = 2 * torch.randn(1, 3, *spatial)
+    threads = torch.get_num_threads()
+    try:
+        results = []
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            batches.clear()
+            with torch.no_grad():
+                results.append(integrate_velocity(velocity, 3))
+            assert batches == [count] * 3
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(results[0], results[1])
 
 
 @pytest.mark.parametrize("steps", [1, 7])

@@ -44,7 +44,7 @@ def _reduce(per_sample: Tensor, reduction: str) -> Tensor:
     return per_sample.mean() if reduction == "mean" else per_sample
 
 
-def _box_sum(x: Tensor, window: int) -> Tensor:
+def _box_sum(x: Tensor, window: int, padded: bool = False) -> Tensor:
     """Sum over a ``window``-wide cube around each voxel, zero padding outside the image.
 
     Separable; each axis sums shifted copies by doubling (widths 1, 2, 4, … added along the
@@ -53,14 +53,15 @@ def _box_sum(x: Tensor, window: int) -> Tensor:
     values, so it keeps the precision of a direct sum (a cumulative-sum filter does not: its
     differences of large running totals leave spurious variance in flat regions). The zero
     padding of every axis is added once, before the first axis (the sums along one axis of the
-    other axes' zero margins stay 0).
+    other axes' zero margins stay 0). ``padded``: ``x`` already holds the image inside a zero
+    margin of ``window // 2`` voxels per side (:func:`_padded`), so no padded copy is made.
     """
     ndim = x.ndim - 2
     half = window // 2
-    run = F.pad(x, [half, half] * ndim) if half else x
+    run = F.pad(x, [half, half] * ndim) if half and not padded else x
     for axis in range(ndim):
         dim = axis + 2
-        size = x.shape[dim]
+        size = run.shape[dim] - 2 * half  # the image's size along this axis
         total, offset, width, digits = None, 0, 1, window
         while digits:
             if digits & 1:
@@ -74,6 +75,21 @@ def _box_sum(x: Tensor, window: int) -> Tensor:
                 width *= 2
         run = total
     return run if half else run.clone()
+
+
+def _padded(like: Tensor, channels: int, half: int) -> tuple[Tensor, Tensor]:
+    """A buffer for :func:`_box_sum` with ``padded``: ``(B, channels, *(S + 2·half))`` with a
+    zero margin of ``half`` voxels per side (``B`` and ``S`` those of ``like``, its dtype and
+    device), and its interior ``(B, channels, *S)``, uninitialised, for the caller to fill (the
+    terms of a box sum written in place instead of concatenated, then padded: two copies
+    fewer)."""
+    spatial = like.shape[2:]
+    buffer = like.new_empty(like.shape[0], channels, *[s + 2 * half for s in spatial])
+    for dim in range(2, buffer.ndim):
+        buffer.narrow(dim, 0, half).zero_()
+        buffer.narrow(dim, buffer.shape[dim] - half, half).zero_()
+    interior = buffer[(slice(None), slice(None), *[slice(half, half + s) for s in spatial])]
+    return buffer, interior
 
 
 class _BoxMean(torch.autograd.Function):
@@ -170,7 +186,11 @@ class _CachedNCC(torch.autograd.Function):
             reference.var,
         )
         count = float(window ** (moved.ndim - 2))
-        stats = _box_sum(torch.cat([moved, moved * moved, moved * fixed], 1), window) / count
+        terms, inside = _padded(moved, 3, window // 2)  # moved, its square, moved · fixed
+        inside[:, 0:1].copy_(moved)
+        torch.mul(moved, moved, out=inside[:, 1:2])
+        torch.mul(moved, fixed, out=inside[:, 2:3])
+        stats = _box_sum(terms, window, padded=True) / count
         mu_i, ii, ij = stats.chunk(3, 1)
         cross = ij - mu_i * mu_j
         var_raw = ii - mu_i * mu_i
@@ -185,10 +205,12 @@ class _CachedNCC(torch.autograd.Function):
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
         moved, fixed, mu_i, mu_j, var_j, cross, var_raw, denominator, cc = ctx.saved_tensors
         grad = grad * (cc <= 1.0)  # clamp(max=1) passes the gradient where cc <= 1
-        d_cross = grad * 2 * cross / denominator
-        d_var = (-grad * cc * var_j / denominator) * (var_raw >= 0)
-        d_mean = -d_cross * mu_j - 2 * d_var * mu_i
-        back = _box_sum(torch.cat([d_mean, d_var, d_cross], 1), ctx.window) / ctx.count
+        terms, inside = _padded(grad, 3, ctx.window // 2)  # d_mean, d_var, d_cross
+        d_mean, d_var, d_cross = inside[:, 0:1], inside[:, 1:2], inside[:, 2:3]
+        torch.div(grad * 2 * cross, denominator, out=d_cross)
+        torch.mul(-grad * cc * var_j / denominator, var_raw >= 0, out=d_var)
+        torch.sub(-d_cross * mu_j, 2 * d_var * mu_i, out=d_mean)
+        back = _box_sum(terms, ctx.window, padded=True) / ctx.count
         b_mean, b_square, b_product = back.chunk(3, 1)
         return b_mean + 2 * moved * b_square + fixed * b_product, None, None
 

@@ -269,15 +269,14 @@ class HyperMorph(nn.Module):
             velocity = flow
             disp = integrate_velocity(velocity, cfg.int_steps)
             if self.half_res:
-                # upsample only the half-resolution planes the crop below reads (the last
-                # output voxel s - 1 interpolates planes up to s // 2): the same values, bitwise
-                keep = [min(n, s // 2 + 1) for n, s in zip(disp.shape[2:], spatial)]
-                disp = disp[(slice(None), slice(None), *[slice(0, k) for k in keep])]
-                disp = resize_field(disp, 2.0, [2 * k for k in keep])
+                # upsampled on the image's voxels alone (not the padded grid's, then cropped):
+                # the same values, bitwise, and no zero-filled copies in the backward pass
+                disp = resize_field(disp, 2.0, crop=spatial)
         else:
             disp = flow
         if padded != spatial:
-            disp = disp[(slice(None), slice(None), *[slice(0, s) for s in spatial])]
+            if tuple(disp.shape[2:]) != spatial:
+                disp = disp[(slice(None), slice(None), *[slice(0, s) for s in spatial])]
             if velocity is not None:
                 factor = 2 if self.half_res else 1
                 crop = [slice(0, math.ceil(s / factor)) for s in spatial]

@@ -193,34 +193,52 @@ def _grid_sample(moving: Tensor, grid: Tensor, mode: str, padding: str, fn: str 
     return out.masked_fill(outside[:, None], 0.0)
 
 
-_SPLIT_POINTS = 1 << 18  # fewest output points of a 3D CPU sampling split across threads
+_SPLIT_POINTS = 1 << 15  # fewest output points of a 3D CPU sampling split into batch items
+_GRADIENT_PARTS = 4  # most items of a split whose input needs a gradient (any thread count)
+
+
+def _split_parts(moving: Tensor, grid: Tensor) -> int:
+    """How many batch items :func:`_sample` splits a sampling into (1: none).
+
+    Without a gradient for ``moving`` the items' results are the unsplit ones bitwise, so the
+    thread count may choose: the largest divisor of the output depth up to it. With one, the
+    items' gradients of the shared input are summed, whose rounding depends on their number:
+    that number is the output shape's alone (the largest divisor of the depth up to
+    :data:`_GRADIENT_PARTS`), so a result does not depend on the thread count.
+    """
+    if grid.ndim != 5 or moving.device.type != "cpu" or moving.shape[0] != 1:
+        return 1
+    if grid.shape[0] != 1 or grid.shape[1:-1].numel() < _SPLIT_POINTS:
+        return 1
+    most = torch.get_num_threads()
+    if moving.requires_grad and torch.is_grad_enabled():
+        most = _GRADIENT_PARTS
+    depth = grid.shape[1]
+    return max(p for p in range(1, most + 1) if depth % p == 0)
 
 
 def _sample(moving: Tensor, grid: Tensor, mode: str, padding: str) -> Tensor:
-    """``F.grid_sample`` (align_corners=True), a large 3D CPU one split across threads.
+    """``F.grid_sample`` (align_corners=True), a 3D CPU one split across threads.
 
     PyTorch's 3D CPU sampler runs its batch items in parallel and each on one thread, so a
-    single volume is sampled on one core whatever the thread count. A one-channel volume of
-    at least :data:`_SPLIT_POINTS` output points that needs no gradient (the image warped in a
-    refinement step or an output) is sampled as ``p`` batch items of ``D / p`` planes each (``p``
-    the largest divisor of ``D`` up to the thread count): the same volume read by every item
-    (a stride-0 view), the grid and the result reshaped as views, so it takes no more memory
-    and gives the same values, bitwise.
+    single volume is sampled on one core whatever the thread count. A volume (any channels) of
+    at least :data:`_SPLIT_POINTS` output points is sampled as ``p`` batch items of ``D / p``
+    output planes each (``p`` from :func:`_split_parts`): the same volume read by every item (a
+    stride-0 view), the grid reshaped as a view. Each output point and its grid gradient are
+    the unsplit ones, bitwise; the gradient of ``moving`` is the sum of the items' (rounding
+    only). A one-channel result is a view, a multi-channel one a copy.
     """
-    parts = 1
-    big = grid.ndim == 5 and grid.shape[1:-1].numel() >= _SPLIT_POINTS
-    if big and moving.device.type == "cpu" and moving.shape[:2] == (1, 1) and grid.shape[0] == 1:
-        if not (moving.requires_grad and torch.is_grad_enabled()):
-            depth = grid.shape[1]
-            parts = max(p for p in range(1, torch.get_num_threads() + 1) if depth % p == 0)
+    parts = _split_parts(moving, grid)
     if parts == 1:
         return F.grid_sample(moving, grid, mode=mode, padding_mode=padding, align_corners=True)
-    items = grid[0].unflatten(0, (parts, grid.shape[1] // parts))  # a view, any strides
+    # views, any strides (grid[0] would cost its backward a zero-filled copy of the grid)
+    items = grid.squeeze(0).unflatten(0, (parts, grid.shape[1] // parts))
     out = F.grid_sample(
         moving.expand(parts, *moving.shape[1:]), items, mode=mode, padding_mode=padding,
         align_corners=True,
     )  # fmt: skip
-    return out.reshape(1, 1, *grid.shape[1:-1])
+    # (parts, C, D / parts, H, W) -> (1, C, D, H, W)
+    return out.transpose(0, 1).reshape(1, moving.shape[1], *grid.shape[1:-1])
 
 
 def sample_at(
@@ -360,7 +378,13 @@ def integrate_velocity(velocity: Tensor, steps: int = 7) -> Tensor:
     return (field / scale).flip(-1).movedim(-1, 1).contiguous().to(velocity.dtype)
 
 
-def resize_field(field: Tensor, factor: float, size: Sequence[int] | None = None) -> Tensor:
+def resize_field(
+    field: Tensor,
+    factor: float,
+    size: Sequence[int] | None = None,
+    *,
+    crop: Sequence[int] | None = None,
+) -> Tensor:
     """Resample a field to a finer or coarser grid and rescale its vectors.
 
     Values are interpolated (bi/trilinear, ``align_corners=False``, so voxel centres of a grid
@@ -372,30 +396,56 @@ def resize_field(field: Tensor, factor: float, size: Sequence[int] | None = None
         field: ``(B, N, *S)`` displacement or velocity in voxels.
         factor: Ratio of new to old grid size along every axis, ``> 0``.
         size: Exact output spatial shape; default ``round(s * factor)`` per axis.
+        crop: Only the first ``crop`` voxels per axis of the resized grid (at most its size):
+            the values of resizing and then slicing, computed (and differentiated) on the crop
+            alone; default the whole grid.
 
     Returns:
-        ``(B, N, *S')`` field in voxels of the new grid.
+        ``(B, N, *S')`` field in voxels of the new grid (``S' = crop`` when given).
 
     Raises:
         TypeError: If ``field`` is not a floating-point tensor.
-        ValueError: If ``field`` is not a field or ``factor <= 0``.
+        ValueError: If ``field`` is not a field, ``factor <= 0``, or ``crop`` does not have one
+            size per spatial axis, each from 1 to the resized grid's.
     """
     check_field("resize_field", "field", field)
     if not factor > 0:
         raise ValueError(f"resize_field(): 'factor' must be > 0, got {factor}")
+    if crop is not None:
+        full = [round(s * factor) for s in field.shape[2:]] if size is None else list(size)
+        if len(crop) != len(full) or not all(1 <= c <= f for c, f in zip(crop, full)):
+            raise ValueError(
+                f"resize_field(): 'crop' must hold {len(full)} sizes from 1 to the resized "
+                f"grid's {tuple(full)}, got {tuple(crop)}"
+            )
+        return _resize_field(field, factor, full, tuple(crop))
     if factor == 1 and size is None:
         return field
     return _resize_field(field, factor, size)
 
 
-def _resize_field(field: Tensor, factor: float, size: Sequence[int] | None = None) -> Tensor:
+def _resize_field(
+    field: Tensor,
+    factor: float,
+    size: Sequence[int] | None = None,
+    crop: tuple[int, ...] | None = None,
+) -> Tensor:
     if size is None:
         size = [round(s * factor) for s in field.shape[2:]]
     mode = "bilinear" if field.ndim == 4 else "trilinear"
     # interpolation is linear: the vectors are scaled on the smaller grid (upsampling by 2 in
     # 3D: one multiplication over 1/8 of the voxels, forward and backward)
     small = field * factor if factor > 1 else field
-    resized = F.interpolate(small, size=tuple(size), mode=mode, align_corners=False)
+    if crop is None:
+        resized = F.interpolate(small, size=tuple(size), mode=mode, align_corners=False)
+    else:
+        # the resize's own scales (new / old size per axis) with a smaller output: the kernel
+        # maps an output voxel to the same source position as the whole resize does
+        scales = [n / s for n, s in zip(size, field.shape[2:])]
+        upsample = torch.ops.aten.upsample_trilinear3d
+        if mode == "bilinear":
+            upsample = torch.ops.aten.upsample_bilinear2d
+        resized = upsample(small, list(crop), False, *scales)
     return resized if factor > 1 else resized * factor
 
 
