@@ -192,7 +192,7 @@ def test_results_carry_typed_statistics_not_an_untyped_dict() -> None:
         (Refinement(steps=-1), r"'steps' must be an integer in \[0, 10000\], got -1"),
         (Refinement(steps=10001), r"'steps' must be an integer in \[0, 10000\]"),
         (Refinement(steps=True), r"'steps' must be an integer"),  # type: ignore[arg-type]
-        (Refinement(sim="cc"), r"'sim' must be one of \('ncc', 'mse', 'mi'\)"),
+        (Refinement(sim="cc"), r"'sim' must be one of \('ncc', 'mse', 'mi', 'mind'\)"),
         (Refinement(lr=0.0), r"'lr' must lie in \(0, 100\)"),
     ],
 )
