@@ -30,7 +30,7 @@ from hyperreg.geometry.io import Volume, compact_labels
 from hyperreg.method.metrics import registration_dice
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.engine import ndim_error, run
-from hyperreg.registration.pairs import RegistrationResult
+from hyperreg.registration.pairs import RegistrationResult, reused_network_tensors
 from hyperreg.registration.refine import Refinement, refine_objective
 from hyperreg.registration.masks import mask_tensors, masks_on_fixed_grid
 from hyperreg.registration.memory import release_freed_memory
@@ -194,7 +194,8 @@ class PreparedPair:
             similarity=similarity,
             fn="PreparedPair.register",
         )
-        return run(self, model, settings)
+        with reused_network_tensors():  # the verdict's fixed (and aligned) tensors: the engine's
+            return run(self, model, settings)
 
     def network_image(self) -> Volume:
         """The moving image the network and refinement see on the fixed grid: ``remapped``
