@@ -340,7 +340,6 @@ def test_the_verdict_reuses_the_engines_network_inputs(monkeypatch: pytest.Monke
     import hyperreg.registration.prepared as prepared
     import hyperreg.registration.similarity as similarity
 
-    model, pair = _network_grid_pair()
     resampled: list[object] = []
     original = pairs.resample_to
 
@@ -350,6 +349,7 @@ def test_the_verdict_reuses_the_engines_network_inputs(monkeypatch: pytest.Monke
 
     monkeypatch.setattr(pairs, "resample_to", counted)
     monkeypatch.setattr(similarity, "resample_to", counted, raising=False)
+    model, pair = _network_grid_pair()  # the fixed image is brought to the network grid here
     result = pair.register(model, [0.5])[0]
     assert sum(v is pair.fixed for v in resampled) == 1
     assert sum(v is pair.aligned for v in resampled) == 1

@@ -225,18 +225,23 @@ _MADE: ContextVar[dict[tuple, tuple[Volume, torch.Tensor, int]] | None] = Contex
 
 
 @contextmanager
-def reused_network_tensors() -> Iterator[None]:
+def reused_network_tensors(store: dict | None = None) -> Iterator[None]:
     """Within this block, the tensors :func:`network_inputs` makes (the pair's moving and fixed
     images on the network grid) are kept, and :func:`network_tensor` of the same volume (the
     same object), grid, normalisation and device returns them, unless changed in place since,
     instead of resampling and normalising again: a registration and its verdict bring the
-    fixed image (and the moving image after the affine stage) to the network grid once. Those
-    volumes and tensors are held until the block ends; nested blocks share the outermost
-    one's; other threads make their own."""
-    if _MADE.get() is not None:
+    fixed image (and the moving image after the affine stage) to the network grid once.
+
+    Args:
+        store: Where they are kept (a pair's own dict, so that they last as long as the pair
+            and can be made beforehand, :func:`network_tensor` with ``keep``); None: the
+            enclosing block's, or a new one for this block. Kept volumes are held (their ids
+            name them); other threads keep their own.
+    """
+    if store is None and _MADE.get() is not None:
         yield
         return
-    token = _MADE.set({})
+    token = _MADE.set({} if store is None else store)
     try:
         yield
     finally:

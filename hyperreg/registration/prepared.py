@@ -82,6 +82,10 @@ class PreparedPair:
             the fixed image beyond a cut field of view
             (:func:`hyperreg.registration.masks.filled_view`): what the network and
             refinement then see (:meth:`network_image`); None: ``aligned`` itself.
+        network_tensors: The pair's images on the network grid, each made once and kept for
+            every registration of the pair and its verdict
+            (:func:`~hyperreg.registration.pairs.reused_network_tensors`; some are made beside
+            the affine stage, :func:`~hyperreg.registration.baseline.pair_baseline`).
     """
 
     moving: Volume
@@ -103,6 +107,7 @@ class PreparedPair:
     shared_labels: list[int] | None = None
     fov_fraction: float | None = None
     remapped: Volume | None = None
+    network_tensors: dict = field(default_factory=dict, repr=False, compare=False)
     _similarity: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -194,7 +199,9 @@ class PreparedPair:
             similarity=similarity,
             fn="PreparedPair.register",
         )
-        with reused_network_tensors():  # the verdict's fixed (and aligned) tensors: the engine's
+        # the network-grid tensors made beside the affine stage, by the engine, for the verdict:
+        # each made once for the pair (pairs.network_tensor)
+        with reused_network_tensors(self.network_tensors):
             return run(self, model, settings)
 
     def network_image(self) -> Volume:
