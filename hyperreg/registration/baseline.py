@@ -103,14 +103,18 @@ def beside(main: Callable[[], _A], other: Callable[[], _B]) -> tuple[_A, _B]:
     ``other`` must be thread-safe and its values must not depend on the thread count. An error
     of ``main`` is raised first (after ``other`` finished), then one of ``other``.
     """
-    if torch.get_num_threads() < 2:
+    threads = torch.get_num_threads()
+    if threads < 2:
         first = main()
         return first, other()
 
     def one_thread() -> None:  # torch's thread count is per thread
         torch.set_num_threads(1)
 
-    with ThreadPoolExecutor(1, initializer=one_thread) as pool:
-        future: Any = pool.submit(other)
-        first = main()
-        return first, future.result()
+    try:
+        with ThreadPoolExecutor(1, initializer=one_thread) as pool:
+            future: Any = pool.submit(other)
+            first = main()
+            return first, future.result()
+    finally:  # as lambdas.side_by_side: a pool of torch's that is process-wide gets it back
+        torch.set_num_threads(threads)
