@@ -165,3 +165,46 @@ def test_real_2d_pair_round_trip_through_the_affine_stage(tmp_path) -> None:
         np.mean(list(registration_dice(headers_only, original, labels=pair.labels).values()))
     )
     assert mean > without  # the inverse, not the shared grid, brings the labels back
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_slabs_side_by_side_give_the_one_slab_values(
+    monkeypatch: pytest.MonkeyPatch, threads: int
+) -> None:
+    """The chain's outputs sampled in many slabs on ``threads`` CPU threads (side by side)
+    equal those of one slab: every value is computed alone."""
+    import threading
+
+    import torch
+
+    import hyperreg.registration.chain as chain
+
+    smooth = _smooth_chain()
+    content = np.random.default_rng(0).random(smooth.source.spatial_shape).astype(np.float32)
+    moving = Volume(content, smooth.source.affine, smooth.source.disk_shape)
+    labels = Volume(np.rint(content * 7).astype(np.int32), moving.affine, moving.disk_shape)
+
+    def outputs() -> list[np.ndarray]:
+        image = sample_volume(moving, smooth.affine, smooth.disp, smooth.grid).data
+        label = sample_volume(labels, smooth.affine, smooth.disp, smooth.grid, label=True).data
+        return [image, label, composed_displacement(smooth.affine, smooth.disp, smooth.grid)]
+
+    whole = outputs()
+    seen: set[int] = set()
+    points = chain._slab_points
+
+    def recorded(*args):  # type: ignore[no-untyped-def]
+        seen.add(threading.get_ident())
+        return points(*args)
+
+    monkeypatch.setattr(chain, "_SLAB_VOXELS", 3 * SHAPE[1] * SHAPE[2])  # 7 slabs
+    monkeypatch.setattr(chain, "_slab_points", recorded)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        sliced = outputs()
+    finally:
+        torch.set_num_threads(before)
+    for got, expected in zip(sliced, whole):
+        np.testing.assert_array_equal(got, expected)
+    assert len(seen) == threads
