@@ -26,7 +26,6 @@ from hyperreg.geometry.affine import AffineTransform
 from hyperreg.geometry.io import Volume
 from hyperreg.geometry.resample import affine_3d
 from hyperreg.method.spatial import sample_at
-from hyperreg.registration.lambdas import side_by_side
 
 __all__ = ["composed_displacement", "sample_volume"]
 
@@ -100,15 +99,12 @@ def composed_displacement(
     offset = inverse @ (matrix[:3, 3] - affine[:3, 3])
     shape = fixed.spatial_shape
     out = np.empty((ndim, *shape), np.float32)
-
-    def fill(rows: slice) -> None:
+    for rows in _slabs(shape):
         moved = _slab_points(linear, offset, disp, shape, rows)
         for n in range(ndim):  # minus x, one broadcast axis at a time
             axis = np.arange(shape[n], dtype=np.float64)[rows if n == 0 else slice(None)]
             moved[n] -= axis.reshape((-1,) + (1,) * (ndim - 1 - n))
         out[:, rows] = moved
-
-    side_by_side(fill, _slabs(shape))  # slabs on the CPU threads: each computed alone
     return out
 
 
@@ -154,24 +150,17 @@ def sample_volume(
         # nearest neighbour as an exact gather of the integer ids (no float round trip)
         data = np.asarray(volume.data)  # any memory order: no copy
         out = np.zeros(shape, np.int32)
-
-        def fill(rows: slice) -> None:
+        for rows in _slabs(shape):
             points = _slab_points(linear, offset, disp, shape, rows)
             out[rows] = _nearest(data, points, padding)
     else:
         image = torch.from_numpy(np.asarray(volume.data, dtype=np.float32))[None, None]
         out = np.empty(shape, np.float32)
-
-        @torch.no_grad()  # grad mode is per thread
-        def fill(rows: slice) -> None:
+        for rows in _slabs(shape):
             points = torch.from_numpy(_slab_points(linear, offset, disp, shape, rows))
             rule = "itk" if padding == "zeros" else padding  # ITK's rule outside the image
             sampled = sample_at(image, points[None], "bilinear", rule, exact=False)
             out[rows] = sampled[0, 0].numpy()
-
-    # the slabs side by side on the CPU threads, one torch thread each: every value is
-    # computed alone (one point, one gather or interpolation), the same at any thread count
-    side_by_side(fill, _slabs(shape))
     return Volume(
         data=out,
         affine=fixed.affine,
