@@ -388,8 +388,8 @@ def read_label_map(fn: str, name: str, path: PathLike) -> Volume | PathLike:
 
 def _check_label_count(fn: str, name: str, path: PathLike, ids: np.ndarray) -> None:
     """Raise unless the integer map ``ids`` holds at most :data:`MAX_LABELS` distinct values
-    (0 included; counted with one ``np.bincount`` pass per block where the ids allow,
-    :func:`~hyperreg.method.metrics.input_labels`)."""
+    (0 included; counted by :func:`~hyperreg.method.metrics.input_labels`: ``np.bincount``
+    in blocks for ids in ``[0, 2**20]``, ``np.unique`` otherwise)."""
     from hyperreg.method.metrics import input_labels
 
     count = len(input_labels(ids, ids)) + int(ids.size > 0 and not np.all(ids))
