@@ -9,13 +9,12 @@ import time
 import numpy as np
 import pytest
 import torch
-from lambda_helpers import blob, labels_of, tiny_model
+from lambda_helpers import blob, labels_of
 
 from hyperreg.geometry.io import Volume
 from hyperreg.geometry.resample import resample_to
 from hyperreg.method.metrics import label_sets, mean_registration_dice
 from hyperreg.registration.baseline import beside, pair_baseline
-from hyperreg.registration.pairs import network_inputs, reused_network_tensors
 
 
 @pytest.fixture()
@@ -75,9 +74,9 @@ def test_beside_raises_the_main_jobs_error_first(threads) -> None:
         beside(lambda: 1, fails("other"))
 
 
-def test_pair_baseline_is_the_pairs_labels_dice_and_network_tensors() -> None:
+def test_pair_baseline_is_the_pairs_labels_and_dice_as_it_came() -> None:
     """Label maps on other grids than the fixed image are brought onto it through the headers
-    (as the pipeline does), and the network tensors are those the engine would make."""
+    (as the pipeline does) before they are counted and scored."""
     shape = (20, 18, 22)
     fixed = Volume(blob(shape, (11, 9, 12), sigma=4.0), np.eye(4), shape)
     moving = Volume(blob(shape, (9, 8, 10), sigma=4.0), np.eye(4), shape)
@@ -85,16 +84,9 @@ def test_pair_baseline_is_the_pairs_labels_dice_and_network_tensors() -> None:
     shifted[:3, 3] = (1.0, -1.0, 0.5)
     moving_seg = Volume(labels_of(moving.data).astype(np.int32), shifted, shape)
     fixed_seg = Volume(labels_of(fixed.data).astype(np.int32), shifted, shape)
-    model = tiny_model(3)
-    base = pair_baseline(moving, fixed, moving_seg, fixed_seg, model, "robust")
+    base = pair_baseline(fixed, moving_seg, fixed_seg)
     on_fixed = [resample_to(s, fixed, label=True).data for s in (moving_seg, fixed_seg)]
     labels, shared = label_sets(*on_fixed)
     assert (base.labels, base.shared) == (labels, shared)
     assert base.dice_before == mean_registration_dice(*on_fixed, labels=labels)
-    device = torch.device("cpu")
-    with reused_network_tensors(base.network_tensors):
-        moving_t, fixed_t, _ = network_inputs(model, moving, fixed, "robust", device)
-    kept = [tensor for _, tensor, _ in base.network_tensors.values()]
-    assert any(t is fixed_t for t in kept) and any(t is moving_t for t in kept)
-    assert len(kept) == 2  # nothing made twice
-    assert pair_baseline(moving, fixed, None, None, None, "robust").labels is None
+    assert pair_baseline(fixed, None, fixed_seg).labels is None

@@ -349,8 +349,9 @@ def test_the_verdict_reuses_the_engines_network_inputs(monkeypatch: pytest.Monke
 
     monkeypatch.setattr(pairs, "resample_to", counted)
     monkeypatch.setattr(similarity, "resample_to", counted, raising=False)
-    model, pair = _network_grid_pair()  # the fixed image is brought to the network grid here
+    model, pair = _network_grid_pair()
     result = pair.register(model, [0.5])[0]
+    assert not pair.network_tensors  # handed back once the verdict scored them
     assert sum(v is pair.fixed for v in resampled) == 1
     assert sum(v is pair.aligned for v in resampled) == 1
     monkeypatch.setattr(prepared, "reused_network_tensors", contextlib.nullcontext)

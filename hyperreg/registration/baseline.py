@@ -2,22 +2,20 @@
 
 The affine stage (:func:`hyperreg.geometry.affine.register_affine`) runs on one ITK thread so
 that its transforms repeat exactly; on a CPU with more torch threads than one the other core
-would idle for its seconds. :func:`pair_baseline` is the work that does not depend on the
-affine result: the label ids the pair is scored on, its Dice as it came (the moving label map
-through the headers) and the network-grid tensors of the fixed image and of the moving image as
-read (:func:`~hyperreg.registration.similarity.network_input`, kept for the engine and the
-verdict, :func:`~hyperreg.registration.pairs.reused_network_tensors`); :func:`beside` runs it
-on a second thread while the affine stage runs. Each value is the one the same computation
-gives one step after the other (integer counts, per-voxel resampling and percentiles: no sum
-whose order depends on threads). Must not import training, apps or cli.
+would idle for its seconds. :func:`pair_baseline` is work that does not depend on the affine
+result: the label ids the pair is scored on and its Dice as it came (the moving label map
+through the headers); :func:`beside` runs it on a second thread while the affine stage runs.
+Each value is the one the same computation gives one step after the other (integer counts,
+nearest-neighbour resampling: nothing whose result depends on threads). The fixed image's
+network-grid tensor is not made here: held from the affine stage to the verdict, it raised the
+peak memory of a 256³ register by about 11 MiB. Must not import training, apps or cli.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
@@ -25,9 +23,6 @@ import torch
 from hyperreg.geometry.io import Volume, same_grid
 from hyperreg.geometry.resample import resample_to
 from hyperreg.method.metrics import label_sets, mean_registration_dice
-from hyperreg.method.model import HyperMorph
-from hyperreg.registration.pairs import reused_network_tensors
-from hyperreg.registration.similarity import network_input
 
 __all__ = ["PairBaseline", "beside", "pair_baseline"]
 
@@ -44,45 +39,26 @@ class PairBaseline:
         shared: The ids both maps hold, or None.
         dice_before: Mean Dice of the pair as it came (the moving label map on the fixed grid
             through the headers, nearest neighbour), or None.
-        network_tensors: The fixed image's and the moving image's (as read) network-grid
-            tensors, kept as :func:`~hyperreg.registration.pairs.reused_network_tensors`
-            keeps them (empty without a model).
     """
 
     labels: list[int] | None = None
     shared: list[int] | None = None
     dice_before: float | None = None
-    network_tensors: dict = field(default_factory=dict)
 
 
 def pair_baseline(
-    moving: Volume,
-    fixed: Volume,
-    moving_seg: Volume | None,
-    fixed_seg: Volume | None,
-    model: HyperMorph | None,
-    normalization: str,
+    fixed: Volume, moving_seg: Volume | None, fixed_seg: Volume | None
 ) -> PairBaseline:
     """The :class:`PairBaseline` of a pair.
 
     Args:
-        moving: The moving image as read (its own grid).
-        fixed: The fixed image as the network sees it; its grid is the pair's.
+        fixed: The fixed image; its grid is the pair's.
         moving_seg, fixed_seg: The label maps as read (integer, any grid), or None.
-        model: The model that registers the pair (its network grid and device), or None: no
-            tensors.
-        normalization: Intensity normalisation of the network's inputs.
 
     Returns:
-        The :class:`PairBaseline`. A tensor that cannot be made (a slice in another plane,
-        intensities the normalisation refuses) is left out: whoever needs it says why.
+        The :class:`PairBaseline` (all None without both label maps).
     """
     base = PairBaseline()
-    if model is not None:
-        with reused_network_tensors(base.network_tensors):
-            for volume in (fixed, moving):
-                with contextlib.suppress(ValueError):
-                    network_input(model, volume, fixed, normalization, keep=True)
     if moving_seg is not None and fixed_seg is not None:
         # the fixed map scored on the fixed grid, as the pipeline brings it there (headers)
         if not same_grid(fixed_seg, fixed):

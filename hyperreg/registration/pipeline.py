@@ -208,7 +208,7 @@ def load_pair(
     metric_masks = dict(moving_mask=masks[0][1], fixed_mask=masks[1][1])
     stage = (seen, (moving_v, fixed_v), init, seed, initial, contrast, metric_masks)
     # what does not depend on the affine result is made beside it (a second CPU thread)
-    baseline = (moving_v, seen[1], moving_seg_v, fixed_seg_v, model, normalization)
+    baseline = (seen[1], moving_seg_v, fixed_seg_v)
     (transform, affine, again, chained), base = beside(
         functools.partial(_affine_result, *stage), functools.partial(pair_baseline, *baseline)
     )
@@ -225,7 +225,6 @@ def load_pair(
         resample,
         base,
     )
-    pair.network_tensors = base.network_tensors  # made beside the affine stage
     if seen[0] is not moving_v:
         pair.moving = moving_v
     _with_masks(pair, metric_masks, mask_notes, moving_v, fixed_v)

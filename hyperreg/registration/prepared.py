@@ -82,10 +82,9 @@ class PreparedPair:
             the fixed image beyond a cut field of view
             (:func:`hyperreg.registration.masks.filled_view`): what the network and
             refinement then see (:meth:`network_image`); None: ``aligned`` itself.
-        network_tensors: The pair's images on the network grid, each made once and kept for
-            every registration of the pair and its verdict
-            (:func:`~hyperreg.registration.pairs.reused_network_tensors`; some are made beside
-            the affine stage, :func:`~hyperreg.registration.baseline.pair_baseline`).
+        network_tensors: The pair's images on the network grid as the engine made them,
+            kept for the verdict (:func:`~hyperreg.registration.pairs.reused_network_tensors`);
+            emptied once the first result's verdict has scored them (:meth:`finish`).
     """
 
     moving: Volume
@@ -199,8 +198,7 @@ class PreparedPair:
             similarity=similarity,
             fn="PreparedPair.register",
         )
-        # the network-grid tensors made beside the affine stage, by the engine, for the verdict:
-        # each made once for the pair (pairs.network_tensor)
+        # the engine's network-grid tensors, kept for the verdict (pairs.network_tensor)
         with reused_network_tensors(self.network_tensors):
             return run(self, model, settings)
 
@@ -292,6 +290,10 @@ class PreparedPair:
         verdict = None
         if judged:
             verdict = self._verdict(model, refinement, moved, raw, never_worse, similarity)
+        # the engine is done and the verdict has scored the kept network-grid tensors (the
+        # fixed one stays in its cache): handed back before the full-size outputs
+        self.network_tensors.clear()
+        if judged:
             release_freed_memory()
         kept = "registered" if verdict is None else verdict.kept
         disp = raw.disp

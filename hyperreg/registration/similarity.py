@@ -34,14 +34,14 @@ def on_fixed_grid(data: np.ndarray, fixed: Volume, like: Volume) -> Volume:
 
 @torch.no_grad()
 def network_input(
-    model: HyperMorph, volume: Volume, fixed: Volume, normalization: str, *, keep: bool = False
+    model: HyperMorph, volume: Volume, fixed: Volume, normalization: str
 ) -> torch.Tensor:
     """``volume`` (any grid) as the model sees it for a pair on ``fixed``: resampled (linear,
     through the headers) to the network grid (:func:`~hyperreg.registration.pairs.
     network_grid`; the fixed grid for a model without one) unless already on it, then
     normalised (:func:`~hyperreg.registration.pairs.model_input`), ``(1, 1, *S)`` on the
-    model's device; a tensor the registration already made of ``volume`` is reused, and with
-    ``keep`` this one is kept for it (:func:`~hyperreg.registration.pairs.network_tensor`).
+    model's device; a tensor the registration already made of ``volume`` is reused
+    (:func:`~hyperreg.registration.pairs.network_tensor`).
 
     Raises:
         InputError: With ``normalization="none"`` and intensities outside [0, 1].
@@ -50,7 +50,7 @@ def network_input(
     grid = network_grid(model, fixed)
     target = fixed if grid is None else grid.grid
     grid_or_none = None if same_grid(volume, target) else target
-    return network_tensor(volume, grid_or_none, normalization, device, keep=keep)
+    return network_tensor(volume, grid_or_none, normalization, device)
 
 
 @torch.no_grad()
