@@ -16,7 +16,7 @@ import pytest
 from lambda_helpers import blob, save_tiny_model, write_nifti, write_pair
 
 from hyperreg._errors import InputError, MissingInputError, passed_as
-from hyperreg.apps.inputs import MAX_LABELS, check_label_map
+from hyperreg.apps.inputs import MAX_LABELS, check_label_map, read_label_map
 from hyperreg.cli import build_parser, main
 from hyperreg.cli.args import subparser
 from hyperreg.cli.messages import error_text, one_map_labels_text, options_of
@@ -360,6 +360,65 @@ def test_check_label_map_rule(tmp_path: Path) -> None:
     scan = write_nifti(tmp_path / "scan.nii.gz", np.resize(many, (50, 50, 1)).astype(np.int16))
     with pytest.raises(ValueError, match=f"{MAX_LABELS + 1} distinct values"):
         check_label_map("f", "seg", scan)
+
+
+def test_register_reads_each_label_map_once(
+    pair: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The check that a label map holds ids is made on the one read the registration uses."""
+    import hyperreg.geometry.io as io
+
+    reads: list[Path] = []
+    original = io.read_raw
+
+    def counted(path: Path, suffix: str):  # type: ignore[no-untyped-def]
+        reads.append(Path(path))
+        return original(path, suffix)
+
+    monkeypatch.setattr(io, "read_raw", counted)
+    segs = ["--moving-seg", str(pair["moving_seg"]), "--fixed-seg", str(pair["fixed_seg"])]
+    moved_seg = pair["out"] / "ms.nii.gz"
+    assert main(_register(pair, "--moved-seg", str(moved_seg), *segs)) == 0
+    assert "mean Dice" in capsys.readouterr().out
+    assert reads.count(pair["moving_seg"]) == 1 and reads.count(pair["fixed_seg"]) == 1
+    assert moved_seg.exists()
+
+
+@pytest.mark.parametrize("role", ["moving_seg", "fixed_seg"])
+def test_register_rejects_an_integer_scan_as_label_map(
+    pair: dict[str, Path], capsys: pytest.CaptureFixture[str], role: str
+) -> None:
+    """An intensity image stored as integers reads as a label map; its count of distinct
+    values says what it is, before any output."""
+    many = np.arange(MAX_LABELS + 1, dtype=np.int16)
+    scan = write_nifti(pair["moving"].parent / "scan.nii.gz", np.resize(many, (50, 50, 1)))
+    segs = {"moving_seg": pair["moving_seg"], "fixed_seg": pair["fixed_seg"], role: scan}
+    args = ["--moving-seg", str(segs["moving_seg"]), "--fixed-seg", str(segs["fixed_seg"])]
+    assert main(_register(pair, "--moved", str(pair["out"] / "m.nii.gz"), *args)) == 2
+    err = _one_line_error(capsys, "register")
+    option = "--" + role.replace("_", "-")
+    assert f"{option} must be a label map (at most {MAX_LABELS} distinct ids)" in err
+    assert f"has {MAX_LABELS + 1} distinct values" in err
+    assert not pair["out"].exists()
+
+
+def test_read_label_map_is_the_label_read(pair: dict[str, Path], tmp_path: Path) -> None:
+    from hyperreg.geometry.io import load_volume
+
+    volume = read_label_map("f", "seg", pair["moving_seg"])
+    expected = load_volume(pair["moving_seg"], label=True)
+    assert volume.data.dtype == np.int32
+    np.testing.assert_array_equal(volume.data, expected.data)
+    np.testing.assert_array_equal(volume.affine, expected.affine)
+    assert volume.disk_shape == expected.disk_shape and volume.codes == expected.codes
+    with pytest.raises(ValueError, match="f\\(\\): 'seg' must be a label map of integer ids"):
+        read_label_map("f", "seg", pair["moving"])  # a blob in [0, 1]: its message, not io's
+    nan = np.full((24, 20, 1), np.nan, np.float32)
+    with pytest.raises(ValueError, match="non-finite") as caught:
+        read_label_map("f", "seg", write_nifti(tmp_path / "nan.nii.gz", nan))
+    with pytest.raises(ValueError) as checked:
+        check_label_map("f", "seg", tmp_path / "nan.nii.gz")
+    assert str(caught.value) == str(checked.value)  # the check's own message
 
 
 # --- 6. folding is printed one way everywhere -------------------------------------------------

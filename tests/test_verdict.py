@@ -305,3 +305,76 @@ def test_register_says_the_verdict_last_with_short_file_names(tmp_path) -> None:
     assert len(check) == 1 and affine and check[0] == len(lines) - 1, lines
     assert str(one) not in lines[check[0]]
     assert "OASIS_OAS1_0001_MR1/slice_norm.nii.gz" in lines[check[0]]
+
+
+def _network_grid_pair():
+    """A tiny 3D model that registers at 2 mm, and a 1 mm pair chained through a shift (so
+    the network grid, the affine-aligned image and the verdict's three scores all exist)."""
+    import dataclasses
+
+    from lambda_helpers import blob, tiny_model
+
+    from hyperreg.geometry.affine import AffineTransform
+    from hyperreg.geometry.io import Volume
+    from hyperreg.registration.pipeline import load_pair
+
+    model = tiny_model(3)
+    model.config = dataclasses.replace(model.config, spacing=2.0)
+    shape = (32, 28, 30)
+    moving = Volume(blob(shape, (15, 13, 14), sigma=5.0), np.eye(4), shape)
+    fixed = Volume(blob(shape, (17, 15, 15), sigma=5.0), np.eye(4), shape)
+    shift = np.eye(4)
+    shift[:3, 3] = (-2.0, -2.0, -1.0)
+    pair = load_pair(moving, fixed, model=model, init="none", initial_affine=AffineTransform(shift))
+    assert pair.chained
+    return model, pair
+
+
+def test_the_verdict_reuses_the_engines_network_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fixed image and the affine-aligned moving image are brought to the network grid
+    once per registration (by the engine), and the verdict is the one it gave when it made
+    its own copies."""
+    import contextlib
+
+    import hyperreg.registration.pairs as pairs
+    import hyperreg.registration.prepared as prepared
+    import hyperreg.registration.similarity as similarity
+
+    resampled: list[object] = []
+    original = pairs.resample_to
+
+    def counted(volume, grid, **kwargs):  # type: ignore[no-untyped-def]
+        resampled.append(volume)
+        return original(volume, grid, **kwargs)
+
+    monkeypatch.setattr(pairs, "resample_to", counted)
+    monkeypatch.setattr(similarity, "resample_to", counted, raising=False)
+    model, pair = _network_grid_pair()
+    result = pair.register(model, [0.5])[0]
+    assert not pair.network_tensors  # handed back once the verdict scored them
+    assert sum(v is pair.fixed for v in resampled) == 1
+    assert sum(v is pair.aligned for v in resampled) == 1
+    monkeypatch.setattr(prepared, "reused_network_tensors", contextlib.nullcontext)
+    _, again = _network_grid_pair()
+    alone = again.register(model, [0.5])[0]
+    assert result.verdict == alone.verdict and result.verdict is not None
+    np.testing.assert_array_equal(result.moved, alone.moved)
+
+
+def test_a_network_tensor_changed_in_place_is_made_again() -> None:
+    import torch
+
+    from hyperreg.registration.pairs import network_inputs, network_tensor, reused_network_tensors
+
+    model, pair = _network_grid_pair()
+    device = torch.device("cpu")
+    with reused_network_tensors():
+        _, fixed_t, grid = network_inputs(model, pair.aligned, pair.fixed, "robust", device)
+        assert grid is not None
+        assert network_tensor(pair.fixed, grid.grid, "robust", device) is fixed_t
+        kept = fixed_t.clone()
+        fixed_t += 1.0
+        again = network_tensor(pair.fixed, grid.grid, "robust", device)
+        assert again is not fixed_t
+        torch.testing.assert_close(again, kept, rtol=0, atol=0)
+    assert network_tensor(pair.fixed, grid.grid, "robust", device) is not again  # block ended

@@ -4,7 +4,8 @@ Pair lists (:func:`read_pairs`: a CSV of ``moving``, ``fixed``, optional ``movin
 ``fixed_seg``, ``lambda``, ``initial_affine``, ``fixed_mask``, ``moving_mask``, ``contrast`` and
 ``name``, each pair named after its files
 unless its row names it; :func:`shard` for several processes), label maps
-(:func:`check_label_map`: integer ids, not an intensity image) and λ lists
+(:func:`check_label_map`: integer ids, not an intensity image; :func:`read_label_map`: the
+same check on the one read a registration makes) and λ lists
 (:func:`parse_lambdas`). Used by ``batch``, ``tune``, ``sweep`` and the command line. Light to
 import (no torch); must not import cli.
 """
@@ -28,6 +29,7 @@ from hyperreg._files import read_csv
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from hyperreg.geometry.io import Volume
     from hyperreg.registration.pairs import PathLike
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "check_label_map",
     "check_pair_masks",
     "parse_lambdas",
+    "read_label_map",
     "read_pairs",
     "shard",
 ]
@@ -340,7 +343,56 @@ def check_label_map(fn: str, name: str, path: PathLike) -> None:
         )
     if -(2**31) <= ids.min() and ids.max() < 2**31:  # int32 sorts faster than int64 counts
         ids = ids.astype(np.int32)
-    count = len(np.unique(ids))
+    _check_label_count(fn, name, path, ids)
+
+
+def read_label_map(fn: str, name: str, path: PathLike) -> Volume | PathLike:
+    """A label map read once and checked as :func:`check_label_map` checks it.
+
+    For a file with a header, one read as a label map
+    (:func:`~hyperreg.geometry.io.load_volume` with ``label=True``: int32 ids, the file's
+    geometry), then at most :data:`MAX_LABELS` distinct ids; a file that cannot be read as a
+    label map (values that are not integer ids, NaN) raises :func:`check_label_map`'s error,
+    so the messages are the same as those of the check before a registration. A header-less
+    file (npz) takes its geometry from the pair (the caller's ``npz_geometry``): it is
+    checked by :func:`check_label_map` and its path returned, to be read by the pipeline.
+
+    Args:
+        fn: Name of the calling function, for the message.
+        name: Name of the argument that gave ``path``.
+        path: Label map file (NIfTI, MGZ or npz).
+
+    Returns:
+        The :class:`~hyperreg.geometry.io.Volume` (int32 ids) as
+        :func:`~hyperreg.registration.inputs.load_input` reads a label map, or ``path``
+        itself for an npz file.
+
+    Raises:
+        FileNotFoundError: If ``path`` is missing.
+        ValueError: As :func:`check_label_map`.
+    """
+    from hyperreg.geometry.io import has_header, load_volume
+
+    if not has_header(path):
+        check_label_map(fn, name, path)
+        return path
+    try:
+        with passed_as(path=name):  # the file's errors name the argument that gave it
+            volume = load_volume(path, label=True)
+    except InputError:
+        check_label_map(fn, name, path)  # its own message for an intensity image
+        raise
+    _check_label_count(fn, name, path, volume.data)
+    return volume
+
+
+def _check_label_count(fn: str, name: str, path: PathLike, ids: np.ndarray) -> None:
+    """Raise unless the integer map ``ids`` holds at most :data:`MAX_LABELS` distinct values
+    (0 included; counted by :func:`~hyperreg.method.metrics.input_labels`: ``np.bincount``
+    in blocks for ids in ``[0, 2**20]``, ``np.unique`` otherwise)."""
+    from hyperreg.method.metrics import input_labels
+
+    count = len(input_labels(ids, ids)) + int(ids.size > 0 and not np.all(ids))
     if count > MAX_LABELS:
         raise InputError(
             fn,

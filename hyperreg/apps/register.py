@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
 from hyperreg._checks import check_option
 from hyperreg._errors import InputError, passed_as
+from hyperreg.apps.inputs import read_label_map
 from hyperreg.apps.models import DefaultSteps, check_lambda, pair_lambda, pair_refinement
 from hyperreg.apps.outputs import OutputSpec, write_outputs
 from hyperreg.geometry.affine import AffineTransform
@@ -108,8 +110,10 @@ def register_files(
             Why is in the result's ``lam_reason``.
         moved: Output for the moved image (float32, the moving image's intensities), or None.
         warp_out: Output for the displacement field of the whole transform, or None.
-        moving_seg: Moving label map file (rounded to integers), or None.
-        fixed_seg: Fixed label map file (for Dice), or None.
+        moving_seg: Moving label map file, or None. Read once and checked as it is read
+            (:func:`~hyperreg.apps.inputs.read_label_map`: integer ids, at most
+            :data:`~hyperreg.apps.inputs.MAX_LABELS` of them), before the images.
+        fixed_seg: Fixed label map file (for Dice), or None; read and checked likewise.
         moved_seg: Output for the moved label map (unscaled integer type), or None.
         normalization: Intensity normalisation, see
             :func:`hyperreg.geometry.intensity.normalize_intensity`.
@@ -174,7 +178,8 @@ def register_files(
 
     Raises:
         FileNotFoundError: If an input is missing.
-        ValueError: If an input is unreadable or invalid (4D series, non-finite voxels, grids
+        ValueError: If an input is unreadable or invalid (4D series, non-finite voxels, a
+            label map that holds intensities rather than integer ids, grids
             that differ with ``resample=False``, a model of another dimensionality),
             ``moved_seg`` is asked for without ``moving_seg``, an output path is unusable or
             its suffix wrong, the ITK format cannot represent a 2D fixed grid, ``lam`` is out
@@ -270,8 +275,13 @@ def _prepare(
     **options: Any,
 ) -> PreparedPair:
     """The pair of :func:`register_files`, each input read once (and warned about once): the
-    fixed image first, so that an ITK field's grid is checked (``itk_grid``) before the affine
-    stage, then :func:`~hyperreg.registration.pipeline.load_pair` with the other options."""
+    label maps first, checked as they are read (:func:`~hyperreg.apps.inputs.read_label_map`:
+    integer ids, not an intensity image), then the fixed image, so that an ITK field's grid is
+    checked (``itk_grid``) before the affine stage, then
+    :func:`~hyperreg.registration.pipeline.load_pair` with the other options."""
+    for name in ("moving_seg", "fixed_seg"):
+        if isinstance(path := options.get(name), (str, os.PathLike)):
+            options[name] = read_label_map("register_files", name, path)
     read = dict(npz_geometry=npz_geometry, replace_nonfinite=replace_nonfinite)
     with passed_as(path="fixed"):  # a constant image: load_pair refuses it (no warning first)
         fixed_v = load_input(fixed, warn_constant=False, **read)

@@ -119,10 +119,13 @@ def check_label_maps(**maps: str | os.PathLike[str] | None) -> None:
             check_label_map("check_label_maps", dest, path)
 
 
-def pair_options(args: Any) -> dict[str, Any]:
-    """Label maps (checked first, see :func:`check_label_maps`), normalisation and resampling
-    of ``register`` and ``sweep``, as keyword arguments of ``register_files`` / ``sweep_files``."""
-    check_label_maps(moving_seg=args.moving_seg, fixed_seg=args.fixed_seg)
+def pair_options(args: Any, *, check_labels: bool = True) -> dict[str, Any]:
+    """Label maps (checked first, see :func:`check_label_maps`; ``check_labels=False`` for a
+    library function that checks them as it reads them, ``register_files``: one read per
+    file), normalisation and resampling of ``register`` and ``sweep``, as keyword arguments of
+    ``register_files`` / ``sweep_files``."""
+    if check_labels:
+        check_label_maps(moving_seg=args.moving_seg, fixed_seg=args.fixed_seg)
     return {
         "moving_seg": args.moving_seg,
         "fixed_seg": args.fixed_seg,

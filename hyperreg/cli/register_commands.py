@@ -276,7 +276,7 @@ def _register_and_report(
         contrast=opts.contrast_from(args),
         fixed_mask=args.fixed_mask,
         moving_mask=args.moving_mask,
-        **pair_options(args),
+        **pair_options(args, check_labels=False),  # register_files checks them as it reads
     )
     _report(args, model, result, folders, outputs.given())
 

@@ -14,7 +14,9 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,10 +44,12 @@ __all__ = [
     "model_input",
     "network_grid",
     "network_inputs",
+    "network_tensor",
     "onto_fixed_grid",
     "onto_grid",
     "prepare_pair",
     "result_from_output",
+    "reused_network_tensors",
     "smoothness_of",
 ]
 
@@ -205,15 +209,75 @@ def network_inputs(
         comes back to the fixed grid.
     """
     grid = network_grid(model, fixed)
-    if grid is not None:
-        moving, fixed = resample_to(moving, grid.grid), resample_to(fixed, grid.grid)
-        if notes is not None:
-            notes.append(grid.note())
+    if grid is not None and notes is not None:
+        notes.append(grid.note())
+    target = None if grid is None else grid.grid
     with passed_as(volume="moving"):
-        moving_t = model_input(moving, normalization, device)
+        moving_t = network_tensor(moving, target, normalization, device, keep=True)
     with passed_as(volume="fixed"):
-        fixed_t = model_input(fixed, normalization, device)
+        fixed_t = network_tensor(fixed, target, normalization, device, keep=True)
     return moving_t, fixed_t, grid
+
+
+_MADE: ContextVar[dict[tuple, tuple[Volume, torch.Tensor, int]] | None] = ContextVar(
+    "hyperreg_network_tensors", default=None
+)
+
+
+@contextmanager
+def reused_network_tensors(store: dict | None = None) -> Iterator[None]:
+    """Within this block, the tensors :func:`network_inputs` makes (the pair's moving and fixed
+    images on the network grid) are kept, and :func:`network_tensor` of the same volume (the
+    same object), grid, normalisation and device returns them, unless changed in place since,
+    instead of resampling and normalising again: a registration and its verdict bring the
+    fixed image (and the moving image after the affine stage) to the network grid once.
+
+    Args:
+        store: Where they are kept (a pair's own dict, so that they last as long as the pair
+            and can be made beforehand, :func:`network_tensor` with ``keep``); None: the
+            enclosing block's, or a new one for this block. Kept volumes are held (their ids
+            name them); other threads keep their own.
+    """
+    if store is None and _MADE.get() is not None:
+        yield
+        return
+    token = _MADE.set({} if store is None else store)
+    try:
+        yield
+    finally:
+        _MADE.reset(token)
+
+
+def network_tensor(
+    volume: Volume,
+    grid: Volume | None,
+    normalization: str,
+    device: torch.device,
+    *,
+    keep: bool = False,
+) -> torch.Tensor:
+    """``volume`` resampled (linear, through the headers) onto ``grid`` when given, then
+    normalised (:func:`model_input`): ``(1, 1, *S)`` on ``device``. Inside
+    :func:`reused_network_tensors`, the tensor kept for this volume, grid, normalisation and
+    device when there is one, and with ``keep`` the one made is kept (only volumes that live
+    as long as the pair: a kept volume is held).
+
+    Raises:
+        InputError: As :func:`model_input`.
+    """
+    made = _MADE.get()
+    key = (id(volume), normalization, str(device))
+    if grid is not None:
+        key += (grid.spatial_shape, grid.affine.tobytes())
+    if made is not None and key in made:
+        _, tensor, version = made[key]
+        if tensor._version == version:  # not changed in place since it was made
+            return tensor
+    data = volume if grid is None else resample_to(volume, grid)
+    tensor = model_input(data, normalization, device)
+    if made is not None and keep:  # the volume is held, so its id names it while kept
+        made[key] = (volume, tensor, tensor._version)
+    return tensor
 
 
 def prepare_pair(

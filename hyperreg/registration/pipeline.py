@@ -22,6 +22,7 @@ or replaces it; λ chosen per pair without labels is
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 
 import numpy as np
@@ -41,8 +42,9 @@ from hyperreg.geometry.intensity import DEFAULT_NORMALIZATION, winsorize
 from hyperreg.geometry.intensity_map import intensity_map
 from hyperreg.geometry.io import Volume, check_same_grid, check_same_ndim, same_grid
 from hyperreg.geometry.resample import isotropic_grid, resample_to
-from hyperreg.method.metrics import label_sets, mean_registration_dice
+from hyperreg.method.metrics import mean_registration_dice
 from hyperreg.method.model import HyperMorph
+from hyperreg.registration.baseline import PairBaseline, beside, pair_baseline
 from hyperreg.registration.chain import sample_volume
 from hyperreg.registration.inputs import (
     NPZ_GEOMETRIES,
@@ -204,13 +206,12 @@ def load_pair(
     # bias correction); the outputs are sampled from the volumes as read
     seen = [model_image(masked_image(v, m), normalization, bias_correct) for v, m in masks]
     metric_masks = dict(moving_mask=masks[0][1], fixed_mask=masks[1][1])
-    if initial is not None and init == "none":
-        transform, affine, again = initial, AffineStage.of(initial, "initial"), []
-        chained = not _is_identity(transform, moving_v, fixed_v)
-    else:  # other contrasts and a cut field of view run again (see each)
-        transform, again = _affine_stages(seen, init, seed, initial, contrast, metric_masks)
-        affine = AffineStage.of(transform) if init != "none" else None
-        chained = init != "none" and not _is_identity(transform, moving_v, fixed_v)
+    stage = (seen, (moving_v, fixed_v), init, seed, initial, contrast, metric_masks)
+    # what does not depend on the affine result is made beside it (a second CPU thread)
+    baseline = (seen[1], moving_seg_v, fixed_seg_v)
+    (transform, affine, again, chained), base = beside(
+        functools.partial(_affine_result, *stage), functools.partial(pair_baseline, *baseline)
+    )
     if seen[0] is not moving_v:  # outputs from the moving file as read, not the model's copy
         chained = True
     pair = _prepared(
@@ -222,6 +223,7 @@ def load_pair(
         affine,
         normalization,
         resample,
+        base,
     )
     if seen[0] is not moving_v:
         pair.moving = moving_v
@@ -230,6 +232,28 @@ def load_pair(
     if bias_correct:
         pair.notes.append("bias field corrected (N4) for the affine stage and the network")
     return pair
+
+
+def _affine_result(
+    seen: list[Volume],
+    read: tuple[Volume, Volume],
+    init: str,
+    seed: int,
+    initial: AffineTransform | None,
+    contrast: str,
+    masks: dict,
+) -> tuple[AffineTransform, AffineStage | None, list[str], bool]:
+    """The transform of :func:`load_pair` (its affine stages, or ``initial`` as is with
+    ``init="none"``), its statistics, its notes, and whether outputs go through it
+    (``chained``: it is not the identity, or the images as ``read`` are on other grids)."""
+    if initial is not None and init == "none":
+        transform, affine, again = initial, AffineStage.of(initial, "initial"), []
+        return transform, affine, again, not _is_identity(transform, *read)
+    # other contrasts and a cut field of view run again (see each)
+    transform, again = _affine_stages(seen, init, seed, initial, contrast, masks)
+    affine = AffineStage.of(transform) if init != "none" else None
+    chained = init != "none" and not _is_identity(transform, *read)
+    return transform, affine, again, chained
 
 
 def _affine_stages(
@@ -392,8 +416,10 @@ def _prepared(
     affine: AffineStage | None,
     normalization: str,
     resample: bool,
+    base: PairBaseline,
 ) -> PreparedPair:
-    """The grids, label maps and baselines of a pair whose affine stage is done."""
+    """The grids, label maps and baselines of a pair whose affine stage is done (``base``:
+    what was made beside it, :func:`~hyperreg.registration.baseline.pair_baseline`)."""
     fn = "load_pair"
     (aligned, aligned_seg, fixed_seg), notes = onto_fixed_grid(
         fn,
@@ -412,17 +438,10 @@ def _prepared(
             0, f"moving '{moving.path}' sampled once through {through} onto the fixed grid"
         )
     assert aligned is not None
-    labels = shared = dice_before = dice_affine = None
+    labels, shared, dice_before, dice_affine = base.labels, base.shared, base.dice_before, None
     if moving_seg is not None and fixed_seg is not None:
-        labels, shared = label_sets(moving_seg.data, fixed_seg.data)
         if (message := label_ids_warning(moving_seg, fixed_seg, labels, shared)) is not None:
             warnings.warn(message, stacklevel=4)
-        before_data = (
-            aligned_seg.data
-            if aligned_seg is not None
-            else resample_to(moving_seg, fixed, label=True).data
-        )
-        dice_before = mean_registration_dice(before_data, fixed_seg.data, labels=labels)
         if chained and affine is not None:
             alone = sample_volume(moving_seg, transform, None, fixed, label=True).data
             dice_affine = mean_registration_dice(alone, fixed_seg.data, labels=labels)

@@ -30,7 +30,7 @@ from hyperreg.geometry.io import Volume, compact_labels
 from hyperreg.method.metrics import registration_dice
 from hyperreg.method.model import HyperMorph
 from hyperreg.registration.engine import ndim_error, run
-from hyperreg.registration.pairs import RegistrationResult
+from hyperreg.registration.pairs import RegistrationResult, reused_network_tensors
 from hyperreg.registration.refine import Refinement, refine_objective
 from hyperreg.registration.masks import mask_tensors, masks_on_fixed_grid
 from hyperreg.registration.memory import release_freed_memory
@@ -82,6 +82,9 @@ class PreparedPair:
             the fixed image beyond a cut field of view
             (:func:`hyperreg.registration.masks.filled_view`): what the network and
             refinement then see (:meth:`network_image`); None: ``aligned`` itself.
+        network_tensors: The pair's images on the network grid as the engine made them,
+            kept for the verdict (:func:`~hyperreg.registration.pairs.reused_network_tensors`);
+            emptied once the first result's verdict has scored them (:meth:`finish`).
     """
 
     moving: Volume
@@ -103,6 +106,7 @@ class PreparedPair:
     shared_labels: list[int] | None = None
     fov_fraction: float | None = None
     remapped: Volume | None = None
+    network_tensors: dict = field(default_factory=dict, repr=False, compare=False)
     _similarity: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -194,7 +198,9 @@ class PreparedPair:
             similarity=similarity,
             fn="PreparedPair.register",
         )
-        return run(self, model, settings)
+        # the engine's network-grid tensors, kept for the verdict (pairs.network_tensor)
+        with reused_network_tensors(self.network_tensors):
+            return run(self, model, settings)
 
     def network_image(self) -> Volume:
         """The moving image the network and refinement see on the fixed grid: ``remapped``
@@ -284,6 +290,10 @@ class PreparedPair:
         verdict = None
         if judged:
             verdict = self._verdict(model, refinement, moved, raw, never_worse, similarity)
+        # the engine is done and the verdict has scored the kept network-grid tensors (the
+        # fixed one stays in its cache): handed back before the full-size outputs
+        self.network_tensors.clear()
+        if judged:
             release_freed_memory()
         kept = "registered" if verdict is None else verdict.kept
         disp = raw.disp

@@ -13,10 +13,9 @@ import numpy as np
 import torch
 
 from hyperreg.geometry.io import Volume, same_grid
-from hyperreg.geometry.resample import resample_to
 from hyperreg.method.model import HyperMorph
 from hyperreg.method.objective import Objective
-from hyperreg.registration.pairs import model_input, network_grid
+from hyperreg.registration.pairs import network_grid, network_tensor
 
 __all__ = ["network_input", "network_similarity", "on_fixed_grid"]
 
@@ -41,7 +40,8 @@ def network_input(
     through the headers) to the network grid (:func:`~hyperreg.registration.pairs.
     network_grid`; the fixed grid for a model without one) unless already on it, then
     normalised (:func:`~hyperreg.registration.pairs.model_input`), ``(1, 1, *S)`` on the
-    model's device.
+    model's device; a tensor the registration already made of ``volume`` is reused
+    (:func:`~hyperreg.registration.pairs.network_tensor`).
 
     Raises:
         InputError: With ``normalization="none"`` and intensities outside [0, 1].
@@ -49,9 +49,8 @@ def network_input(
     device = next(model.parameters()).device
     grid = network_grid(model, fixed)
     target = fixed if grid is None else grid.grid
-    if not same_grid(volume, target):
-        volume = resample_to(volume, target)
-    return model_input(volume, normalization, device)
+    grid_or_none = None if same_grid(volume, target) else target
+    return network_tensor(volume, grid_or_none, normalization, device)
 
 
 @torch.no_grad()
