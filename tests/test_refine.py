@@ -12,6 +12,7 @@ import torch
 from lambda_helpers import SHAPE, blob, tiny_model, volume_pair, write_nifti
 from shared_paths import CASES as CASES_DIR
 from shared_paths import DATA
+from test_spatial import _recording_grid_sample
 from hyperreg.cli import main
 from hyperreg.config import ModelConfig
 from hyperreg.geometry.fields import load_displacement
@@ -71,16 +72,7 @@ def test_refined_flow_is_the_same_at_one_and_two_threads(monkeypatch) -> None:
     # A 64³ pair: the half-resolution velocity (32³) is integrated in samplings split into
     # batch items (its gradient is a sum over them), and the 64³ warp too; the refined flow and
     # the field must not depend on torch's thread count, bitwise.
-    import hyperreg.method.spatial as spatial_module
-
-    batches: list[int] = []
-    sample = spatial_module.F.grid_sample
-
-    def recording(image, grid, **kwargs):
-        batches.append(image.shape[0])
-        return sample(image, grid, **kwargs)
-
-    monkeypatch.setattr(spatial_module.F, "grid_sample", recording)
+    batches = _recording_grid_sample(monkeypatch)
     model = tiny_model(3)
     grid = torch.stack(torch.meshgrid(*[torch.arange(64.0)] * 3, indexing="ij"))
     fixed = torch.exp(-((grid - 30.0) ** 2).sum(0) / 200.0)[None, None]

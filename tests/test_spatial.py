@@ -296,16 +296,7 @@ def test_large_3d_cpu_warp_split_across_threads_is_bitwise_the_plain_one(
     # few planes each (PyTorch runs one batch item per thread): with 2 threads an even depth is
     # split in 2 and an odd one is not; values and the field's gradient are bitwise those of
     # one thread (one grid_sample call).
-    import hyperreg.method.spatial as spatial_module
-
-    batches: list[int] = []
-    sample = spatial_module.F.grid_sample
-
-    def recording(image, grid, **kwargs):
-        batches.append(image.shape[0])
-        return sample(image, grid, **kwargs)
-
-    monkeypatch.setattr(spatial_module.F, "grid_sample", recording)
+    batches = _recording_grid_sample(monkeypatch)
     torch.manual_seed(0)
     threads = torch.get_num_threads()
     try:
