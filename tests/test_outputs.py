@@ -9,6 +9,7 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 import pytest
+import torch
 from lambda_helpers import save_tiny_model, tiny_model, write_pair
 
 import hyperreg.apps.outputs as outputs
@@ -51,6 +52,33 @@ def test_writes_every_given_output_and_only_those(tmp_path: Path, registered) ->
     assert written == ["affine.mat", "moved.nii.gz", "moved_seg.nii.gz", "warp.nii.gz"]
     warp = nib.load(spec.warp_out).get_fdata()
     np.testing.assert_allclose(np.moveaxis(warp.reshape(*warp.shape[:2], 2), -1, 0), result.warp)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_writers_use_no_more_threads_than_torch_is_given(
+    tmp_path: Path, registered, monkeypatch, threads: int
+) -> None:
+    import hyperreg.apps.outputs as outputs_module
+
+    pools: list[int] = []
+    real = outputs_module.ThreadPoolExecutor
+
+    def recording(workers, *args, **kwargs):
+        pools.append(workers)
+        return real(workers, *args, **kwargs)
+
+    monkeypatch.setattr(outputs_module, "ThreadPoolExecutor", recording)
+    pair, result = registered
+    spec = OutputSpec(moved=tmp_path / "m.nii.gz", warp_out=tmp_path / "w.nii.gz",
+                      moved_seg=tmp_path / "s.nii.gz")  # fmt: skip
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        write_outputs(spec, result, pair)
+    finally:
+        torch.set_num_threads(before)
+    assert pools == ([] if threads == 1 else [2])  # three files: one thread, or two workers
+    assert all(p.is_file() for p in spec.paths().values() if p is not None)
 
 
 def test_a_new_output_kind_is_one_field_and_one_writer_entry(

@@ -15,11 +15,12 @@ changes; every path field must have a writer (checked on every write). Must not 
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
+
+import torch
 
 from hyperreg._checks import check_option
 from hyperreg.apps.transforms import check_transform_path
@@ -144,8 +145,9 @@ a callable that writes the file atomically, or None when the result has nothing 
 
 
 def write_outputs(spec: OutputSpec, result: PairResult, pair: PreparedPair) -> None:
-    """Write every output of ``spec`` that is given, each atomically, one thread per core
-    (gzip compression of a 3D field dominates and zlib releases the GIL while it compresses).
+    """Write every output of ``spec`` that is given, each atomically, on as many threads as
+    torch is given (``torch.get_num_threads()``: the user's thread count; gzip compression of a
+    3D field dominates and zlib releases the GIL while it compresses).
 
     Raises:
         KeyError: If a path field of ``spec`` has no entry in ``WRITERS`` (a programming error).
@@ -158,7 +160,7 @@ def write_outputs(spec: OutputSpec, result: PairResult, pair: PreparedPair) -> N
         job = None if path is None else writer(path, result, pair, spec)
         if job is not None:
             jobs.append(job)
-    workers = min(len(jobs), os.cpu_count() or 1)
+    workers = min(len(jobs), torch.get_num_threads())
     if workers <= 1:
         for job in jobs:
             job()
