@@ -134,6 +134,12 @@ def test_cli_contrast_and_explicit_refine_sim(t2_pair: dict[str, Path], capsys) 
         assert "other contrasts" not in said.out + said.err
     assert main([*base, "--contrast", "t2"]) != 0
     assert "--contrast" in capsys.readouterr().err
+    # without -v: the one λ line says the default was raised; asked-for contrasts are said too
+    assert main([*base[:-1], "--contrast", "different"]) == 0
+    said = capsys.readouterr()
+    assert "other contrasts (as asked)" in said.err
+    line = next(t for t in said.out.splitlines() if t.startswith("λ = 0.2 ("))
+    assert "raised to 0.2" in line
 
 
 def test_sweep_notes_other_contrasts_once(t2_pair: dict[str, Path], capsys) -> None:

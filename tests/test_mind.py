@@ -156,4 +156,5 @@ def test_cli_refine_sim_mind_registers_as_other_contrasts(tmp_path, capsys) -> N
     assert main([*command, "--refine", "2", "--refine-sim", "mind"]) == 0
     said = capsys.readouterr()
     assert "-MIND distance" in said.out  # the refinement's line names its similarity
+    assert "other contrasts (as asked)" in said.err  # said, though no check ran
     assert "raised to 0.2 for other contrasts" in said.out + said.err  # the model's 0.05

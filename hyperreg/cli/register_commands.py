@@ -325,6 +325,9 @@ def _stages_line(args: argparse.Namespace, model: Any, result: Any, passes: int)
         reason = result.lam_reason
     elif reason == "given" and getattr(args, "lam_source", None):  # --lambda tune.json
         reason = args.lam_source.split(": ", 1)[0]
+    raised, _, to = result.lam_reason.rpartition(", raised to ")
+    if raised and not reason.endswith(to):  # a model's default λ raised for other contrasts
+        reason = f"{reason}, raised to {to}"
     parts = [f"λ = {result.lam:.4g} ({reason})"]
     network = f"{passes} network pass{'es' if passes > 1 else ''}"
     if result.settings.flips:

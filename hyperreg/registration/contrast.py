@@ -226,8 +226,9 @@ def contrast_similarity(pair: Any, contrast: str) -> str | None:
     model's own):
     :func:`pair_similarity` on ``pair.aligned.data`` (the moving image after the affine stage)
     and ``pair.fixed.data`` (a :class:`~hyperreg.registration.prepared.PreparedPair`); one
-    INFO line (:func:`contrast_note`) when ``"auto"`` found other contrasts. For other
-    contrasts the pair is given its remapped moving image (:func:`remap_pair`).
+    INFO line (:func:`contrast_note`) when ``"auto"`` found other contrasts or ``"different"``
+    asked for them. For other contrasts the pair is given its remapped moving image
+    (:func:`remap_pair`).
 
     Raises:
         InputError: If ``contrast`` is not one of :data:`CONTRAST_CHOICES`.
@@ -235,6 +236,8 @@ def contrast_similarity(pair: Any, contrast: str) -> str | None:
     similarity, check = pair_similarity(contrast, pair.aligned.data, pair.fixed.data)
     if check is not None and check.differ:
         logger.info("%s", contrast_note(check))
+    elif contrast == "different":
+        logger.info("%s", contrast_note(None))
     if similarity == OTHER_SIMILARITY:
         remap_pair(pair)
     return similarity
@@ -248,10 +251,12 @@ def contrast_options(pair: Any, contrast: str, refinement: Refinement | None) ->
     return {"refinement": refinement, "similarity": contrast_similarity(pair, contrast)}
 
 
-def contrast_note(check: ContrastCheck) -> str:
-    """The one line logged when ``auto`` found other contrasts."""
+def contrast_note(check: ContrastCheck | None) -> str:
+    """The one line logged when ``auto`` found other contrasts (``check``), or when they were
+    asked for (None: ``"different"``, or a refinement similarity for other contrasts)."""
+    why = "as asked" if check is None else check.reason
     return (
-        f"other contrasts ({check.reason}): the network and refinement see the moving image "
+        f"other contrasts ({why}): the network and refinement see the moving image "
         "drawn in the fixed image's intensities and the verdict uses normalised gradient "
         "fields (--contrast same: the images as read)"
     )
