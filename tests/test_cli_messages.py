@@ -725,3 +725,17 @@ def test_labels_in_one_map_only_are_counted_and_the_mean_over_both_is_given() ->
     assert "over the 2 labels both maps hold, mean Dice 0.7000" in line
     assert one_map_labels_text(dice, [3, 4, 5, 6]) is None  # every label in both maps
     assert one_map_labels_text(dice, None) is None and one_map_labels_text(None, [3]) is None
+
+
+@pytest.mark.parametrize(
+    ("similarity", "name"),
+    [("ncc", "NCC"), ("mse", "-MSE/σ²"), ("mi", "MI (nats)"), ("mind", "-MIND distance")],
+)
+def test_refine_text_names_the_similarity_refined(similarity: str, name: str) -> None:
+    from types import SimpleNamespace
+
+    from hyperreg.cli.messages import refine_text
+
+    stats = SimpleNamespace(steps=3, seconds=0.5, similarity=similarity, similarity_before=-2.0,
+                            similarity_after=-1.0, loss_before=1.0, loss_after=0.5)  # fmt: skip
+    assert refine_text(stats).startswith(f"refined 3 steps in 0.50 s: {name} -2.0000 -> -1.0000")

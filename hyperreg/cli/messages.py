@@ -119,7 +119,7 @@ def refine_text(stats: Any) -> str:
     :class:`~hyperreg.registration.pipeline.RefineStats`; '' when not refined (None)."""
     if stats is None or not stats.steps:
         return ""
-    names = {"mi": "MI (nats)", "mind": "-MIND distance"}
+    names = {"mi": "MI (nats)", "mind": "-MIND distance", "mse": "-MSE/σ²"}
     name = names.get(stats.similarity, "NCC")
     return (
         f"refined {stats.steps} steps in {stats.seconds:.2f} s: "

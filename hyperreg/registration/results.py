@@ -70,10 +70,11 @@ class RefineStats:
         steps: Most Adam steps per level, as asked for
             (:attr:`~hyperreg.registration.refine.Refinement.steps`; 0: the network's field,
             not refined); the steps taken are ``steps_taken``.
-        similarity: ``"ncc"`` or ``"mi"``.
+        similarity: ``"ncc"``, ``"mse"``, ``"mi"`` or ``"mind"``.
         seconds: Optimisation wall time in seconds (CUDA synchronised).
         similarity_before, similarity_after: The similarity of the network's field and of the
-            refined one: local NCC in [0, 1] or MI in nats, higher is better.
+            refined one, higher is better: local NCC in [0, 1], minus MSE / σ², MI in nats, or
+            minus the MIND-SSC distance.
         loss_before, loss_after: The objective at λ (dimensionless) of the same two fields.
         steps_taken: Adam steps taken per level, ``(coarse, fine)``; ``(0, n)`` without a
             coarse level.
