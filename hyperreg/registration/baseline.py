@@ -14,7 +14,6 @@ peak memory of a 256³ register by about 11 MiB. Must not import training, apps 
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -23,6 +22,7 @@ import torch
 from hyperreg.geometry.io import Volume, same_grid
 from hyperreg.geometry.resample import resample_to
 from hyperreg.method.metrics import label_sets, mean_registration_dice
+from hyperreg.registration.lambdas import one_thread_workers
 
 __all__ = ["PairBaseline", "beside", "pair_baseline"]
 
@@ -79,18 +79,10 @@ def beside(main: Callable[[], _A], other: Callable[[], _B]) -> tuple[_A, _B]:
     ``other`` must be thread-safe and its values must not depend on the thread count. An error
     of ``main`` is raised first (after ``other`` finished), then one of ``other``.
     """
-    threads = torch.get_num_threads()
-    if threads < 2:
+    if torch.get_num_threads() < 2:
         first = main()
         return first, other()
-
-    def one_thread() -> None:  # torch's thread count is per thread
-        torch.set_num_threads(1)
-
-    try:
-        with ThreadPoolExecutor(1, initializer=one_thread) as pool:
-            future: Any = pool.submit(other)
-            first = main()
-            return first, future.result()
-    finally:  # as lambdas.side_by_side: a pool of torch's that is process-wide gets it back
-        torch.set_num_threads(threads)
+    with one_thread_workers(1, caller_too=False) as pool:  # main keeps the caller's threads
+        future: Any = pool.submit(other)
+        first = main()
+        return first, future.result()

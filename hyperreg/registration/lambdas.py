@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
@@ -39,6 +39,7 @@ from hyperreg.registration.pairs import (
 __all__ = [
     "labels_scored",
     "map_lambda_chunks",
+    "one_thread_workers",
     "register_pair",
     "side_by_side",
     "staged_side_by_side",
@@ -71,20 +72,33 @@ def side_by_side(
     Returns:
         ``fn``'s results in the order of ``items``.
     """
-    threads = torch.get_num_threads()
-    workers = min(threads, len(items))
+    workers = min(torch.get_num_threads(), len(items))
     if torch.device(device).type != "cpu" or workers < 2:
         return [fn(item) for item in items]
+    with one_thread_workers(workers) as pool:
+        return list(pool.map(fn, items))
 
-    def one_thread() -> None:  # torch's thread count is per thread: set it in each worker
+
+@contextlib.contextmanager
+def one_thread_workers(workers: int, *, caller_too: bool = True) -> Iterator[ThreadPoolExecutor]:
+    """A pool of ``workers`` threads, each on one torch thread (torch's thread count is per
+    thread: set in each worker as it starts), for work that runs side by side on the CPU's
+    threads; with ``caller_too`` the calling thread is on one torch thread too while the pool
+    is open (it only waits for the workers). The caller's torch thread count is set back when
+    the pool closes, also where a worker's setting reached a pool of torch's that is
+    process-wide."""
+    threads = torch.get_num_threads()
+    if caller_too:
         torch.set_num_threads(1)
-
-    torch.set_num_threads(1)
     try:
-        with ThreadPoolExecutor(workers, initializer=one_thread) as pool:
-            return list(pool.map(fn, items))
+        with ThreadPoolExecutor(workers, initializer=_one_torch_thread) as pool:
+            yield pool
     finally:
         torch.set_num_threads(threads)
+
+
+def _one_torch_thread() -> None:
+    torch.set_num_threads(1)
 
 
 def staged_side_by_side(
@@ -114,23 +128,14 @@ def staged_side_by_side(
     Returns:
         ``second``'s results in the order of ``items``, or None (see above).
     """
-    threads = torch.get_num_threads()
-    workers = min(threads, len(items))
+    workers = min(torch.get_num_threads(), len(items))
     if torch.device(device).type != "cpu" or workers < 2:
         return None
-
-    def one_thread() -> None:  # torch's thread count is per thread: set it in each worker
-        torch.set_num_threads(1)
-
-    torch.set_num_threads(1)
-    try:
-        with ThreadPoolExecutor(workers, initializer=one_thread) as pool:
-            firsts = [pool.submit(first, item) for item in items]
-            head = pool.submit(lambda: second(firsts[0].result())).result()
-            rest = [pool.submit(lambda f=f: second(f.result())) for f in firsts[1:]]
-            return [head, *(done.result() for done in rest)]
-    finally:
-        torch.set_num_threads(threads)
+    with one_thread_workers(workers) as pool:
+        firsts = [pool.submit(first, item) for item in items]
+        head = pool.submit(lambda: second(firsts[0].result())).result()
+        rest = [pool.submit(lambda f=f: second(f.result())) for f in firsts[1:]]
+        return [head, *(done.result() for done in rest)]
 
 
 def map_lambda_chunks(
